@@ -406,7 +406,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         **kwargs,
     ) -> ParLoopedOutput:
         """Run the prelude once, the core `num_iterations` = R times (default 1) and the coda at the
-        `readout_iterations` (default: [R]). Iterations before the last `config.grad_window` run without grad.
+        `readout_iterations` (default: [R]). Core iterations before the last `config.grad_window` run without grad
+        (truncated backprop); a readout of such an iteration still carries gradient into the coda and LM head.
 
         input_ids, attention_mask: (b, t), left or right padding. query_positions: (b, q); default the last real
         token. position_scale: positional stretch, a float or (b,) in [1, max_position_scale].
@@ -428,10 +429,10 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         for k in range(1, num_iterations + 1):
             with torch.set_grad_enabled(grad_allowed and k >= grad_from):
                 state, raw_rms, reference = self.core_step(state, reference, context)
-                if k in read_set:
-                    answer_logits, halt_logits = self.readout(state, context)
-                    answers.append(answer_logits)
-                    halts.append(halt_logits)
+            if k in read_set:  # a readout before the window still trains the coda (its state is detached)
+                answer_logits, halt_logits = self.readout(state, context)
+                answers.append(answer_logits)
+                halts.append(halt_logits)
             rms_trace.append((raw_rms[..., 0] * valid).sum(-1) / valid.sum(-1))
             if output_loop_states:
                 states.append(state)

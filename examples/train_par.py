@@ -1,0 +1,220 @@
+"""Train a PAR looped Qwen2 on a state-tracking task, then evaluate length generalization.
+
+The defaults train a small from-scratch model on swap-S5 (depth curriculum up to d = 8) in a few minutes on a
+laptop CPU, then print accuracy at depths up to 4× the training depth and write a table, JSON and plot:
+
+    python examples/train_par.py                                  # the defaults (README's main job)
+    python examples/train_par.py --max_steps 200 --output_dir runs/quick
+    python examples/train_par.py config.yaml                      # or config.json: the same fields
+    python examples/train_par.py --init_from_qwen2 PATH --rendering text --prelude_layers 8 --core_layers 8 \\
+        --coda_layers 8 --peft lora --bf16                        # retrofit a pretrained Qwen2.5
+    torchrun --nproc_per_node 2 examples/train_par.py ...         # DDP (or accelerate launch)
+
+Every field of `ModelArguments`, `TaskArguments` and `ParTrainingArguments` (HF TrainingArguments included) is a
+flag; `--self_distillation` switches to label-free prefix self-distillation (`SelfDistillationArguments`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, HfArgumentParser
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking  # noqa: E402
+from state_tracking import (  # noqa: E402
+    StateTrackingCollator,
+    build_dataset,
+    build_tokenizer,
+    evaluate_length_generalization,
+    get_task,
+    load_task,
+    model_token_ids,
+    plot_accuracy_vs_depth,
+    save_results,
+    save_task,
+)
+from trainers import (  # noqa: E402
+    ParTrainer,
+    ParTrainingArguments,
+    PrefixSelfDistillationTrainer,
+    SelfDistillationArguments,
+    apply_core_lora,
+)
+
+
+@dataclass
+class ModelArguments:
+    init_from_qwen2: str | None = field(default=None, metadata={"help": "retrofit this Qwen2 checkpoint (path/id)"})
+    hidden_size: int = field(default=128, metadata={"help": "from scratch: hidden size"})
+    intermediate_size: int = field(default=512, metadata={"help": "from scratch: MLP size"})
+    num_attention_heads: int = field(default=4, metadata={"help": "from scratch: attention heads"})
+    num_key_value_heads: int = field(default=4, metadata={"help": "from scratch: KV heads"})
+    prelude_layers: int = field(default=1)
+    core_layers: int = field(default=2)
+    coda_layers: int = field(default=1)
+    step_size: int = field(default=1, metadata={"help": "c: operations per iteration"})
+    norm_anchoring: bool = field(default=True, metadata={"help": "state-norm anchoring (off: the ablation)"})
+    grad_window: int = field(default=8, metadata={"help": "iterations with gradient"})
+    max_iterations: int = field(default=1100, metadata={"help": "the most iterations a forward may run"})
+    checkpoint_core: bool = field(default=False, metadata={"help": "activation checkpointing of the core"})
+    attn_implementation: str = field(default="sdpa", metadata={"help": "sdpa or eager"})
+    peft: str | None = field(default=None, metadata={"help": "'lora': LoRA on the core, adapter trained in full"})
+    lora_r: int = field(default=16)
+    lora_alpha: int = field(default=32)
+
+
+@dataclass
+class TaskArguments:
+    task: str = field(default="swap_s5", metadata={"help": "swap_s5 | s5 | a5"})
+    task_file: str | None = field(default=None, metadata={"help": "a user state-machine task (JSON); overrides --task"})
+    rendering: str = field(default="symbolic", metadata={"help": "symbolic (from scratch) | text (pretrained)"})
+    random_initial: bool = field(default=False, metadata={"help": "random initial item assignment"})
+    train_size: int | None = field(default=None, metadata={"help": "examples to build (default: steps × batch)"})
+    eval_depths: str = field(default="4,8,16,32", metadata={"help": "comma-separated test depths"})
+    eval_n: int = field(default=256, metadata={"help": "sequences per test depth (paper protocol: 1024)"})
+    eval_batch_size: int = field(default=256)
+    eval_halting: bool = field(default=False, metadata={"help": "also evaluate with learned halting (d unknown)"})
+    self_distillation: bool = field(default=False, metadata={"help": "label-free prefix self-distillation"})
+
+
+DEFAULT_TRAINING = dict(
+    output_dir="runs/par-swap-s5-cpu", max_steps=1000, per_device_train_batch_size=64, learning_rate=1e-3,
+    adapter_learning_rate=2e-3, warmup_steps=50, lr_scheduler_type="cosine", weight_decay=0.01,
+    max_train_depth=8, curriculum_start_depth=2, curriculum_every_steps=50, logging_steps=50,
+    save_strategy="no", report_to="none", seed=0, dataloader_num_workers=0, max_grad_norm=1.0,
+)
+
+
+def parse_args(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    distill = "--self_distillation" in argv or any(a.startswith("--self_distillation=") for a in argv)
+    training_cls = SelfDistillationArguments if distill else ParTrainingArguments
+    parser = HfArgumentParser((ModelArguments, TaskArguments, training_cls))
+    parser.set_defaults(**DEFAULT_TRAINING)
+    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+        path = Path(argv[0]).resolve()
+        if path.suffix == ".json":
+            defaults = dict(DEFAULT_TRAINING, **json.loads(path.read_text()))
+            return parser.parse_dict(defaults)
+        import yaml
+
+        return parser.parse_dict(dict(DEFAULT_TRAINING, **yaml.safe_load(path.read_text())))
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def build_task(task_args: TaskArguments):
+    return load_task(task_args.task_file) if task_args.task_file else get_task(task_args.task)
+
+
+def build_model(model_args: ModelArguments, token_ids: dict):
+    par_fields = dict(
+        step_size=model_args.step_size, norm_anchoring=model_args.norm_anchoring, grad_window=model_args.grad_window,
+        max_iterations=model_args.max_iterations, checkpoint_core=model_args.checkpoint_core,
+    )
+    if model_args.init_from_qwen2:
+        model = ParLoopedQwenForStateTracking.from_qwen2(
+            model_args.init_from_qwen2, model_args.prelude_layers, model_args.core_layers, model_args.coda_layers,
+            answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"], **par_fields,
+        )
+    else:
+        config = ParLoopedQwenConfig(
+            vocab_size=token_ids["vocab_size"], pad_token_id=token_ids["pad_token_id"],
+            hidden_size=model_args.hidden_size, intermediate_size=model_args.intermediate_size,
+            num_attention_heads=model_args.num_attention_heads, num_key_value_heads=model_args.num_key_value_heads,
+            prelude_layers=model_args.prelude_layers, core_layers=model_args.core_layers,
+            coda_layers=model_args.coda_layers, max_position_embeddings=4096,
+            answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"],
+            attn_implementation=model_args.attn_implementation, **par_fields,
+        )
+        model = ParLoopedQwenForStateTracking(config)
+    if model_args.peft is not None:
+        if model_args.peft != "lora":
+            raise ValueError(f"--peft must be 'lora' or unset; got {model_args.peft!r}.")
+        model = apply_core_lora(model, r=model_args.lora_r, alpha=model_args.lora_alpha)
+    return model
+
+
+def build_tokenizer_for(task, task_args: TaskArguments, model_args: ModelArguments):
+    if model_args.init_from_qwen2:
+        if task_args.rendering != "text":
+            raise ValueError("--init_from_qwen2 needs --rendering text (the pretrained tokenizer reads words).")
+        tokenizer = AutoTokenizer.from_pretrained(model_args.init_from_qwen2)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        return tokenizer
+    return build_tokenizer(task, task_args.rendering)
+
+
+def evaluate_and_report(model, tokenizer, task, task_args, train_args, output_dir: Path) -> dict:
+    depths = [int(d) for d in task_args.eval_depths.split(",")]
+    modes = ["forced"] + (["halting"] if task_args.eval_halting else [])
+    results = {}
+    for mode in modes:
+        results[mode] = evaluate_length_generalization(
+            model, tokenizer, task, depths, n_per_depth=task_args.eval_n, mode=mode, seed=train_args.seed,
+            batch_size=task_args.eval_batch_size, rendering=task_args.rendering,
+            train_max_depth=train_args.max_train_depth, random_initial=task_args.random_initial,
+        )
+        save_results(results[mode], output_dir / f"eval_{mode}.json")
+    plot_accuracy_vs_depth({f"{task.name} ({m})": [r] for m, r in results.items()}, output_dir / "accuracy_vs_depth.png")
+    lines = ["| depth | " + " | ".join(f"acc ({m})" for m in modes) + " |", "|---|" + "---|" * len(modes)]
+    for i, d in enumerate(depths):
+        marker = " (train)" if d <= train_args.max_train_depth else ""
+        lines.append(f"| {d}{marker} | " + " | ".join(f"{results[m]['accuracy'][i]:.3f}" for m in modes) + " |")
+    lines.append("")
+    lines.append("G = d50 / d_train: " + ", ".join(f"{m}: {results[m]['extrapolation_factor']}" for m in modes))
+    table = "\n".join(lines)
+    (output_dir / "eval_table.md").write_text(table + "\n")
+    print(table)
+    return results
+
+
+def main(argv=None):
+    model_args, task_args, train_args = parse_args(argv)
+    output_dir = Path(train_args.output_dir)
+    task = build_task(task_args)
+    tokenizer = build_tokenizer_for(task, task_args, model_args)
+    token_ids = model_token_ids(tokenizer, task)
+    world = max(1, train_args.world_size)
+    n = task_args.train_size or train_args.max_steps * train_args.per_device_train_batch_size * world
+    started = time.time()
+    dataset = build_dataset(task, tokenizer, task_args.rendering, n=n,
+                            depths=(train_args.min_train_depth, train_args.max_train_depth), seed=train_args.seed,
+                            random_initial=task_args.random_initial)
+    model = build_model(model_args, token_ids)
+    collator = StateTrackingCollator(pad_token_id=token_ids["pad_token_id"])
+    common = dict(model=model, args=train_args, train_dataset=dataset, data_collator=collator,
+                  processing_class=tokenizer)
+    if task_args.self_distillation:
+        trainer = PrefixSelfDistillationTrainer(**common, task=task, rendering=task_args.rendering,
+                                                random_initial=task_args.random_initial)
+    else:
+        trainer = ParTrainer(**common)
+    trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)
+    train_seconds = time.time() - started
+    if not trainer.is_world_process_zero():
+        return None
+    trainer.save_model(str(output_dir))
+    save_task(task, output_dir)
+    eval_model = model.merge_and_unload() if model_args.peft else model
+    eval_model.eval()
+    results = evaluate_and_report(eval_model, tokenizer, task, task_args, train_args, output_dir)
+    summary = {"train_seconds": round(train_seconds, 1), "max_steps": train_args.max_steps,
+               "samples_seen": train_args.max_steps * train_args.per_device_train_batch_size * world
+               * train_args.gradient_accumulation_steps,
+               "accuracy": {m: dict(zip(r["depths"], r["accuracy"])) for m, r in results.items()},
+               "extrapolation_factor": {m: r["extrapolation_factor"] for m, r in results.items()},
+               "command": "python " + " ".join([sys.argv[0]] + (sys.argv[1:] if argv is None else list(argv)))}
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

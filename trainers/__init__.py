@@ -1,0 +1,29 @@
+"""Trainer subclasses for PAR: the progress-aligned loss, halting, depth schedules, prefix self-distillation."""
+
+from .objectives import (
+    OBJECTIVES,
+    answer_loss,
+    balanced_halt_loss,
+    final_targets,
+    halt_labels,
+    hold_iterations,
+    iterations_for_depth,
+    progress_targets,
+    readout_accuracy,
+)
+from .par_trainer import ParTrainer, ParTrainingArguments, is_adapter_parameter
+from .peft_utils import apply_core_lora, core_lora_config
+from .schedules import DepthBatchSampler, curriculum_max_depth, stretch_max_scale
+from .self_distillation import (
+    PrefixSelfDistillationTrainer,
+    SelfDistillationArguments,
+    distillation_kl,
+    ema_update,
+)
+
+__all__ = [
+    "OBJECTIVES", "DepthBatchSampler", "ParTrainer", "ParTrainingArguments", "PrefixSelfDistillationTrainer",
+    "SelfDistillationArguments", "answer_loss", "apply_core_lora", "balanced_halt_loss", "core_lora_config",
+    "curriculum_max_depth", "distillation_kl", "ema_update", "final_targets", "halt_labels", "hold_iterations",
+    "is_adapter_parameter", "iterations_for_depth", "progress_targets", "readout_accuracy", "stretch_max_scale",
+]

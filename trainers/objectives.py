@@ -1,0 +1,76 @@
+"""PAR training targets and losses, each a small function with its formula.
+
+Shapes: K = iterations read, B = batch, Q = queries, C = answer candidates, D = the batch's largest depth.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+OBJECTIVES = ("par", "final_every_iteration", "final_only")
+YES, NO = 0, 1  # column order of the model's halt_logits: (Yes, No)
+
+
+def iterations_for_depth(depth: int, step_size: int) -> int:
+    """Forced depth: R = ⌈d / c⌉, the first iteration whose target is the final state z_d."""
+    return math.ceil(depth / step_size)
+
+
+def hold_iterations(depth: int, step_size: int, rng: np.random.Generator, tail_alpha: float, max_factor: float,
+                    max_iterations: int) -> int:
+    """Hold schedule: R = ⌈d/c⌉ + X, X = ⌊⌈d/c⌉ · (U^(−1/α) − 1)⌋ with U ~ U(0, 1] (a Pareto tail of index α),
+    capped at R ≤ min(max_factor · ⌈d/c⌉, max_iterations). Iterations past ⌈d/c⌉ keep the target z_d."""
+    base = iterations_for_depth(depth, step_size)
+    u = 1.0 - rng.random()  # (0, 1]
+    extra = math.floor(base * (u ** (-1.0 / tail_alpha) - 1.0))
+    return int(min(base + extra, math.floor(max_factor * base), max_iterations))
+
+
+def progress_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations: torch.Tensor,
+                     step_size: int) -> torch.Tensor:
+    """PAR targets: iteration k reads z_min(c·k, d) = step_labels[b, min(c·k, d_b)].
+
+    step_labels (B, D+1, Q), depth (B,), iterations (K,) -> (K, B, Q)
+    """
+    steps = torch.minimum(step_size * iterations.to(depth.device)[:, None], depth[None, :])  # (K, B)
+    batch_index = torch.arange(step_labels.shape[0], device=depth.device)[None, :].expand_as(steps)
+    return step_labels[batch_index, steps]
+
+
+def final_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations: torch.Tensor) -> torch.Tensor:
+    """Final-answer supervision (ablation): every iteration k reads z_d.  (B, D+1, Q) -> (K, B, Q)"""
+    final = step_labels[torch.arange(step_labels.shape[0], device=depth.device), depth]  # (B, Q)
+    return final[None].expand(iterations.shape[0], -1, -1)
+
+
+def halt_labels(iterations: torch.Tensor, depth: torch.Tensor, step_size: int) -> torch.Tensor:
+    """Learned halting labels: "Yes" (0) when c·k ≥ d, else "No" (1).  (K,), (B,) -> (K, B)"""
+    done = step_size * iterations.to(depth.device)[:, None] >= depth[None, :]
+    return torch.where(done, YES, NO)
+
+
+def answer_loss(answer_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """L = Σ_k CE(y_k, target_k), each CE averaged over batch and queries.  (K, B, Q, C), (K, B, Q) -> ()"""
+    per_iteration = F.cross_entropy(answer_logits.flatten(0, 2).float(), targets.flatten(), reduction="none")
+    return per_iteration.view(targets.shape).mean(dim=(1, 2)).sum()
+
+
+def balanced_halt_loss(halt_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Class-balanced CE over (Yes, No): each present class weighs 1/2 overall, whatever its count.
+
+    L = ½ Σ_{y∈{Yes,No}} mean_{(k,b): label=y} CE(h_{k,b}, y)  (one class present: its mean alone).
+    (K, B, 2), (K, B) -> ()
+    """
+    ce = F.cross_entropy(halt_logits.flatten(0, 1).float(), labels.flatten(), reduction="none")
+    flat = labels.flatten()
+    means = [ce[flat == y].mean() for y in (YES, NO) if (flat == y).any()]
+    return torch.stack(means).mean()
+
+
+def readout_accuracy(answer_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Overall state accuracy per iteration read: all queries right.  (K, B, Q, C), (K, B, Q) -> (K,)"""
+    return (answer_logits.argmax(-1) == targets).all(-1).float().mean(-1)

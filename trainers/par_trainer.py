@@ -1,0 +1,260 @@
+"""`ParTrainer`: the PAR loss, depth schedules, learned halting and the positional-stretch phase on the HF Trainer."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from transformers import Trainer, TrainingArguments
+
+from modeling_par import grad_window_iterations
+
+from .objectives import (
+    OBJECTIVES,
+    answer_loss,
+    balanced_halt_loss,
+    final_targets,
+    halt_labels,
+    hold_iterations,
+    iterations_for_depth,
+    progress_targets,
+    readout_accuracy,
+)
+from .schedules import DepthBatchSampler, curriculum_max_depth, stretch_max_scale
+
+DEPTH_SCHEDULES = ("forced", "hold")
+_RNG_PURPOSES = ("iterations", "stretch", "negative")
+
+
+@dataclass
+class ParTrainingArguments(TrainingArguments):
+    """TrainingArguments plus the PAR knobs. `max_steps` must be set: the depth schedule is per optimizer step."""
+
+    objective: str = field(default="par", metadata={"help": f"one of {OBJECTIVES}"})
+    depth_schedule: str = field(default="forced", metadata={"help": "forced: R = ⌈d/c⌉; hold: heavy-tailed R ≥ ⌈d/c⌉"})
+    min_train_depth: int = field(default=1, metadata={"help": "smallest depth d trained on"})
+    max_train_depth: int = field(default=32, metadata={"help": "largest depth d trained on"})
+    curriculum_start_depth: int | None = field(
+        default=None, metadata={"help": "depth curriculum: the largest depth sampled at step 0 (None: no curriculum)"}
+    )
+    curriculum_every_steps: int = field(default=40, metadata={"help": "curriculum: steps between increments"})
+    curriculum_increment: int = field(default=1, metadata={"help": "curriculum: depth added each time"})
+    hold_tail_alpha: float = field(default=1.5, metadata={"help": "hold: Pareto tail index of the extra iterations"})
+    hold_max_factor: float = field(default=4.0, metadata={"help": "hold: R ≤ factor · ⌈d/c⌉"})
+    halting_loss_weight: float = field(default=0.0, metadata={"help": "learned halting loss weight (paper: 0.5)"})
+    stretch_steps: int = field(default=0, metadata={"help": "positional-stretch phase: the last N steps (0: off)"})
+    stretch_max_scale: float = field(default=8.0, metadata={"help": "s_max reached at the end of the phase"})
+    adapter_learning_rate: float | None = field(default=None, metadata={"help": "adapter lr (paper: 1e-4)"})
+    remove_unused_columns: bool = field(default=False, metadata={"help": "keep depth/step_labels for the loss"})
+
+    def __post_init__(self):
+        super().__post_init__()
+
+        def fail(name, allowed):
+            raise ValueError(f"ParTrainingArguments.{name} must be {allowed}; got {getattr(self, name)!r}.")
+
+        if self.objective not in OBJECTIVES:
+            fail("objective", f"one of {OBJECTIVES}")
+        if self.depth_schedule not in DEPTH_SCHEDULES:
+            fail("depth_schedule", f"one of {DEPTH_SCHEDULES}")
+        if self.min_train_depth < 1:
+            fail("min_train_depth", "≥ 1")
+        if self.max_train_depth < self.min_train_depth:
+            fail("max_train_depth", f"≥ min_train_depth ({self.min_train_depth})")
+        if self.curriculum_start_depth is not None and not (
+            self.min_train_depth <= self.curriculum_start_depth <= self.max_train_depth
+        ):
+            fail("curriculum_start_depth", "None or within [min_train_depth, max_train_depth]")
+        if self.curriculum_every_steps < 1:
+            fail("curriculum_every_steps", "≥ 1")
+        if self.curriculum_increment < 1:
+            fail("curriculum_increment", "≥ 1")
+        if self.hold_tail_alpha <= 0:
+            fail("hold_tail_alpha", "> 0")
+        if self.hold_max_factor < 1:
+            fail("hold_max_factor", "≥ 1")
+        if self.halting_loss_weight < 0:
+            fail("halting_loss_weight", "≥ 0")
+        if self.stretch_steps < 0:
+            fail("stretch_steps", "≥ 0")
+        if self.stretch_max_scale < 1:
+            fail("stretch_max_scale", "≥ 1")
+        if self.adapter_learning_rate is not None and self.adapter_learning_rate <= 0:
+            fail("adapter_learning_rate", "None or > 0")
+        if self.max_steps is None or self.max_steps <= 0:
+            fail("max_steps", "> 0 (the depth schedule is defined per optimizer step)")
+        # Every rank takes its slice of the same global batch, hence the same depth and loop length.
+        self.accelerator_config.split_batches = True
+
+
+class ParTrainer(Trainer):
+    """Trainer for PAR: `compute_loss` runs the loop for the batch's depth and supervises the gradient window.
+
+    Batches come from `DepthBatchSampler` (one depth per batch). Logged beside the loss: the loss parts, readout
+    accuracy at the first/last windowed iteration and over the window, the state-norm ratio rms(s_R)/rms(s_1)
+    before anchoring, depth d, iterations R, the curriculum cap and the stretch s_max.
+    """
+
+    args: ParTrainingArguments
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, ParTrainingArguments):
+            raise ValueError("ParTrainer needs ParTrainingArguments (got TrainingArguments).")
+        self.model_accepts_loss_kwargs = False  # our loss is a per-batch mean: let the Trainer scale accumulation
+        self._logged = defaultdict(list)
+        self._micro_batch, self._micro_batch_step = 0, -1
+
+    # ------------------------------------------------------------------------------------------------ data
+    def get_train_dataloader(self) -> DataLoader:
+        if self.train_dataset is None or "depth" not in self.train_dataset.column_names:
+            raise ValueError("ParTrainer needs a train_dataset with a 'depth' column (state_tracking.build_dataset).")
+        a = self.args
+        sampler = DepthBatchSampler(
+            np.asarray(self.train_dataset["depth"]),
+            batch_size=a.per_device_train_batch_size * max(1, a.world_size),
+            num_batches=a.max_steps * a.gradient_accumulation_steps,
+            seed=a.seed, min_depth=a.min_train_depth, max_depth=a.max_train_depth,
+            curriculum_start=a.curriculum_start_depth, curriculum_every=a.curriculum_every_steps,
+            curriculum_increment=a.curriculum_increment, accumulation=a.gradient_accumulation_steps,
+        )
+        loader = DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=self.data_collator,
+                            num_workers=a.dataloader_num_workers, pin_memory=a.dataloader_pin_memory)
+        return self.accelerator.prepare(loader)
+
+    # ------------------------------------------------------------------------------------------------ per-step rng
+    def _step_rng(self, purpose: str) -> np.random.Generator:
+        """Randomness keyed on (seed, step, micro-batch, purpose): identical on every rank and after a resume."""
+        return np.random.default_rng([self.args.seed, self.state.global_step, self._micro_batch,
+                                      _RNG_PURPOSES.index(purpose)])
+
+    def num_iterations(self, depth: int) -> int:
+        c = self.model.config.step_size
+        if self.args.depth_schedule == "forced":
+            return iterations_for_depth(depth, c)
+        return hold_iterations(depth, c, self._step_rng("iterations"), self.args.hold_tail_alpha,
+                               self.args.hold_max_factor, self.model.config.max_iterations)
+
+    def position_scale(self, batch_size: int, device) -> torch.Tensor | None:
+        a = self.args
+        s_max = stretch_max_scale(self.state.global_step, a.max_steps - a.stretch_steps, a.stretch_steps,
+                                  a.stretch_max_scale)
+        self._log_value("stretch_s_max", s_max)
+        if s_max <= 1.0:
+            return None
+        u = self._step_rng("stretch").random(batch_size)
+        return torch.tensor(1.0 + (s_max - 1.0) * u, dtype=torch.float32, device=device)
+
+    def readout_iterations(self, num_iterations: int, depth: int) -> tuple[list[int], int | None]:
+        """The gradient window (the last iteration only for `final_only`), plus with halting one earlier
+        iteration with c·k < d as an extra "No" example (None if the window already starts at 1)."""
+        window = grad_window_iterations(num_iterations, self.model.config.grad_window)
+        reads = [num_iterations] if self.args.objective == "final_only" else window
+        extra = None
+        if self.args.halting_loss_weight > 0:
+            if self.args.objective == "final_only":
+                reads = window
+            earliest = window[0]
+            if earliest > 1:
+                extra = int(self._step_rng("negative").integers(1, earliest))
+        return reads, extra
+
+    # ------------------------------------------------------------------------------------------------ loss
+    def begin_batch(self, inputs) -> int:
+        """Check the batch has one depth d, count micro-batches within the optimizer step, return d."""
+        depth = inputs["depth"]
+        d = int(depth[0])
+        if not bool((depth == d).all()):
+            raise ValueError(f"{type(self).__name__} needs one depth per batch (its DepthBatchSampler provides "
+                             f"that); got depths {sorted(set(depth.tolist()))}.")
+        step = self.state.global_step  # micro-batches of one optimizer step: 0, 1, … (gradient accumulation)
+        self._micro_batch = self._micro_batch + 1 if self._micro_batch_step == step else 0
+        self._micro_batch_step = step
+        return d
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        depth, d = inputs["depth"], self.begin_batch(inputs)
+        c = self.model.config.step_size
+        num_iterations = self.num_iterations(d)
+        reads, extra = self.readout_iterations(num_iterations, d)
+        all_reads = sorted(set(reads) | ({extra} if extra else set()))
+        scale = self.position_scale(depth.shape[0], depth.device)
+        out = model(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+            query_positions=inputs["query_positions"], num_iterations=num_iterations,
+            readout_iterations=all_reads, position_scale=scale,
+        )
+        read_index = torch.tensor(all_reads, device=depth.device)
+        supervised = torch.tensor([k in reads for k in all_reads], device=depth.device)
+        iterations = read_index[supervised]
+        logits = out.answer_logits[supervised]  # (K, B, Q, C)
+        if self.args.objective == "par":
+            targets = progress_targets(inputs["step_labels"], depth, iterations, c)
+        else:
+            targets = final_targets(inputs["step_labels"], depth, iterations)
+        if self.args.objective == "final_only":
+            logits, targets, iterations = logits[-1:], targets[-1:], iterations[-1:]
+        loss_answer = answer_loss(logits, targets)
+        loss = loss_answer
+        if self.args.halting_loss_weight > 0:
+            if out.halt_logits is None:
+                raise ValueError("halting_loss_weight > 0 needs ParLoopedQwenConfig.halt_token_ids.")
+            loss_halt = balanced_halt_loss(out.halt_logits, halt_labels(read_index, depth, c))
+            loss = loss + self.args.halting_loss_weight * loss_halt
+            self._log_value("loss_halt", loss_halt.item())
+
+        with torch.no_grad():
+            accuracy = readout_accuracy(logits, targets)
+            self._log_value("loss_answer", loss_answer.item())
+            self._log_value("acc_last_iteration", accuracy[-1].item())
+            self._log_value("acc_first_windowed", accuracy[0].item())
+            self._log_value("acc_window_mean", accuracy.mean().item())
+            self._log_value("state_norm_ratio", (out.state_rms[-1] / out.state_rms[0]).mean().item())
+            self._log_value("depth", d)
+            self._log_value("iterations", num_iterations)
+            a = self.args
+            self._log_value("curriculum_max_depth", curriculum_max_depth(
+                self.state.global_step, a.curriculum_start_depth, a.curriculum_every_steps, a.curriculum_increment,
+                a.max_train_depth))
+        return (loss, out) if return_outputs else loss
+
+    # ------------------------------------------------------------------------------------------------ logging
+    def _log_value(self, name: str, value: float) -> None:
+        if self.model.training:
+            self._logged[name].append(float(value))
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        if "loss" in logs:  # a training log: attach the means since the last one
+            logs.update({k: round(float(np.mean(v)), 5) for k, v in self._logged.items() if v})
+            self._logged.clear()
+        super().log(logs, *args, **kwargs)
+
+    # ------------------------------------------------------------------------------------------------ optimizer
+    def create_optimizer(self, model=None):
+        """The Trainer's optimizer, with the adapter's parameters in groups of their own at `adapter_learning_rate`."""
+        optimizer = super().create_optimizer(model)
+        lr = self.args.adapter_learning_rate
+        if lr is None:
+            return optimizer
+        named = (self.model if model is None else model).named_parameters()
+        adapter = {id(p) for n, p in named if is_adapter_parameter(n)}
+        if not adapter:
+            raise ValueError("adapter_learning_rate is set but the model has no trainable adapter parameters.")
+        extra_groups = []
+        for group in optimizer.param_groups:
+            mine = [p for p in group["params"] if id(p) in adapter]
+            if mine:
+                group["params"] = [p for p in group["params"] if id(p) not in adapter]
+                extra_groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": mine, "lr": lr})
+        for group in extra_groups:
+            optimizer.add_param_group(group)
+        return optimizer
+
+
+def is_adapter_parameter(name: str) -> bool:
+    """`adapter.weight`, or its PEFT forms (`base_model.model.adapter.modules_to_save.default.weight`, …)."""
+    parts = name.split(".")
+    return "adapter" in parts and "lora_A" not in parts and "lora_B" not in parts and "original_module" not in parts

@@ -1,0 +1,160 @@
+"""Label-free PAR: prefix self-distillation from an EMA teacher (no intermediate-state labels are read).
+
+For iterations k < ⌈d/c⌉ inside the gradient window, the EMA teacher runs on the same prompt truncated to its first
+c·k operations and is read at its own completing iteration ⌈c·k/c⌉ = k; the student's iteration k is pulled to it by
+KL. Iterations k ≥ ⌈d/c⌉ take CE with the final answer z_d — the only label used.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_model, save_model
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from modeling_par import grad_window_iterations
+from state_tracking import StateTrackingCollator, truncate_to_prefix
+
+from .objectives import answer_loss, final_targets
+from .par_trainer import ParTrainer, ParTrainingArguments
+
+EMA_WEIGHTS_NAME = "ema_teacher.safetensors"
+
+
+@dataclass
+class SelfDistillationArguments(ParTrainingArguments):
+    ema_decay: float = field(default=0.999, metadata={"help": "EMA teacher: θ_T ← decay · θ_T + (1 − decay) · θ"})
+    distill_temperature: float = field(default=1.0, metadata={"help": "softmax temperature of the KL term"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"SelfDistillationArguments.ema_decay must be in [0, 1); got {self.ema_decay!r}.")
+        if self.distill_temperature <= 0:
+            raise ValueError(
+                f"SelfDistillationArguments.distill_temperature must be > 0; got {self.distill_temperature!r}."
+            )
+        if self.objective != "par":
+            raise ValueError(f"SelfDistillationArguments.objective must be 'par'; got {self.objective!r}.")
+
+
+def ema_update(teacher: torch.nn.Module, student: torch.nn.Module, decay: float) -> None:
+    """θ_T ← decay · θ_T + (1 − decay) · θ_S for every parameter; buffers are copied."""
+    with torch.no_grad():
+        for t, s in zip(teacher.parameters(), student.parameters()):
+            t.lerp_(s.detach().to(t.dtype), 1.0 - decay)
+        for t, s in zip(teacher.buffers(), student.buffers()):
+            t.copy_(s)
+
+
+def distillation_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Σ_k T² · mean_{b,q} KL(p_T ‖ p_S) with p = softmax(logits / T).  (K, B, Q, C) twice -> ()"""
+    log_p_student = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    log_p_teacher = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    kl = (log_p_teacher.exp() * (log_p_teacher - log_p_student)).sum(-1)  # (K, B, Q)
+    return temperature**2 * kl.mean(dim=(1, 2)).sum()
+
+
+class _EmaCallback(TrainerCallback):
+    def __init__(self, trainer: PrefixSelfDistillationTrainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        ema_update(self.trainer.ema_model, self.trainer.model, args.ema_decay)
+
+
+class PrefixSelfDistillationTrainer(ParTrainer):
+    """ParTrainer whose intermediate targets come from an EMA teacher on prefixes, not from step labels.
+
+    Extra arguments: `task` (a `state_tracking` task), `rendering` ("symbolic" | "text"), `random_initial`;
+    the tokenizer is the Trainer's `processing_class`. The EMA weights are written to every checkpoint as
+    `ema_teacher.safetensors` and restored on resume.
+    """
+
+    args: SelfDistillationArguments
+
+    def __init__(self, *args, task, rendering: str = "symbolic", random_initial: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, SelfDistillationArguments):
+            raise ValueError("PrefixSelfDistillationTrainer needs SelfDistillationArguments.")
+        if self.processing_class is None:
+            raise ValueError("PrefixSelfDistillationTrainer needs the tokenizer as processing_class.")
+        self.task, self.rendering, self.random_initial = task, rendering, random_initial
+        self.ema_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.prefix_collator = StateTrackingCollator(pad_token_id=self.processing_class.pad_token_id)
+        self.add_callback(_EmaCallback(self))
+
+    @torch.no_grad()
+    def teacher_logits(self, inputs, depth: torch.Tensor, iterations: list[int]) -> torch.Tensor:
+        """The teacher's readout on each prompt truncated to c·k ops, at its completing iteration k.
+
+        -> (K, B, Q, C) for K = len(iterations)
+        """
+        c = self.model.config.step_size
+        columns = {"ops": inputs["ops"], "step_labels": inputs["step_labels"], "depth": depth}
+        rows, num_iterations = [], []
+        for k in iterations:
+            prefix = truncate_to_prefix(columns, c * k, self.task, self.processing_class, self.rendering,
+                                        random_initial=self.random_initial)
+            rows.extend({key: prefix[key][b] for key in ("input_ids", "query_positions")}
+                        for b in range(depth.shape[0]))
+            num_iterations.extend([math.ceil(c * k / c)] * depth.shape[0])
+        batch = {k: v.to(depth.device) for k, v in self.prefix_collator(rows).items()}
+        prediction = self.ema_model.predict(
+            batch["input_ids"], attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
+            num_iterations=torch.tensor(num_iterations, device=depth.device),
+        )
+        return prediction.answer_logits.view(len(iterations), depth.shape[0], *prediction.answer_logits.shape[1:])
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        depth, d = inputs["depth"], self.begin_batch(inputs)
+        c = self.model.config.step_size
+        num_iterations = self.num_iterations(d)
+        reads = grad_window_iterations(num_iterations, self.model.config.grad_window)
+        out = model(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+            query_positions=inputs["query_positions"], num_iterations=num_iterations, readout_iterations=reads,
+            position_scale=self.position_scale(depth.shape[0], depth.device),
+        )
+        completing = math.ceil(d / c)
+        iterations = torch.tensor(reads, device=depth.device)
+        distilled = iterations < completing
+        loss = out.answer_logits.new_zeros((), dtype=torch.float32)
+        if (~distilled).any():  # k ≥ ⌈d/c⌉: the final answer z_d, the only label this trainer reads
+            finals = iterations[~distilled]
+            targets = final_targets(inputs["step_labels"], depth, finals)
+            loss_final = answer_loss(out.answer_logits[~distilled], targets)
+            loss = loss + loss_final
+            self._log_value("loss_final", loss_final.item())
+            self._log_value("acc_last_iteration",
+                            (out.answer_logits[-1].argmax(-1) == targets[-1]).all(-1).float().mean().item())
+        if distilled.any():
+            teacher = self.teacher_logits(inputs, depth, iterations[distilled].tolist())
+            loss_kl = distillation_kl(out.answer_logits[distilled], teacher, self.args.distill_temperature)
+            loss = loss + loss_kl
+            self._log_value("loss_distill", loss_kl.item())
+        self._log_value("depth", d)
+        self._log_value("iterations", num_iterations)
+        self._log_value("state_norm_ratio", (out.state_rms[-1] / out.state_rms[0]).mean().item())
+        return (loss, out) if return_outputs else loss
+
+    # ------------------------------------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if self.args.should_save:
+            save_model(self.ema_model, os.path.join(folder, EMA_WEIGHTS_NAME))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        path = os.path.join(resume_from_checkpoint, EMA_WEIGHTS_NAME)
+        if not os.path.isfile(path):
+            raise ValueError(f"resume_from_checkpoint: {resume_from_checkpoint} has no {EMA_WEIGHTS_NAME}; "
+                             "it was not written by PrefixSelfDistillationTrainer.")
+        load_model(self.ema_model, path)
