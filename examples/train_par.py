@@ -53,7 +53,7 @@ from trainers import (  # noqa: E402
 class ModelArguments:
     init_from_qwen2: str | None = field(default=None, metadata={"help": "retrofit this Qwen2 checkpoint (path/id)"})
     hidden_size: int = field(default=128, metadata={"help": "from scratch: hidden size"})
-    intermediate_size: int = field(default=512, metadata={"help": "from scratch: MLP size"})
+    intermediate_size: int = field(default=256, metadata={"help": "from scratch: MLP size"})
     num_attention_heads: int = field(default=4, metadata={"help": "from scratch: attention heads"})
     num_key_value_heads: int = field(default=4, metadata={"help": "from scratch: KV heads"})
     prelude_layers: int = field(default=1)
@@ -85,27 +85,36 @@ class TaskArguments:
 
 
 DEFAULT_TRAINING = dict(
-    output_dir="runs/par-swap-s5-cpu", max_steps=1000, per_device_train_batch_size=64, learning_rate=1e-3,
-    adapter_learning_rate=2e-3, warmup_steps=50, lr_scheduler_type="cosine", weight_decay=0.01,
-    max_train_depth=8, curriculum_start_depth=2, curriculum_every_steps=50, logging_steps=50,
+    output_dir="runs/par-swap-s5-cpu", max_steps=2000, per_device_train_batch_size=64, learning_rate=1e-3,
+    adapter_learning_rate=2e-3, warmup_steps=100, lr_scheduler_type="cosine", weight_decay=0.01,
+    max_train_depth=8, curriculum_start_depth=2, curriculum_every_steps=100, logging_steps=100,
     save_strategy="no", report_to="none", seed=0, dataloader_num_workers=0, max_grad_norm=1.0,
 )
 
 
+def _wants_self_distillation(argv: list[str]) -> bool:
+    for i, arg in enumerate(argv):
+        if arg.startswith("--self_distillation="):
+            return arg.split("=", 1)[1].lower() in ("true", "1", "yes")
+        if arg == "--self_distillation":
+            following = argv[i + 1].lower() if i + 1 < len(argv) else ""
+            return following not in ("false", "0", "no")
+    return False
+
+
 def parse_args(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    distill = "--self_distillation" in argv or any(a.startswith("--self_distillation=") for a in argv)
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    values = None
+    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+        import yaml  # a JSON file is YAML too
+
+        values = dict(DEFAULT_TRAINING, **yaml.safe_load(Path(argv[0]).read_text()))
+    distill = bool(values.get("self_distillation")) if values is not None else _wants_self_distillation(argv)
     training_cls = SelfDistillationArguments if distill else ParTrainingArguments
     parser = HfArgumentParser((ModelArguments, TaskArguments, training_cls))
     parser.set_defaults(**DEFAULT_TRAINING)
-    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-        path = Path(argv[0]).resolve()
-        if path.suffix == ".json":
-            defaults = dict(DEFAULT_TRAINING, **json.loads(path.read_text()))
-            return parser.parse_dict(defaults)
-        import yaml
-
-        return parser.parse_dict(dict(DEFAULT_TRAINING, **yaml.safe_load(path.read_text())))
+    if values is not None:
+        return parser.parse_dict(values)
     return parser.parse_args_into_dataclasses(args=argv)
 
 
@@ -206,12 +215,18 @@ def main(argv=None):
     eval_model = model.merge_and_unload() if model_args.peft else model
     eval_model.eval()
     results = evaluate_and_report(eval_model, tokenizer, task, task_args, train_args, output_dir)
-    summary = {"train_seconds": round(train_seconds, 1), "max_steps": train_args.max_steps,
-               "samples_seen": train_args.max_steps * train_args.per_device_train_batch_size * world
-               * train_args.gradient_accumulation_steps,
-               "accuracy": {m: dict(zip(r["depths"], r["accuracy"])) for m, r in results.items()},
-               "extrapolation_factor": {m: r["extrapolation_factor"] for m, r in results.items()},
-               "command": "python " + " ".join([sys.argv[0]] + (sys.argv[1:] if argv is None else list(argv)))}
+    steps = trainer.state.global_step
+    summary = {
+        "train_seconds": round(train_seconds, 1), "steps": steps, "max_steps": train_args.max_steps,
+        "samples_seen": steps * train_args.per_device_train_batch_size * world * train_args.gradient_accumulation_steps,
+        "seed": train_args.seed, "max_train_depth": train_args.max_train_depth,
+        "accuracy": {m: dict(zip(r["depths"], r["accuracy"])) for m, r in results.items()},
+        "extrapolation_factor": {m: r["extrapolation_factor"] for m, r in results.items()},
+        "mean_iterations": {m: dict(zip(r["depths"], (row["mean_iterations"] for row in r["per_depth"])))
+                            for m, r in results.items()},
+        "environment": results["forced"]["environment"],
+        "command": "python " + " ".join([sys.argv[0]] + (sys.argv[1:] if argv is None else [str(a) for a in argv])),
+    }
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -495,13 +495,15 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         state, reference = context.prelude_out, None
         for k in range(1, limit + 1):
             state, _, reference = self.core_step(state, reference, context)
-            answer_logits, halt_logits = self.readout(state, context)
-            if not halting:
+            if not halting:  # read only the samples whose depth is reached
                 done = target[active] == k
-                answer_out[active[done]] = answer_logits[done].float()
-                iterations_out[active[done]] = k
-                halted_out[active[done]] = True
+                if done.any():
+                    answer_logits, _ = self.readout(state[done], context.select(done))
+                    answer_out[active[done]] = answer_logits.float()
+                    iterations_out[active[done]] = k
+                    halted_out[active[done]] = True
             else:
+                answer_logits, halt_logits = self.readout(state, context)
                 ring_answers[(k - 1) % m, active] = answer_logits.float()
                 ring_p_yes[(k - 1) % m, active] = halt_logits.float().softmax(-1)[:, 0]
                 done = torch.zeros(active.shape[0], dtype=torch.bool, device=device)

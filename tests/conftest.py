@@ -47,3 +47,18 @@ def tiny_parent():
 @pytest.fixture
 def tiny_model():
     return make_model()
+
+
+def load_example(relative_path: str):
+    """Import a script under examples/ as a module (registered, so its dataclasses resolve)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / relative_path
+    name = "example_" + path.stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

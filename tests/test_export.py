@@ -1,4 +1,3 @@
-import importlib.util
 import json
 from pathlib import Path
 
@@ -7,13 +6,11 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from tests.conftest import VOCAB
+from tests.conftest import VOCAB, load_example
 from tests.test_modeling_par import load_remote, random_batch
 
 REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("push_to_hub", REPO / "examples" / "push_to_hub.py")
-push_to_hub = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(push_to_hub)
+push_to_hub = load_example("examples/push_to_hub.py")
 
 
 def word_tokenizer():

@@ -1,5 +1,6 @@
 """Trainer subclasses for PAR: the progress-aligned loss, halting, depth schedules, prefix self-distillation."""
 
+from .callbacks import TimeBudgetCallback
 from .objectives import (
     OBJECTIVES,
     answer_loss,
@@ -23,7 +24,7 @@ from .self_distillation import (
 
 __all__ = [
     "OBJECTIVES", "DepthBatchSampler", "ParTrainer", "ParTrainingArguments", "PrefixSelfDistillationTrainer",
-    "SelfDistillationArguments", "answer_loss", "apply_core_lora", "balanced_halt_loss", "core_lora_config",
+    "SelfDistillationArguments", "TimeBudgetCallback", "answer_loss", "apply_core_lora", "balanced_halt_loss", "core_lora_config",
     "curriculum_max_depth", "distillation_kl", "ema_update", "final_targets", "halt_labels", "hold_iterations",
     "is_adapter_parameter", "iterations_for_depth", "progress_targets", "readout_accuracy", "stretch_max_scale",
 ]

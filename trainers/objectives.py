@@ -30,13 +30,17 @@ def hold_iterations(depth: int, step_size: int, rng: np.random.Generator, tail_a
     return int(min(base + extra, math.floor(max_factor * base), max_iterations))
 
 
-def progress_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations: torch.Tensor,
-                     step_size: int) -> torch.Tensor:
+def progress_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations, step_size: int) -> torch.Tensor:
     """PAR targets: iteration k reads z_min(c·k, d) = step_labels[b, min(c·k, d_b)].
 
-    step_labels (B, D+1, Q), depth (B,), iterations (K,) -> (K, B, Q)
+    step_labels (B, D+1, Q), depth (B,), iterations (K,) of k ≥ 1 -> (K, B, Q)
     """
-    steps = torch.minimum(step_size * iterations.to(depth.device)[:, None], depth[None, :])  # (K, B)
+    if isinstance(step_size, bool) or not isinstance(step_size, int) or step_size < 1:
+        raise ValueError(f"step_size must be an integer ≥ 1; got {step_size!r}.")
+    k = torch.as_tensor(iterations, dtype=torch.long, device=depth.device)
+    if k.dim() != 1 or (k < 1).any():
+        raise ValueError(f"iterations must be a 1-d sequence of iteration numbers ≥ 1; got {k.tolist()}.")
+    steps = torch.minimum(step_size * k[:, None], depth[None, :])  # (K, B)
     batch_index = torch.arange(step_labels.shape[0], device=depth.device)[None, :].expand_as(steps)
     return step_labels[batch_index, steps]
 

@@ -12,6 +12,7 @@ from transformers import Trainer, TrainingArguments
 
 from modeling_par import grad_window_iterations
 
+from .callbacks import TimeBudgetCallback
 from .objectives import (
     OBJECTIVES,
     answer_loss,
@@ -48,6 +49,9 @@ class ParTrainingArguments(TrainingArguments):
     stretch_steps: int = field(default=0, metadata={"help": "positional-stretch phase: the last N steps (0: off)"})
     stretch_max_scale: float = field(default=8.0, metadata={"help": "s_max reached at the end of the phase"})
     adapter_learning_rate: float | None = field(default=None, metadata={"help": "adapter lr (paper: 1e-4)"})
+    max_train_seconds: float | None = field(
+        default=None, metadata={"help": "stop after this much wall time (all ranks at the same step)"}
+    )
     remove_unused_columns: bool = field(default=False, metadata={"help": "keep depth/step_labels for the loss"})
 
     def __post_init__(self):
@@ -84,6 +88,8 @@ class ParTrainingArguments(TrainingArguments):
             fail("stretch_max_scale", "≥ 1")
         if self.adapter_learning_rate is not None and self.adapter_learning_rate <= 0:
             fail("adapter_learning_rate", "None or > 0")
+        if self.max_train_seconds is not None and self.max_train_seconds <= 0:
+            fail("max_train_seconds", "None or > 0")
         if self.max_steps is None or self.max_steps <= 0:
             fail("max_steps", "> 0 (the depth schedule is defined per optimizer step)")
         # Every rank takes its slice of the same global batch, hence the same depth and loop length.
@@ -107,6 +113,8 @@ class ParTrainer(Trainer):
         self.model_accepts_loss_kwargs = False  # our loss is a per-batch mean: let the Trainer scale accumulation
         self._logged = defaultdict(list)
         self._micro_batch, self._micro_batch_step = 0, -1
+        if self.args.max_train_seconds is not None:
+            self.add_callback(TimeBudgetCallback(self.args.max_train_seconds))
 
     # ------------------------------------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:

@@ -1,0 +1,106 @@
+"""Evaluate a PAR checkpoint's length generalization on a state-tracking task.
+
+    python examples/evaluate_par.py --model DIR --task swap_s5 --depths 32,64,128,256,512 \
+        --n 1024 --mode forced --out results/x.json --plot results/x.png \
+        [--batch-size 256 --seed 1234 --train-max-depth 32 --device cpu]
+
+The task is read from DIR/state_tracking_task.json when the checkpoint has one (--task must then
+agree or be omitted); otherwise --task names a preset (swap_s5, s5, a5) or a JSON spec file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from state_tracking import (
+    GROUP_TASK_NAMES,
+    RENDERINGS,
+    TASK_FILE_NAME,
+    evaluate_length_generalization,
+    get_task,
+    load_task,
+    load_task_from_dir,
+    plot_accuracy_vs_depth,
+    save_results,
+)
+from state_tracking.evaluation import MODES
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="checkpoint folder (save_pretrained output)")
+    parser.add_argument("--task", default=None, help=f"preset {list(GROUP_TASK_NAMES)} or task JSON; default: from the checkpoint")
+    parser.add_argument("--depths", default="32,64,128,256,512", help="comma-separated test depths")
+    parser.add_argument("--n", type=int, default=1024, help="sequences per depth")
+    parser.add_argument("--mode", choices=MODES, default="forced")
+    parser.add_argument("--rendering", choices=RENDERINGS, default="symbolic")
+    parser.add_argument("--random-initial", action="store_true", help="random start assignment (shown in the prompt)")
+    parser.add_argument("--out", required=True, help="results JSON path")
+    parser.add_argument("--plot", default=None, help="optional PNG of accuracy vs depth")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--train-max-depth", type=int, default=None, help="longest training depth, for G = d50 / d_train")
+    parser.add_argument("--step-size", type=int, default=None, help="c for forced R = ceil(d / c); default model.config.step_size")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        args.depths = [int(d) for d in args.depths.split(",") if d.strip()]
+    except ValueError:
+        parser.error(f"--depths must be comma-separated integers, got {args.depths!r}")
+    return args
+
+
+def resolve_task(model_dir: str, task_arg: str | None):
+    """The checkpoint's task if it saved one (--task, if given, must be the same task), else --task
+    (a preset name or a JSON spec file)."""
+    requested = None
+    if task_arg is not None:
+        requested = get_task(task_arg) if task_arg in GROUP_TASK_NAMES else load_task(task_arg)
+    if os.path.isfile(os.path.join(model_dir, TASK_FILE_NAME)):
+        saved = load_task_from_dir(model_dir)
+        if requested is not None and requested != saved:
+            raise ValueError(f"--task {task_arg!r} disagrees with the checkpoint's task {saved.name!r} ({TASK_FILE_NAME})")
+        return saved
+    if requested is None:
+        raise ValueError(f"{model_dir} has no {TASK_FILE_NAME}; pass --task ({list(GROUP_TASK_NAMES)} or a JSON file)")
+    return requested
+
+
+def load_model_and_tokenizer(model_dir: str, device: str):
+    model = AutoModel.from_pretrained(model_dir, trust_remote_code=True).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return model, tokenizer
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    task = resolve_task(args.model, args.task)
+    model, tokenizer = load_model_and_tokenizer(args.model, args.device)
+    results = evaluate_length_generalization(
+        model, tokenizer, task, args.depths,
+        n_per_depth=args.n, mode=args.mode, seed=args.seed, batch_size=args.batch_size,
+        rendering=args.rendering, train_max_depth=args.train_max_depth, step_size=args.step_size,
+        random_initial=args.random_initial, device=args.device, progress=not args.no_progress,
+    )
+    results["model_dir"] = os.path.abspath(args.model)
+    results["command"] = " ".join(sys.argv if argv is None else ["examples/evaluate_par.py", *argv])
+    save_results(results, args.out)
+    if args.plot:
+        plot_accuracy_vs_depth({os.path.basename(os.path.normpath(args.model)): [results]}, args.plot, title=f"{task.name}, {args.mode}")
+    for depth, accuracy in zip(results["depths"], results["accuracy"]):
+        print(f"depth {depth:>5}: accuracy {accuracy:.4f}")
+    if results["extrapolation_factor"] is not None:
+        bound = " (lower bound)" if results["extrapolation_factor_is_lower_bound"] else ""
+        print(f"d50 = {results['d50']}, G = {results['extrapolation_factor']:.2f}{bound}")
+    print(f"saved {args.out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

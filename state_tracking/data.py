@@ -1,0 +1,322 @@
+"""Seeded datasets of state-tracking problems, prefix truncation, and the batch collator.
+
+Every example holds the prompt and all its prefix states:
+
+    input_ids        (L,)             token ids of the prompt
+    query_positions  (Q,)             token position of each query's readout
+    step_labels      (d + 1, Q)       z_0..z_d as candidate indices (z_t = state after t ops)
+    depth            ()               d, the number of operations
+    ops              (d,)             the operation indices
+
+so a trainer with step size c reads iteration k's target as z_min(c·k, d)
+(``trainers.objectives.progress_targets``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import torch
+from datasets import Dataset, DatasetInfo, Features, List, Value
+from datasets.table import InMemoryTable
+from transformers import PreTrainedTokenizerBase
+
+from .prompts import check_rendering
+from .tasks import Task
+from .tokenization import encode_batch, encode_ragged
+
+COLUMNS = ("input_ids", "query_positions", "step_labels", "depth", "ops")
+LABEL_PAD_ID = -100
+DATA_FORMAT_VERSION = 1  # bump when the prompts or columns change
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 63-bit seed from any printable parts, e.g. ``derive_seed("eval", seed, depth)``; keeps test
+    sets apart from training data drawn with ``np.random.default_rng(seed)``."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def parse_depths(depths: int | tuple[int, int] | range | Sequence[int] | Mapping[int, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Depth distribution -> (depth values, probabilities).
+
+    * ``int`` d: always d.
+    * ``tuple`` (lo, hi): uniform over lo..hi inclusive; a ``range`` object: uniform over its values.
+    * ``list`` [d1, d2, ...]: uniform over exactly these depths.
+    * ``dict`` {depth: probability}: probabilities must be >= 0 and sum to 1.
+    Depths must be integers >= 1.
+    """
+    if isinstance(depths, (bool, np.bool_)):
+        raise ValueError(f"depths must be an int, (lo, hi) tuple, range, list or {{depth: prob}} dict, got {depths!r}")
+    if isinstance(depths, (int, np.integer)):
+        values, probs = [int(depths)], [1.0]
+    elif isinstance(depths, tuple):
+        if len(depths) != 2 or not all(_is_int(d) for d in depths) or depths[0] > depths[1]:
+            raise ValueError(f"a depths tuple must be (lo, hi) with integers lo <= hi (inclusive range), got {depths!r}")
+        values = list(range(int(depths[0]), int(depths[1]) + 1))
+        probs = [1.0 / len(values)] * len(values)
+    elif isinstance(depths, (range, list)):
+        values = list(depths)
+        if not values or not all(_is_int(d) for d in values) or len(set(values)) != len(values):
+            raise ValueError(f"a depths list must hold distinct integers, got {depths!r}")
+        probs = [1.0 / len(values)] * len(values)
+    elif isinstance(depths, Mapping):
+        values, probs = list(depths.keys()), [float(p) for p in depths.values()]
+        if not values or not all(_is_int(d) for d in values):
+            raise ValueError(f"a depths dict must map integer depths to probabilities, got {depths!r}")
+        if min(probs) < 0 or abs(sum(probs) - 1.0) > 1e-6:
+            raise ValueError(f"depth probabilities must be >= 0 and sum to 1, got sum {sum(probs)}")
+    else:
+        raise ValueError(f"depths must be an int, (lo, hi) tuple, range, list or {{depth: prob}} dict, got {depths!r}")
+    if min(values) < 1:
+        raise ValueError(f"depths must be >= 1, got {min(values)}")
+    return np.asarray(values, dtype=np.int64), np.asarray(probs, dtype=np.float64)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+# ---------------------------------------------------------------------------------------------
+# Dataset building
+# ---------------------------------------------------------------------------------------------
+def build_dataset(
+    task: Task,
+    tokenizer: PreTrainedTokenizerBase,
+    rendering: str = "symbolic",
+    *,
+    n: int,
+    depths: int | tuple[int, int] | range | Sequence[int] | Mapping[int, float] = (1, 32),
+    seed: int = 0,
+    random_initial: bool = False,
+) -> Dataset:
+    """n problems with depths drawn from ``depths`` (see :func:`parse_depths`), reproducible from seed.
+
+    All randomness comes from ``np.random.default_rng(seed)``: first the n depths, then per depth
+    (ascending) the ops and, with ``random_initial``, the start states. Work is vectorised per
+    depth; rows keep the order of the drawn depths (already shuffled).
+    Columns: see the module docstring.
+    """
+    check_rendering(rendering)
+    if not _is_int(n) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    depth_values, depth_probs = parse_depths(depths)
+    rng = np.random.default_rng(seed)
+    sample_depths = rng.choice(depth_values, size=n, p=depth_probs)  # (n,)
+
+    pieces: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {c: [] for c in ("input_ids", "step_labels", "ops")}
+    query_positions = np.empty((n, task.num_queries), dtype=np.int64)
+    for depth in np.unique(sample_depths):
+        rows = np.flatnonzero(sample_depths == depth)
+        ops = task.sample_ops(rng, len(rows), int(depth))  # (m, d)
+        initial = task.sample_initial(rng, len(rows)) if random_initial else None
+        states = task.prefix_states(ops, initial)  # (m, d + 1, Q)
+        ids_flat, lengths, positions = encode_ragged(task, tokenizer, rendering, ops, initial)
+        query_positions[rows] = positions
+        pieces["input_ids"].append((rows, lengths, ids_flat))
+        pieces["step_labels"].append((rows, np.full(len(rows), states[0].size), states.reshape(-1)))
+        pieces["ops"].append((rows, np.full(len(rows), ops.shape[1]), ops.reshape(-1)))
+
+    num_queries = task.num_queries
+    columns = {
+        "input_ids": _list_array(*_gather_ragged(pieces["input_ids"], n)),
+        "query_positions": pa.FixedSizeListArray.from_arrays(pa.array(query_positions.reshape(-1).astype(np.int32)), num_queries),
+        "step_labels": _nested_list_array(*_gather_ragged(pieces["step_labels"], n), num_queries),
+        "depth": pa.array(sample_depths.astype(np.int32)),
+        "ops": _list_array(*_gather_ragged(pieces["ops"], n)),
+    }
+    features = Features(
+        {
+            "input_ids": List(Value("int32")),
+            "query_positions": List(Value("int32"), length=num_queries),
+            "step_labels": List(List(Value("int32"), length=num_queries)),
+            "depth": Value("int32"),
+            "ops": List(Value("int32")),
+        }
+    )
+    table = pa.Table.from_arrays(list(columns.values()), schema=features.arrow_schema)
+    fingerprint = _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial)
+    return Dataset(InMemoryTable(table), info=DatasetInfo(features=features), fingerprint=fingerprint)
+
+
+def _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial) -> str:
+    """A fingerprint from the build arguments (same arguments -> same data), instead of hashing
+    the built table."""
+    vocab = sorted(tokenizer.get_vocab().items())
+    parts = (DATA_FORMAT_VERSION, task.to_dict(), vocab, rendering, n, depth_values.tolist(), depth_probs.tolist(), seed, random_initial)
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+
+def _gather_ragged(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge per-depth ragged rows into sample order -> (offsets (n + 1,), values)."""
+    lengths = np.zeros(n, dtype=np.int64)
+    for rows, row_lengths, _ in pieces:
+        lengths[rows] = row_lengths
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = np.empty(int(offsets[-1]), dtype=np.int32)
+    for rows, row_lengths, flat in pieces:
+        starts_in_flat = np.cumsum(row_lengths) - row_lengths
+        values[np.repeat(offsets[rows] - starts_in_flat, row_lengths) + np.arange(len(flat))] = flat
+    return offsets, values
+
+
+def _list_array(offsets: np.ndarray, values: np.ndarray | pa.Array) -> pa.ListArray:
+    if offsets[-1] >= 2**31:
+        raise ValueError("dataset too large for one Arrow list column (>= 2**31 values); build it in shards")
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values if isinstance(values, pa.Array) else pa.array(values))
+
+
+def _nested_list_array(offsets: np.ndarray, values: np.ndarray, width: int) -> pa.ListArray:
+    """Rows of shape (t, width) from flat values; ``offsets`` count values, not rows."""
+    return _list_array(offsets // width, pa.FixedSizeListArray.from_arrays(pa.array(values), width))
+
+
+# ---------------------------------------------------------------------------------------------
+# Prefix truncation (self-distillation teacher inputs)
+# ---------------------------------------------------------------------------------------------
+def truncate_to_prefix(
+    example_or_batch: Mapping[str, Any],
+    j: int | Sequence[int] | np.ndarray | torch.Tensor,
+    task: Task,
+    tokenizer: PreTrainedTokenizerBase,
+    rendering: str = "symbolic",
+    random_initial: bool = False,
+) -> dict[str, Any]:
+    """The same problem(s) keeping only the first j operations.
+
+    Args:
+        example_or_batch: one example (``depth`` a scalar) or a batch in columns: lists as from
+            ``dataset[a:b]`` or tensors as from :class:`StateTrackingCollator` (padding is removed
+            using ``depth``). Needs ``ops``, ``step_labels`` and ``depth``.
+        j: the prefix length, an int or one per example (e.g. ``min(c·k, depth)``); 0 <= j <= depth.
+        random_initial: whether the examples were built with ``random_initial`` (the symbolic
+            rendering then writes z_0 into the prompt); checked against the examples.
+    Returns:
+        The truncated example(s) in the same layout as ``dataset[i]`` / ``dataset[a:b]`` (lists),
+        with new ``input_ids``, ``query_positions``, ``step_labels`` (z_0..z_j), ``depth`` (= j)
+        and ``ops``; feed a batch to the collator again.
+    """
+    check_rendering(rendering)
+    missing = [c for c in ("ops", "step_labels", "depth") if c not in example_or_batch]
+    if missing:
+        raise ValueError(f"truncate_to_prefix needs columns {missing} in the example or batch")
+    single = np.ndim(_to_numpy(example_or_batch["depth"])) == 0
+    depth = np.atleast_1d(_to_numpy(example_or_batch["depth"])).astype(np.int64)  # (B,)
+    ops_column, labels_column = example_or_batch["ops"], example_or_batch["step_labels"]
+    if single:
+        ops_column, labels_column = [ops_column], [labels_column]
+    ops_rows = [_to_numpy(row)[:d] for row, d in zip(ops_column, depth)]
+    labels_rows = [_to_numpy(row)[: d + 1] for row, d in zip(labels_column, depth)]
+    if any(len(row) != d for row, d in zip(ops_rows, depth)) or any(len(row) != d + 1 for row, d in zip(labels_rows, depth)):
+        raise ValueError("every example needs depth ops and depth + 1 rows of step_labels")
+
+    keep = np.broadcast_to(np.asarray(_to_numpy(j), dtype=np.int64), depth.shape)
+    if (keep < 0).any() or (keep > depth).any():
+        raise ValueError(f"prefix length j must satisfy 0 <= j <= depth for every example, got j={keep.tolist()} depth={depth.tolist()}")
+    initial = np.stack([row[0] for row in labels_rows]).astype(np.int64)  # (B, Q)
+    if not random_initial and not (initial == task.default_initial(len(initial))).all():
+        raise ValueError("an example starts from a non-default state; pass random_initial=True for such data")
+    if rendering == "symbolic" and "input_ids" in example_or_batch:
+        extra = task.num_queries if random_initial else 0
+        ids_column, masks = example_or_batch["input_ids"], example_or_batch.get("attention_mask")
+        if single:
+            ids_column, masks = [ids_column], None if masks is None else [masks]
+        lengths = [int(_to_numpy(m).sum()) for m in masks] if masks is not None else [len(r) for r in ids_column]
+        if any(length != 1 + extra + d + task.num_queries for length, d in zip(lengths, depth)):
+            raise ValueError(f"input_ids lengths do not match a symbolic prompt with random_initial={random_initial}")
+
+    batch: dict[str, list] = {c: [None] * len(depth) for c in COLUMNS}
+    for k in np.unique(keep):  # one vectorised encode per prefix length
+        rows = np.flatnonzero(keep == k)
+        ops = np.stack([ops_rows[r][:k] for r in rows]).reshape(len(rows), int(k))
+        encoded = encode_batch(task, tokenizer, rendering, ops, initial[rows] if random_initial else None)
+        for i, r in enumerate(rows):
+            batch["input_ids"][r] = encoded["input_ids"][i]
+            batch["query_positions"][r] = encoded["query_positions"][i]
+            batch["step_labels"][r] = labels_rows[r][: k + 1].tolist()
+            batch["depth"][r] = int(k)
+            batch["ops"][r] = ops[i].tolist()
+    return {c: values[0] for c, values in batch.items()} if single else batch
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Collation and targets
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class StateTrackingCollator:
+    """Pads a list of examples (or a batch in columns, as from ``dataset[a:b]``) into tensors.
+
+    Returns ``input_ids`` (B, T) and ``attention_mask`` (B, T) padded on ``padding_side``,
+    ``query_positions`` (B, Q) pointing into the padded rows (shifted by the pad count under left
+    padding), and when the examples have them ``step_labels`` (B, D + 1, Q) and ``ops`` (B, D)
+    padded with -100 to the batch's largest depth D, and ``depth`` (B,).
+    """
+
+    pad_token_id: int
+    padding_side: str = "right"
+    label_pad_id: int = LABEL_PAD_ID
+
+    def __post_init__(self):
+        if self.padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', got {self.padding_side!r}")
+        if not _is_int(self.pad_token_id):
+            raise ValueError(f"pad_token_id must be an int, got {self.pad_token_id!r}")
+
+    def __call__(self, features: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]]) -> dict[str, torch.Tensor]:
+        if isinstance(features, Mapping):  # columns -> rows
+            keys = list(features)
+            features = [dict(zip(keys, values)) for values in zip(*(features[k] for k in keys))]
+        if not features:
+            raise ValueError("cannot collate an empty batch")
+        keys = set(features[0])
+        for key in ("input_ids", "query_positions"):
+            if key not in keys:
+                raise ValueError(f"every example needs {key!r}; got keys {sorted(keys)}")
+        if keys - set(COLUMNS):
+            raise ValueError(f"unknown example keys {sorted(keys - set(COLUMNS))}; the collator handles {list(COLUMNS)}")
+        if keys & {"step_labels", "ops"} and "depth" not in keys:
+            raise ValueError("examples with step_labels or ops also need 'depth'")
+
+        rows = [_to_numpy(f["input_ids"]) for f in features]
+        batch_size, max_len = len(rows), max(len(row) for row in rows)
+        input_ids = torch.full((batch_size, max_len), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((batch_size, max_len), dtype=torch.long)
+        query_positions = torch.stack([torch.as_tensor(_to_numpy(f["query_positions"]), dtype=torch.long) for f in features])
+        for b, row in enumerate(rows):
+            offset = max_len - len(row) if self.padding_side == "left" else 0
+            input_ids[b, offset : offset + len(row)] = torch.as_tensor(row, dtype=torch.long)
+            attention_mask[b, offset : offset + len(row)] = 1
+            query_positions[b] += offset
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "query_positions": query_positions}
+
+        if "depth" in keys:
+            depth = [int(_to_numpy(f["depth"])) for f in features]
+            batch["depth"] = torch.tensor(depth, dtype=torch.long)
+            if "step_labels" in keys:
+                labels = [_to_numpy(f["step_labels"]) for f in features]
+                if any(len(row) != d + 1 for row, d in zip(labels, depth)):
+                    raise ValueError("each example's step_labels must have depth + 1 rows (z_0..z_d)")
+                batch["step_labels"] = self._pad([row for row in labels], (max(depth) + 1, labels[0].shape[-1]))
+            if "ops" in keys:
+                ops = [_to_numpy(f["ops"]) for f in features]
+                if any(len(row) != d for row, d in zip(ops, depth)):
+                    raise ValueError("each example must have depth ops")
+                batch["ops"] = self._pad(ops, (max(depth),))
+        return batch
+
+    def _pad(self, rows: list[np.ndarray], shape: tuple[int, ...]) -> torch.Tensor:
+        padded = torch.full((len(rows), *shape), self.label_pad_id, dtype=torch.long)
+        for b, row in enumerate(rows):
+            padded[b, : len(row)] = torch.as_tensor(row, dtype=torch.long).reshape(len(row), *shape[1:])
+        return padded

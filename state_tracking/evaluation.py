@@ -1,0 +1,297 @@
+"""Length generalization: accuracy at test depths beyond training, and the extrapolation factor.
+
+The model is used only through ``model.predict`` (no import of ``modeling_par``)::
+
+    pred = model.predict(input_ids, attention_mask=..., query_positions=..., num_iterations=R)  # forced
+    pred = model.predict(input_ids, attention_mask=..., query_positions=..., halting=True)      # learned halting
+    pred.answers (batch, queries)  pred.iterations (batch,)  pred.halted (batch,)
+
+Forced mode runs R = ⌈d / c⌉ iterations (c = step size); halting mode lets the model decide.
+Test problems for depth d are drawn from ``derive_seed("eval", seed, d)``, apart from any
+training stream ``default_rng(seed)`` and independent of which other depths are tested.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from .accuracy import overall_state_accuracy, per_query_accuracy
+from .data import StateTrackingCollator, derive_seed
+from .prompts import check_rendering
+from .tasks import Task
+from .tokenization import encode_batch, model_token_ids
+
+MODES = ("forced", "halting")
+ACCURACY_THRESHOLD = 0.5
+STATE_ACCURACY_METRIC_PATH = os.path.join(os.path.dirname(__file__), "metrics", "state_accuracy")
+
+
+def longest_accurate_depth(depths: Sequence[int], accuracies: Sequence[float], threshold: float = ACCURACY_THRESHOLD) -> int:
+    """d50: the largest tested depth d such that accuracy >= threshold at d *and at every smaller
+    tested depth* (the curve is cut at its first failure, so a lucky long depth after a failure
+    does not count). 0 if the smallest tested depth already fails."""
+    depths, accuracies = _check_curve(depths, accuracies)
+    order = np.argsort(depths)
+    longest = 0
+    for depth, accuracy in zip(depths[order], accuracies[order]):
+        if accuracy < threshold:
+            break
+        longest = int(depth)
+    return longest
+
+
+def extrapolation_factor(
+    depths: Sequence[int], accuracies: Sequence[float], train_max_depth: int, threshold: float = ACCURACY_THRESHOLD
+) -> float:
+    """G = d50 / d_train with d50 from :func:`longest_accurate_depth`.
+
+    G is a lower bound when every tested depth passes (the curve was not followed further),
+    and 0 when even the shortest tested depth is below the threshold.
+    """
+    if not isinstance(train_max_depth, (int, np.integer)) or train_max_depth < 1:
+        raise ValueError(f"train_max_depth must be a positive integer, got {train_max_depth!r}")
+    return longest_accurate_depth(depths, accuracies, threshold) / int(train_max_depth)
+
+
+def _check_curve(depths, accuracies) -> tuple[np.ndarray, np.ndarray]:
+    depths, accuracies = np.asarray(depths), np.asarray(accuracies, dtype=np.float64)
+    if depths.ndim != 1 or depths.shape != accuracies.shape or len(depths) == 0:
+        raise ValueError(f"depths and accuracies must be non-empty 1-d and of equal length, got {depths.shape} and {accuracies.shape}")
+    if len(set(depths.tolist())) != len(depths):
+        raise ValueError(f"depths must be distinct, got {depths.tolist()}")
+    return depths, accuracies
+
+
+def evaluate_length_generalization(
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    task: Task,
+    depths: Sequence[int],
+    n_per_depth: int = 1024,
+    mode: str = "forced",
+    seed: int = 0,
+    batch_size: int = 256,
+    rendering: str = "symbolic",
+    train_max_depth: int | None = None,
+    step_size: int | None = None,
+    random_initial: bool = False,
+    device: str | torch.device | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Accuracy of ``model`` on fresh problems at each depth.
+
+    Args:
+        depths: test depths (distinct integers >= 1), evaluated in ascending order.
+        mode: ``"forced"`` (R = ⌈d / c⌉ iterations) or ``"halting"`` (the model's halting rule).
+        step_size: c; default ``model.config.step_size``.
+        train_max_depth: longest training depth; enables ``extrapolation_factor``.
+        device: where the batches go; default ``model.device``.
+    Returns:
+        A JSON-ready dict: ``depths``, ``accuracy`` (overall state accuracy per depth, aligned with
+        ``depths``), ``per_depth`` (accuracy, ``per_query_accuracy`` by query name,
+        ``mean_iterations``, ``fraction_not_halted``, ``num_iterations`` (forced R)), ``d50``,
+        ``extrapolation_factor`` (None without ``train_max_depth``), and everything needed to rerun:
+        task spec, n, seed, mode, rendering, model config, tokenizer, versions, date and machine.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    check_rendering(rendering)
+    depths = sorted(int(d) for d in depths)
+    if not depths or depths[0] < 1 or len(set(depths)) != len(depths):
+        raise ValueError(f"depths must be distinct integers >= 1, got {depths}")
+    for name, value in (("n_per_depth", n_per_depth), ("batch_size", batch_size)):
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    step_size = int(model.config.step_size if step_size is None else step_size)
+    if step_size < 1:
+        raise ValueError(f"step_size must be >= 1, got {step_size}")
+    token_ids = model_token_ids(tokenizer, task)
+    config_answer_ids = getattr(model.config, "answer_token_ids", None)
+    if config_answer_ids is not None and list(config_answer_ids) != token_ids["answer_token_ids"]:
+        raise ValueError(
+            f"model.config.answer_token_ids {list(config_answer_ids)} differ from the tokenizer's ids for the task's "
+            f"candidates {token_ids['answer_token_ids']}: wrong tokenizer or task for this model"
+        )
+    device = torch.device(device) if device is not None else model.device
+    collate = StateTrackingCollator(token_ids["pad_token_id"], padding_side="right")
+
+    if hasattr(model, "eval"):
+        model.eval()
+    per_depth = []
+    batches_per_depth = math.ceil(n_per_depth / batch_size)
+    bar = tqdm(total=batches_per_depth * len(depths), desc=f"eval {task.name} ({mode})", disable=not progress)
+    for depth in depths:
+        rng = np.random.default_rng(derive_seed("eval", seed, depth))
+        ops = task.sample_ops(rng, n_per_depth, depth)  # (n, d)
+        initial = task.sample_initial(rng, n_per_depth) if random_initial else None
+        targets = task.final_states(ops, initial)  # (n, Q)
+        encoded = encode_batch(task, tokenizer, rendering, ops, initial)
+        num_iterations = math.ceil(depth / step_size) if mode == "forced" else None
+        answers, iterations, halted = [], [], []
+        for start in range(0, n_per_depth, batch_size):
+            batch = collate({key: column[start : start + batch_size] for key, column in encoded.items()})
+            batch = {key: value.to(device) for key, value in batch.items()}
+            with torch.inference_mode():
+                inputs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"])
+                if mode == "forced":
+                    pred = model.predict(batch["input_ids"], **inputs, num_iterations=num_iterations)
+                else:
+                    pred = model.predict(batch["input_ids"], **inputs, halting=True)
+            answers.append(pred.answers.cpu().numpy())
+            iterations.append(pred.iterations.cpu().numpy())
+            halted.append(pred.halted.cpu().numpy())
+            bar.update(1)
+        answers, iterations, halted = np.concatenate(answers), np.concatenate(iterations), np.concatenate(halted)
+        if answers.shape != targets.shape:
+            raise ValueError(f"model.predict returned answers of shape {answers.shape[1:]} per batch row, expected ({task.num_queries},)")
+        accuracy = overall_state_accuracy(answers, targets)
+        per_depth.append(
+            {
+                "depth": depth,
+                "accuracy": accuracy,
+                "per_query_accuracy": dict(zip(task.query_names, per_query_accuracy(answers, targets).tolist())),
+                "mean_iterations": float(iterations.mean()),
+                "fraction_not_halted": float(1.0 - halted.astype(bool).mean()),
+                "num_iterations": num_iterations,
+                "n": n_per_depth,
+            }
+        )
+        bar.set_postfix(depth=depth, accuracy=f"{accuracy:.3f}")
+    bar.close()
+
+    accuracies = [row["accuracy"] for row in per_depth]
+    d50 = longest_accurate_depth(depths, accuracies)
+    return {
+        "task": task.name,
+        "task_spec": task.to_dict(),
+        "mode": mode,
+        "rendering": rendering,
+        "random_initial": random_initial,
+        "seed": seed,
+        "n_per_depth": n_per_depth,
+        "batch_size": batch_size,
+        "step_size": step_size,
+        "train_max_depth": train_max_depth,
+        "depths": depths,
+        "accuracy": accuracies,
+        "per_depth": per_depth,
+        "d50": d50,
+        "extrapolation_factor": None if train_max_depth is None else extrapolation_factor(depths, accuracies, train_max_depth),
+        "extrapolation_factor_is_lower_bound": bool(min(accuracies) >= ACCURACY_THRESHOLD),
+        "model_config": _to_json(model.config.to_dict()),
+        "tokenizer": {"name_or_path": getattr(tokenizer, "name_or_path", None), **_to_json(token_ids)},
+        "environment": environment_info(device),
+    }
+
+
+def environment_info(device: str | torch.device | None = None) -> dict[str, Any]:
+    """Versions, date and machine, for the record."""
+    import datasets
+    import tokenizers
+    import transformers
+
+    info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "datasets": datasets.__version__,
+        "platform": platform.platform(),
+        "hostname": platform.node(),
+        "device": str(device),
+        "git_commit": _git_commit(),
+    }
+    if device is not None and torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+def _git_commit() -> str | None:
+    """HEAD of the repository holding this package, or None outside a git checkout."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
+            capture_output=True, text=True, timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def _to_json(value: Any) -> Any:
+    """Plain-Python copy of nested config values (tuples -> lists, numpy/torch scalars -> numbers)."""
+    return json.loads(json.dumps(value, default=lambda x: x.item() if hasattr(x, "item") else str(x)))
+
+
+def save_results(results: dict[str, Any], path: str | os.PathLike) -> None:
+    """Write results as indented JSON (creating the folder)."""
+    folder = os.path.dirname(os.fspath(path))
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2)
+
+
+def load_results(path: str | os.PathLike) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def plot_accuracy_vs_depth(runs: dict[str, list[dict[str, Any]]], path: str | os.PathLike, title: str | None = None) -> None:
+    """Accuracy vs depth (log x), one curve per run: mean over its seeds with a ± sd band.
+
+    Args:
+        runs: label -> result dicts of :func:`evaluate_length_generalization` (one per seed),
+            all with the same depths.
+        path: PNG file to write.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if not runs:
+        raise ValueError("runs must map at least one label to a list of results")
+    figure = Figure(figsize=(6.0, 4.0))
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    train_depths = set()
+    for label, results in runs.items():
+        if not results:
+            raise ValueError(f"run {label!r} has no results")
+        depths = results[0]["depths"]
+        if any(r["depths"] != depths for r in results):
+            raise ValueError(f"all results of run {label!r} must share the same depths")
+        accuracy = np.array([r["accuracy"] for r in results])  # (seeds, depths)
+        mean = accuracy.mean(axis=0)
+        sd = accuracy.std(axis=0, ddof=1) if len(results) > 1 else np.zeros_like(mean)
+        line = axes.plot(depths, mean, marker="o", label=f"{label} (n={len(results)})")[0]
+        axes.fill_between(depths, np.clip(mean - sd, 0, 1), np.clip(mean + sd, 0, 1), color=line.get_color(), alpha=0.2)
+        train_depths.update(r["train_max_depth"] for r in results if r.get("train_max_depth"))
+    for depth in sorted(train_depths):
+        axes.axvline(depth, color="gray", linestyle="--", linewidth=1)
+    axes.axhline(ACCURACY_THRESHOLD, color="gray", linestyle=":", linewidth=1)
+    axes.set_xscale("log", base=2)
+    axes.set_ylim(-0.02, 1.02)
+    axes.set_xlabel("depth d (operations)")
+    axes.set_ylabel("overall state accuracy")
+    if title:
+        axes.set_title(title)
+    axes.legend(loc="lower left", fontsize="small")
+    axes.grid(True, which="both", alpha=0.3)
+    folder = os.path.dirname(os.fspath(path))
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    figure.savefig(path, dpi=120, bbox_inches="tight")

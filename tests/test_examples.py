@@ -1,0 +1,67 @@
+"""The example scripts end to end at tiny scale: train_par.py (both trainers, LoRA) and its outputs."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModel
+
+from tests.conftest import load_example
+
+REPO = Path(__file__).resolve().parents[1]
+train_par = load_example("examples/train_par.py")
+
+TINY = ["--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2", "--num_key_value_heads",
+        "2", "--max_steps", "4", "--per_device_train_batch_size", "8", "--max_train_depth", "3",
+        "--curriculum_start_depth", "2", "--curriculum_every_steps", "2", "--eval_depths", "2,6", "--eval_n", "16",
+        "--logging_steps", "2", "--disable_tqdm", "true", "--use_cpu", "true"]
+
+
+def test_train_par_defaults_are_the_documented_cpu_job():
+    model_args, task_args, train_args = train_par.parse_args([])
+    assert task_args.task == "swap_s5" and task_args.rendering == "symbolic"
+    assert train_args.max_train_depth == 8 and train_args.curriculum_start_depth == 2
+    assert max(int(d) for d in task_args.eval_depths.split(",")) > train_args.max_train_depth
+    assert model_args.init_from_qwen2 is None and train_args.report_to == []
+
+
+def test_train_par_end_to_end_writes_model_table_plot(tmp_path):
+    out = tmp_path / "run"
+    summary = train_par.main(TINY + ["--output_dir", str(out), "--eval_halting", "true",
+                                     "--halting_loss_weight", "0.5"])
+    for name in ("model.safetensors", "config.json", "modeling_par.py", "tokenizer.json", "state_tracking_task.json",
+                 "eval_forced.json", "eval_halting.json", "eval_table.md", "accuracy_vs_depth.png", "summary.json"):
+        assert (out / name).is_file(), name
+    assert set(summary["accuracy"]) == {"forced", "halting"}
+    assert set(summary["accuracy"]["forced"]) == {2, 6}
+    table = (out / "eval_table.md").read_text()
+    assert "| 2 (train) |" in table and "| 6 |" in table
+    model = AutoModel.from_pretrained(out, trust_remote_code=True)
+    assert model.config.halt_token_ids is not None
+
+
+def test_train_par_config_file_and_self_distillation(tmp_path):
+    out = tmp_path / "sd"
+    config = tmp_path / "sd.json"
+    args = dict(zip(TINY[::2], TINY[1::2]))
+    fields = {k.lstrip("-"): v for k, v in args.items()}
+    fields.update(output_dir=str(out), self_distillation=True, max_steps=3)
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "max_steps",
+                "per_device_train_batch_size", "max_train_depth", "curriculum_start_depth",
+                "curriculum_every_steps", "eval_n", "logging_steps"):
+        fields[key] = int(fields[key])
+    fields["disable_tqdm"] = fields["use_cpu"] = True
+    config.write_text(json.dumps(fields))
+    summary = train_par.main([str(config)])
+    assert summary["max_steps"] == 3 and (out / "eval_forced.json").is_file()
+
+
+def test_train_par_lora_and_bad_flags(tmp_path):
+    out = tmp_path / "lora"
+    summary = train_par.main(TINY + ["--output_dir", str(out), "--peft", "lora", "--lora_r", "4"])
+    assert (out / "adapter_model.safetensors").is_file() and "forced" in summary["accuracy"]
+    with pytest.raises(ValueError, match="--peft"):
+        train_par.main(TINY + ["--output_dir", str(tmp_path / "x"), "--peft", "ia3"])
+    with pytest.raises(ValueError, match="ParTrainingArguments.objective"):
+        train_par.main(TINY + ["--output_dir", str(tmp_path / "y"), "--objective", "nope"])
