@@ -15,7 +15,7 @@ train_par = load_example("examples/train_par.py")
 TINY = ["--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2", "--num_key_value_heads",
         "2", "--max_steps", "4", "--per_device_train_batch_size", "8", "--max_train_depth", "3",
         "--curriculum_start_depth", "2", "--curriculum_every_steps", "2", "--eval_depths", "2,6", "--eval_n", "16",
-        "--logging_steps", "2", "--disable_tqdm", "true", "--use_cpu", "true"]
+        "--logging_steps", "2", "--disable_tqdm", "true", "--use_cpu", "true", "--max_iterations", "24"]
 
 
 def test_train_par_defaults_are_the_documented_cpu_job():

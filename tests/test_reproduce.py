@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 swap_s5 = load_example("examples/reproduce/swap_s5.py")
 
 TINY = ("--hidden_size 32 --intermediate_size 64 --num_attention_heads 2 --num_key_value_heads 2 "
-        "--per_device_train_batch_size 8 --train_size 2000 --eval_depths 2,8,16 --eval_batch_size 8")
+        "--per_device_train_batch_size 8 --train_size 2000 --eval_depths 2,8,16 --eval_batch_size 8 --max_iterations 30")
 
 
 def test_reproduce_swap_s5_tiny(tmp_path):

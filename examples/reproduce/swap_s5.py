@@ -36,7 +36,7 @@ SCALES = {
                 "--per_device_train_batch_size", "64", "--learning_rate", "1e-3", "--adapter_learning_rate", "2e-3",
                 "--lr_scheduler_type", "cosine", "--warmup_steps", "100", "--max_steps", "1500",
                 "--train_size", "100000", "--eval_depths", "8,16,32,64", "--eval_batch_size", "256",
-                "--use_cpu", "true"],
+                "--max_iterations", "200", "--use_cpu", "true"],
         budget=2400, threads=1, n=1024, train_max_depth=8,
     ),
     "gpu": dict(
