@@ -74,7 +74,7 @@ def resolve_task(model_dir: str, task_arg: str | None):
 
 def load_model_and_tokenizer(model_dir: str, device: str):
     model = AutoModel.from_pretrained(model_dir, trust_remote_code=True).to(device)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)  # the config names remote code
     return model, tokenizer
 
 

@@ -46,11 +46,8 @@ def test_train_par_config_file_and_self_distillation(tmp_path):
     config = tmp_path / "sd.json"
     args = dict(zip(TINY[::2], TINY[1::2]))
     fields = {k.lstrip("-"): v for k, v in args.items()}
+    fields = {k: int(v) if v.isdigit() else v for k, v in fields.items()}
     fields.update(output_dir=str(out), self_distillation=True, max_steps=3)
-    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "max_steps",
-                "per_device_train_batch_size", "max_train_depth", "curriculum_start_depth",
-                "curriculum_every_steps", "eval_n", "logging_steps"):
-        fields[key] = int(fields[key])
     fields["disable_tqdm"] = fields["use_cpu"] = True
     config.write_text(json.dumps(fields))
     summary = train_par.main([str(config)])

@@ -35,7 +35,7 @@ def test_export_folder_is_hub_ready_and_loads_remotely(tiny_model, tmp_path):
     card = (out / "README.md").read_text()
     assert "{{" not in card and "me/par-tiny" in card and "| 8 | 0.5 |" in card and "2 + 2 + 2" in card
     assert json.loads((out / "config.json").read_text())["auto_map"]["AutoModel"].startswith("modeling_par.")
-    assert AutoTokenizer.from_pretrained(out).convert_tokens_to_ids("w7") == 7
+    assert AutoTokenizer.from_pretrained(out, trust_remote_code=True).convert_tokens_to_ids("w7") == 7
 
     input_ids, qpos = random_batch()
     with torch.no_grad():

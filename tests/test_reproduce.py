@@ -31,4 +31,4 @@ def test_reproduce_swap_s5_tiny(tmp_path):
     with safe_open(str(ckpt / "model.safetensors"), "pt") as f:
         assert str(f.get_tensor("adapter.weight").dtype) == "torch.bfloat16"
     assert {"modeling_par.py", "configuration_par.py", "tokenizer.json", "state_tracking_task.json",
-            "training_summary.json"} <= {p.name for p in ckpt.iterdir()}
+            "training_summary.json", "README.md"} <= {p.name for p in ckpt.iterdir()}

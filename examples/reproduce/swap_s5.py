@@ -155,12 +155,11 @@ one's, is ≥ 50%). All runs trained in parallel, each for its step budget (see 
     return table
 
 
-def save_best_checkpoint(records: list[dict], work: Path, target: Path) -> str:
-    """The PAR run (halting included) with the best mean forced accuracy beyond the training depth, as bf16."""
-    import torch
-    from transformers import AutoTokenizer
-
-    from modeling_par import ParLoopedQwenForStateTracking
+def save_best_checkpoint(records: list[dict], work: Path, target: Path, results_markdown: Path) -> str:
+    """Export the PAR run (halting included) with the best mean forced accuracy beyond the training depth as a
+    bf16, Hub-ready folder (examples/push_to_hub.py: weights, remote code, tokenizer, task, model card)."""
+    sys.path.insert(0, str(REPO / "examples"))
+    from push_to_hub import export_for_hub
 
     candidates = [r for r in records if r["label"].startswith("PAR")]
 
@@ -168,14 +167,17 @@ def save_best_checkpoint(records: list[dict], work: Path, target: Path) -> str:
         e = r["evaluation"]["forced"]
         return np.mean([a for d, a in zip(e["depths"], e["accuracy"]) if d > r["max_train_depth"]])
 
-    best = max(candidates, key=beyond)
-    source = work / best["run"]
+    best = max(candidates, key=lambda r: (beyond(r), np.mean(r["evaluation"]["forced"]["accuracy"])))
     if target.exists():
         shutil.rmtree(target)
-    model = ParLoopedQwenForStateTracking.from_pretrained(source).to(torch.bfloat16)
-    model.save_pretrained(target)
-    AutoTokenizer.from_pretrained(source).save_pretrained(target)
-    shutil.copy2(source / "state_tracking_task.json", target / "state_tracking_task.json")
+    scale = best["scale"]
+    export_for_hub(
+        work / best["run"], target, repo_id=f"par-swap-s5-small-{scale}", dtype="bfloat16", results=results_markdown,
+        training_data=(f"swap-S5 word problems (identity start, symbolic prompts), depths ≤ {best['max_train_depth']} "
+                       f"with a depth curriculum; {best['samples_seen']:,} samples seen in {best['steps']} steps "
+                       f"({best['train_seconds']:.0f} s, {scale.upper()} scale); run `{best['run']}`, seed {best['seed']}."),
+        limits=f"A {scale.upper()}-scale from-scratch model: see the results for how far it extrapolates.",
+    )
     (target / "training_summary.json").write_text(json.dumps(
         {k: best[k] for k in ("run", "label", "scale", "seed", "steps", "samples_seen", "train_seconds",
                               "max_train_depth", "train_command", "evaluation")}, indent=1))
@@ -195,6 +197,8 @@ def main(argv=None):
     parser.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated subset of {list(RUNS)}")
     parser.add_argument("--checkpoint-dir", default=None, help="where the best PAR run goes as bf16 (optional)")
     parser.add_argument("--extra", default="", help="extra train_par.py flags for every run (quoted)")
+    parser.add_argument("--collect-only", action="store_true",
+                        help="do not train: rebuild the report and checkpoint from the runs already in --work-dir")
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     names = args.runs.split(",")
@@ -209,13 +213,18 @@ def main(argv=None):
     command = "python examples/reproduce/swap_s5.py " + " ".join(argv if argv is not None else sys.argv[1:])
 
     started = time.time()
-    procs = {name: launch(name, scale["common"] + RUNS[name][1] + args.extra.split(), work, budget,
-                          scale["threads"], n) for name in names}
+    procs = {} if args.collect_only else {
+        name: launch(name, scale["common"] + RUNS[name][1] + args.extra.split(), work, budget, scale["threads"], n)
+        for name in names}
     failed = []
     for name, proc in procs.items():
         if proc.wait() != 0:
             failed.append(name)
             print(f"[{name}] FAILED (exit {proc.returncode}); see {work / name / 'train.log'}", flush=True)
+    if args.collect_only:  # the report names the command that trained the runs, kept in each run's record
+        previous = out_dir / f"{names[0]}.json"
+        if previous.is_file():
+            command = json.loads(previous.read_text())["reproduce_command"]
     print(f"all runs finished in {time.time() - started:.0f} s", flush=True)
     records = [collect(name, RUNS[name][0], work, out_dir, args.scale, command) for name in names if name not in failed]
     if not records:
@@ -230,7 +239,7 @@ def main(argv=None):
                            title=f"swap-S5, train d ≤ {scale['train_max_depth']} ({args.scale} scale)")
     print(table)
     if args.checkpoint_dir:
-        print("best PAR run:", save_best_checkpoint(records, work, Path(args.checkpoint_dir)))
+        print("best PAR run:", save_best_checkpoint(records, work, Path(args.checkpoint_dir), out_dir / "README.md"))
     if failed:
         raise SystemExit(f"runs failed: {failed}")
 

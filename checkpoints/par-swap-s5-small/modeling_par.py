@@ -1,0 +1,550 @@
+"""PAR (Progress-Aligned Recurrence) looped, retrofitted Qwen2 for state tracking.
+
+    e = P(x),  s_0 = e,  s_k = anchor(C(W [e ; s_{k-1}])),  y_k = Q(s_k)        (k = 1..R)
+
+P (prelude), C (weight-shared core) and Q (coda) are slices of one Qwen2 decoder stack, built from
+transformers' own `Qwen2Model` so every Qwen2 parameter keeps its name (`model.layers.{i}.…`,
+`model.embed_tokens`, `model.norm`, `lm_head`); the only new parameter is the adapter W (Linear 2h → h,
+initialised to [0 | I], so R = 1 computes exactly the parent model). The answer is a classification over
+the LM-head rows of the candidate tokens at the query positions; learned halting reads the ("Yes", "No")
+rows at the last query position.
+
+This file and `configuration_par.py` are the remote code that `save_pretrained` copies next to the weights:
+they import only torch, transformers, the standard library and each other.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from transformers import PreTrainedModel, Qwen2ForCausalLM
+from transformers import initialization as init
+from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
+from transformers.utils import ModelOutput
+
+from .configuration_par import ParLoopedQwenConfig
+
+_RMS_EPS = 1e-12
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The PAR mechanisms, each a small function with its formula.
+# --------------------------------------------------------------------------------------------------------------
+
+
+def state_rms(state: torch.Tensor) -> torch.Tensor:
+    """Per-token RMS norm, rms(s) = sqrt(mean_j s_j²), computed in fp32.  # (..., h) -> (..., 1)"""
+    return state.float().pow(2).mean(-1, keepdim=True).clamp_min(_RMS_EPS).sqrt()
+
+
+def anchor_state_norm(state: torch.Tensor, reference_rms: torch.Tensor) -> torch.Tensor:
+    """State-norm anchoring: s_k ← s_k · rms(s_1) / rms(s_k), per token.
+
+    `reference_rms` is rms(s_1) of the same token, detached by the caller.  # (b, t, h), (b, t, 1) -> (b, t, h)
+    """
+    return state * (reference_rms / state_rms(state)).to(state.dtype)
+
+
+def adapter_identity_init(hidden_size: int) -> torch.Tensor:
+    """The adapter's initial weight W = [0 | I] ∈ R^{h×2h}, so W [e ; s] = s and R = 1 equals the parent."""
+    return torch.cat([torch.zeros(hidden_size, hidden_size), torch.eye(hidden_size)], dim=1)
+
+
+def grad_window_iterations(num_iterations: int, grad_window: int) -> list[int]:
+    """The iterations that carry gradient: K = {max(1, R − window + 1), …, R} (1-based)."""
+    return list(range(max(1, num_iterations - grad_window + 1), num_iterations + 1))
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position of each token among its sample's real tokens, p = cumsum(mask) − 1 (0 on left padding)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # (b, t)
+
+
+def stretch_positions(position_ids: torch.Tensor, position_scale: torch.Tensor) -> torch.Tensor:
+    """Positional stretch: p' = s · p with one scale s ∈ [1, s_max] per sample (float positions).
+
+    Only the rotary embedding sees p'; the attention mask never does (see `padded_causal_mask`).
+    """
+    return position_ids.float() * position_scale.to(position_ids.device).float()[:, None]  # (b, t)
+
+
+def padded_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """Attention mask (b, 1, t, t): query i sees key j iff j ≤ i and key j is a real token.
+
+    Built from `attention_mask` alone, never from position ids: transformers 5.x's `create_causal_mask` reads
+    non-unit steps in `position_ids` as packed-sequence boundaries, which would cut every stretched prompt into
+    one-token documents. A padding query sees itself, so no softmax row is empty. `dtype=None` gives a boolean
+    mask (sdpa), otherwise an additive float mask (eager).
+    """
+    t = attention_mask.shape[-1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=attention_mask.device).tril()
+    allowed = causal[None] & attention_mask.bool()[:, None, :]
+    allowed = allowed | torch.eye(t, dtype=torch.bool, device=attention_mask.device)[None]
+    if dtype is None:
+        return allowed[:, None]
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min
+    )[:, None]
+
+
+def halt_confirmed(p_yes_window: torch.Tensor, threshold: float, confirm: int) -> torch.Tensor:
+    """The halting rule on one window of iterations R..R+m−1, for a batch.
+
+    Halt at R iff P_R(Yes) > τ and #{j ∈ R..R+m−1 : P_j(Yes) > τ} ≥ k.  # (m, b) -> (b,) bool
+    """
+    above = p_yes_window > threshold
+    return above[0] & (above.sum(0) >= confirm)
+
+
+def halt_iteration(p_yes: torch.Tensor, threshold: float = 0.5, confirm: int = 6, window: int = 8) -> int | None:
+    """First iteration R (1-based) confirmed by `halt_confirmed` over R..R+m−1, or None if none is.
+
+    A window that would run past the last iteration given cannot confirm.  # p_yes: (iters,)
+    """
+    for start in range(p_yes.shape[0] - window + 1):
+        if halt_confirmed(p_yes[start : start + window, None], threshold, confirm)[0]:
+            return start + 1
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ParLoopedOutput(ModelOutput):
+    """
+    answer_logits: (iterations read, batch, queries, candidates) logits over `config.answer_token_ids`.
+    halt_logits: (iterations read, batch, 2) logits of ("Yes", "No") at the last query; None without halt ids.
+    readout_iterations: (iterations read,) the 1-based iterations those readouts come from.
+    state_rms: (R, batch) mean over real tokens of the per-token RMS of the core output *before* anchoring;
+        `state_rms / state_rms[0]` is the norm drift that anchoring removes.
+    loop_states: with `output_loop_states=True`, the R states s_k (batch, seq, hidden) after anchoring.
+    """
+
+    answer_logits: torch.FloatTensor | None = None
+    halt_logits: torch.FloatTensor | None = None
+    readout_iterations: torch.LongTensor | None = None
+    state_rms: torch.FloatTensor | None = None
+    loop_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class ParPrediction(ModelOutput):
+    """
+    answers: (batch, queries) index into `config.answer_token_ids` of the predicted candidate.
+    answer_logits: (batch, queries, candidates) the readout used.
+    iterations: (batch,) the iteration whose readout was used.
+    halted: (batch,) False where halting never confirmed within the iteration limit (forced depth: all True).
+    """
+
+    answers: torch.LongTensor | None = None
+    answer_logits: torch.FloatTensor | None = None
+    iterations: torch.LongTensor | None = None
+    halted: torch.BoolTensor | None = None
+
+
+@dataclass
+class _Context:
+    """Per-batch tensors shared by every iteration: prelude output, mask, rotary cos/sin, query positions."""
+
+    prelude_out: torch.Tensor  # (b, t, h)
+    mask: torch.Tensor  # (b, 1, t, t)
+    cos: torch.Tensor  # (b, t, head_dim)
+    sin: torch.Tensor  # (b, t, head_dim)
+    query_positions: torch.Tensor  # (b, q)
+
+    def select(self, keep: torch.Tensor) -> _Context:
+        return _Context(*(x[keep] for x in (self.prelude_out, self.mask, self.cos, self.sin, self.query_positions)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------------------------
+
+
+class ParLoopedQwenPreTrainedModel(PreTrainedModel):
+    config: ParLoopedQwenConfig
+    config_class = ParLoopedQwenConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["Qwen2DecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if module is getattr(self, "adapter", None):
+            init.copy_(module.weight, adapter_identity_init(self.config.hidden_size))
+
+
+class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
+    """Looped Qwen2 with progress-aligned readouts; see the module docstring for the recurrence."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: ParLoopedQwenConfig):
+        super().__init__(config)
+        config.validate_par(require_answers=True)
+        if getattr(config, "use_sliding_window", False):
+            raise ValueError("ParLoopedQwenConfig.use_sliding_window must be False: the loop uses full attention.")
+        self.model = Qwen2Model(config)  # embed_tokens, layers, norm, rotary_emb — Qwen2's own modules and names
+        self.adapter = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=False)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    # The three slices of the one decoder stack.
+    @property
+    def prelude(self) -> nn.ModuleList:
+        return self.model.layers[: self.config.prelude_layers]
+
+    @property
+    def core(self) -> nn.ModuleList:
+        p = self.config.prelude_layers
+        return self.model.layers[p : p + self.config.core_layers]
+
+    @property
+    def coda(self) -> nn.ModuleList:
+        return self.model.layers[self.config.prelude_layers + self.config.core_layers :]
+
+    def get_input_embeddings(self):
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, value):
+        self.lm_head = value
+
+    # ----------------------------------------------------------------------------------------------------------
+    @classmethod
+    def from_qwen2(
+        cls,
+        model_or_path,
+        prelude_layers: int,
+        core_layers: int,
+        coda_layers: int,
+        answer_token_ids: list[int],
+        halt_token_ids: tuple[int, int] | None = None,
+        dtype: torch.dtype | str | None = None,
+        **par_kwargs,
+    ) -> ParLoopedQwenForStateTracking:
+        """Retrofit a Qwen2 causal LM (a Hub id, a local path or a `Qwen2ForCausalLM`) into a looped PAR model.
+
+        Layers [0, P) become the prelude, [P, P+C) the shared core, the rest the coda; every Qwen2 weight is
+        copied unchanged and only the adapter is new (W = [0 | I]), so with R = 1 the answer logits equal the
+        parent's logits at the candidate rows.
+        """
+        if isinstance(model_or_path, (str, os.PathLike)):
+            kwargs = {} if dtype is None else {"dtype": dtype}
+            parent = Qwen2ForCausalLM.from_pretrained(model_or_path, **kwargs)
+        elif isinstance(model_or_path, Qwen2ForCausalLM):
+            parent = model_or_path
+        else:
+            raise ValueError(
+                "from_qwen2: model_or_path must be a Hub id, a local path or a Qwen2ForCausalLM; "
+                f"got {type(model_or_path).__name__}."
+            )
+        parent_config = parent.config.to_dict()
+        for key in ("model_type", "architectures", "auto_map", "transformers_version", "dtype", "torch_dtype"):
+            parent_config.pop(key, None)
+        if parent_config.get("num_hidden_layers") != prelude_layers + core_layers + coda_layers:
+            raise ValueError(
+                f"from_qwen2: prelude_layers + core_layers + coda_layers = {prelude_layers + core_layers + coda_layers} "
+                f"must equal the parent's num_hidden_layers = {parent_config.get('num_hidden_layers')}."
+            )
+        config = ParLoopedQwenConfig(
+            prelude_layers=prelude_layers,
+            core_layers=core_layers,
+            coda_layers=coda_layers,
+            answer_token_ids=answer_token_ids,
+            halt_token_ids=halt_token_ids,
+            **par_kwargs,
+            **parent_config,
+        )
+        config._attn_implementation = parent.config._attn_implementation
+        model = cls(config).to(dtype=next(parent.parameters()).dtype, device=next(parent.parameters()).device)
+        missing, unexpected = model.load_state_dict(parent.state_dict(), strict=False)
+        if unexpected or set(missing) - {"adapter.weight", "lm_head.weight"}:
+            raise ValueError(f"from_qwen2: parent weights do not match: missing {missing}, unexpected {unexpected}.")
+        if "lm_head.weight" in missing:  # a parent whose state dict left out its tied head
+            model.lm_head.weight = model.model.embed_tokens.weight
+        return model
+
+    # ----------------------------------------------------------------------------------------------------------
+    def _check_inputs(self, input_ids, attention_mask, query_positions, position_scale):
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape (batch, seq); got {tuple(input_ids.shape)}.")
+        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+            raise ValueError(
+                f"input_ids must lie in [0, vocab_size={self.config.vocab_size}); "
+                f"got values in [{int(input_ids.min())}, {int(input_ids.max())}]."
+            )
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        elif attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}; "
+                f"got {tuple(attention_mask.shape)}."
+            )
+        if query_positions is None:  # the last real token of each sample (left or right padding)
+            last = input_ids.shape[1] - 1 - attention_mask.flip(-1).long().argmax(-1)
+            query_positions = last[:, None]
+        query_positions = torch.as_tensor(query_positions, device=input_ids.device).long()
+        if query_positions.dim() == 1:
+            query_positions = query_positions[:, None]
+        if query_positions.dim() != 2 or query_positions.shape[0] != input_ids.shape[0]:
+            raise ValueError(
+                f"query_positions must have shape (batch, queries) with batch={input_ids.shape[0]}; "
+                f"got {tuple(query_positions.shape)}."
+            )
+        if query_positions.min() < 0 or query_positions.max() >= input_ids.shape[1]:
+            raise ValueError(f"query_positions must lie in [0, seq_len={input_ids.shape[1]}).")
+        if not attention_mask.gather(1, query_positions).bool().all():
+            raise ValueError("query_positions must point at real tokens (attention_mask == 1), not padding.")
+        if position_scale is not None:
+            position_scale = torch.as_tensor(position_scale, device=input_ids.device, dtype=torch.float32)
+            if position_scale.dim() == 0:
+                position_scale = position_scale.expand(input_ids.shape[0])
+            smax = self.config.max_position_scale
+            if position_scale.shape != (input_ids.shape[0],) or (position_scale < 1).any() or (
+                position_scale > smax
+            ).any():
+                raise ValueError(
+                    f"position_scale must be a float or a (batch,) tensor with values in [1, max_position_scale={smax}]."
+                )
+        return attention_mask, query_positions, position_scale
+
+    def _check_iterations(self, num_iterations, name="num_iterations"):
+        limit = self.config.max_iterations
+        if isinstance(num_iterations, bool) or not isinstance(num_iterations, int) or not 1 <= num_iterations <= limit:
+            raise ValueError(f"{name} must be an integer in [1, max_iterations={limit}]; got {num_iterations!r}.")
+        return num_iterations
+
+    def _prepare(self, input_ids, attention_mask, query_positions, position_scale) -> _Context:
+        """Run the prelude once and build what every iteration shares."""
+        attention_mask, query_positions, position_scale = self._check_inputs(
+            input_ids, attention_mask, query_positions, position_scale
+        )
+        hidden = self.model.embed_tokens(input_ids)
+        sdpa = self.config._attn_implementation == "sdpa"
+        mask = padded_causal_mask(attention_mask, None if sdpa else hidden.dtype)
+        positions = positions_from_mask(attention_mask)
+        if position_scale is not None:
+            positions = stretch_positions(positions, position_scale)
+        cos, sin = self.model.rotary_emb(hidden, positions)
+        context = _Context(hidden, mask, cos, sin, query_positions)
+        context.prelude_out = self._run_layers(self.prelude, hidden, context)
+        return context
+
+    @staticmethod
+    def _run_layers(layers, hidden, context: _Context) -> torch.Tensor:
+        for layer in layers:
+            out = layer(hidden, attention_mask=context.mask, position_embeddings=(context.cos, context.sin))
+            hidden = out[0] if isinstance(out, tuple) else out
+        return hidden
+
+    def _core_block(self, e, s, mask, cos, sin):
+        """C(W [e ; s]) — one pass of the shared core."""
+        x = self.adapter(torch.cat([e, s], dim=-1))
+        for layer in self.core:
+            out = layer(x, attention_mask=mask, position_embeddings=(cos, sin))
+            x = out[0] if isinstance(out, tuple) else out
+        return x
+
+    def core_step(self, state, reference_rms, context: _Context):
+        """One iteration: s_k = anchor(C(W [e ; s_{k−1}])). Returns (s_k, rms before anchoring, reference rms)."""
+        args = (context.prelude_out, state, context.mask, context.cos, context.sin)
+        if self.config.checkpoint_core and self.training and torch.is_grad_enabled():
+            new_state = checkpoint(self._core_block, *args, use_reentrant=False)
+        else:
+            new_state = self._core_block(*args)
+        raw_rms = state_rms(new_state).detach()  # (b, t, 1)
+        if not self.config.norm_anchoring:
+            return new_state, raw_rms, reference_rms
+        if reference_rms is None:  # iteration 1 sets the per-token reference (detached)
+            return new_state, raw_rms, raw_rms
+        return anchor_state_norm(new_state, reference_rms), raw_rms, reference_rms
+
+    def readout(self, state, context: _Context):
+        """y_k = Q(s_k), final norm, LM-head rows of the candidates at the query positions.
+
+        Returns answer logits (b, q, candidates) and halt logits (b, 2) of (Yes, No) at the last query, or None.
+        """
+        hidden = self.model.norm(self._run_layers(self.coda, state, context))
+        index = context.query_positions[..., None].expand(-1, -1, hidden.shape[-1])
+        at_queries = hidden.gather(1, index)  # (b, q, h)
+        weight = self.lm_head.weight
+        answer_ids = torch.tensor(self.config.answer_token_ids, device=weight.device)
+        answer_logits = F.linear(at_queries, weight[answer_ids])
+        halt_logits = None
+        if self.config.halt_token_ids is not None:
+            halt_ids = torch.tensor(self.config.halt_token_ids, device=weight.device)
+            halt_logits = F.linear(at_queries[:, -1], weight[halt_ids])
+        return answer_logits, halt_logits
+
+    # ----------------------------------------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        query_positions: torch.LongTensor | None = None,
+        num_iterations: int | None = None,
+        readout_iterations: list[int] | None = None,
+        position_scale: float | torch.Tensor | None = None,
+        output_loop_states: bool = False,
+        **kwargs,
+    ) -> ParLoopedOutput:
+        """Run the prelude once, the core `num_iterations` = R times (default 1) and the coda at the
+        `readout_iterations` (default: [R]). Core iterations before the last `config.grad_window` run without grad
+        (truncated backprop); a readout of such an iteration still carries gradient into the coda and LM head.
+
+        input_ids, attention_mask: (b, t), left or right padding. query_positions: (b, q); default the last real
+        token. position_scale: positional stretch, a float or (b,) in [1, max_position_scale].
+        """
+        num_iterations = self._check_iterations(1 if num_iterations is None else num_iterations)
+        reads = [num_iterations] if readout_iterations is None else sorted(set(int(k) for k in readout_iterations))
+        if not reads or reads[0] < 1 or reads[-1] > num_iterations:
+            raise ValueError(
+                f"readout_iterations must be a non-empty list of iterations in [1, num_iterations={num_iterations}]; "
+                f"got {readout_iterations!r}."
+            )
+        context = self._prepare(input_ids, attention_mask, query_positions, position_scale)
+        grad_from = grad_window_iterations(num_iterations, self.config.grad_window)[0]
+        grad_allowed = torch.is_grad_enabled()
+        valid = (attention_mask if attention_mask is not None else torch.ones_like(input_ids)).float()
+
+        state, reference, read_set = context.prelude_out, None, set(reads)
+        answers, halts, rms_trace, states = [], [], [], []
+        for k in range(1, num_iterations + 1):
+            with torch.set_grad_enabled(grad_allowed and k >= grad_from):
+                state, raw_rms, reference = self.core_step(state, reference, context)
+            if k in read_set:  # a readout before the window still trains the coda (its state is detached)
+                answer_logits, halt_logits = self.readout(state, context)
+                answers.append(answer_logits)
+                halts.append(halt_logits)
+            rms_trace.append((raw_rms[..., 0] * valid).sum(-1) / valid.sum(-1))
+            if output_loop_states:
+                states.append(state)
+
+        return ParLoopedOutput(
+            answer_logits=torch.stack(answers),
+            halt_logits=torch.stack(halts) if halts[0] is not None else None,
+            readout_iterations=torch.tensor(reads, device=input_ids.device),
+            state_rms=torch.stack(rms_trace),
+            loop_states=tuple(states) if output_loop_states else None,
+        )
+
+    @torch.no_grad()
+    def predict(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        query_positions: torch.LongTensor | None = None,
+        num_iterations: int | torch.Tensor | None = None,
+        halting: bool = False,
+        max_iterations: int | None = None,
+        position_scale: float | torch.Tensor | None = None,
+    ) -> ParPrediction:
+        """Answer each sample with per-sample early exit: a finished sample leaves the batch.
+
+        Forced depth (`num_iterations` = R, an int or a (b,) tensor): read iteration R of each sample.
+        Learned halting (`halting=True`, depth unknown): read the first iteration R confirmed by `halt_confirmed`
+        over R..R+m−1, so a sample runs R + m − 1 iterations. One never confirmed by `max_iterations` (default
+        `config.max_iterations`) returns its last readout with `halted=False`.
+        """
+        batch = input_ids.shape[0]
+        device = input_ids.device
+        if halting:
+            if num_iterations is not None:
+                raise ValueError("predict: give num_iterations (forced depth) or halting=True, not both.")
+            if self.config.halt_token_ids is None:
+                raise ValueError("predict(halting=True) needs ParLoopedQwenConfig.halt_token_ids (Yes, No).")
+            limit = self._check_iterations(
+                self.config.max_iterations if max_iterations is None else max_iterations, "max_iterations"
+            )
+        else:
+            if num_iterations is None:
+                raise ValueError("predict: num_iterations (forced depth) is required unless halting=True.")
+            target = torch.as_tensor(num_iterations, device=device).long().expand(batch).clone()
+            limit = self._check_iterations(int(target.max()), "num_iterations")
+            self._check_iterations(int(target.min()), "num_iterations")
+
+        context = self._prepare(input_ids, attention_mask, query_positions, position_scale)
+        num_queries = context.query_positions.shape[1]
+        num_candidates = len(self.config.answer_token_ids)
+        answer_out = torch.zeros(batch, num_queries, num_candidates, device=device)
+        iterations_out = torch.zeros(batch, dtype=torch.long, device=device)
+        halted_out = torch.zeros(batch, dtype=torch.bool, device=device)
+        m = self.config.halt_window
+        if halting:  # ring buffers of the last m readouts, indexed by the original sample index
+            ring_answers = torch.zeros(m, batch, num_queries, num_candidates, device=device)
+            ring_p_yes = torch.zeros(m, batch, device=device)
+
+        active = torch.arange(batch, device=device)
+        state, reference = context.prelude_out, None
+        for k in range(1, limit + 1):
+            state, _, reference = self.core_step(state, reference, context)
+            if not halting:  # read only the samples whose depth is reached
+                done = target[active] == k
+                if done.any():
+                    answer_logits, _ = self.readout(state[done], context.select(done))
+                    answer_out[active[done]] = answer_logits.float()
+                    iterations_out[active[done]] = k
+                    halted_out[active[done]] = True
+            else:
+                answer_logits, halt_logits = self.readout(state, context)
+                ring_answers[(k - 1) % m, active] = answer_logits.float()
+                ring_p_yes[(k - 1) % m, active] = halt_logits.float().softmax(-1)[:, 0]
+                done = torch.zeros(active.shape[0], dtype=torch.bool, device=device)
+                if k >= m:  # the window R..k with R = k − m + 1 is complete; R's slot is k % m
+                    order = [(k - m + j) % m for j in range(m)]
+                    done = halt_confirmed(ring_p_yes[order][:, active], self.config.halt_threshold,
+                                          self.config.halt_confirm)
+                    finished = active[done]
+                    answer_out[finished] = ring_answers[k % m, finished]
+                    iterations_out[finished] = k - m + 1
+                    halted_out[finished] = True
+                if k == limit:  # never confirmed: flagged, last readout returned
+                    unconfirmed = active[~done]
+                    answer_out[unconfirmed] = answer_logits[~done].float()
+                    iterations_out[unconfirmed] = k
+            if done.any():
+                keep = ~done
+                active, state, context = active[keep], state[keep], context.select(keep)
+                reference = reference[keep] if reference is not None else None
+            if active.numel() == 0:
+                break
+        return ParPrediction(
+            answers=answer_out.argmax(-1), answer_logits=answer_out, iterations=iterations_out, halted=halted_out
+        )
+
+
+ParLoopedQwenConfig.register_for_auto_class()
+ParLoopedQwenForStateTracking.register_for_auto_class("AutoModel")
+
+__all__ = [
+    "ParLoopedQwenPreTrainedModel",
+    "ParLoopedQwenForStateTracking",
+    "ParLoopedOutput",
+    "ParPrediction",
+    "anchor_state_norm",
+    "adapter_identity_init",
+    "grad_window_iterations",
+    "halt_confirmed",
+    "halt_iteration",
+    "padded_causal_mask",
+    "positions_from_mask",
+    "state_rms",
+    "stretch_positions",
+]
