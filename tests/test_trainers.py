@@ -163,6 +163,18 @@ def test_every_objective_trains_a_step(tmp_path, objective):
     assert np.isfinite(logs["loss"]) and logs["iterations"] >= logs["depth"]
 
 
+def test_extra_halting_negative_is_a_no_example(tmp_path):
+    args = tiny_args(tmp_path, halting_loss_weight=0.5, depth_schedule="hold")
+    trainer = ParTrainer(model=tiny_model(grad_window=2), args=args, train_dataset=DATASET, data_collator=COLLATOR)
+    for step in range(40):
+        trainer.state.global_step = step
+        for r in (3, 6, 12):
+            reads, extra = trainer.readout_iterations(r, depth=5)
+            assert reads == [r - 1, r]
+            assert extra is None or 1 <= extra < min(r - 1, 5)  # c·k < d: a "No" label
+    assert trainer.readout_iterations(2, depth=2)[1] is None  # the window already starts at 1
+
+
 def run_distillation(tmp_path, max_steps, resume=None, save_steps=2):
     args = tiny_args(tmp_path, cls=SelfDistillationArguments, max_steps=max_steps, save_strategy="steps",
                      save_steps=save_steps, depth_schedule="hold", curriculum_start_depth=2,

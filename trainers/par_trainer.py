@@ -165,9 +165,10 @@ class ParTrainer(Trainer):
         if self.args.halting_loss_weight > 0:
             if self.args.objective == "final_only":
                 reads = window
-            earliest = window[0]
-            if earliest > 1:
-                extra = int(self._step_rng("negative").integers(1, earliest))
+            # negatives are the iterations k < ⌈d/c⌉; under `hold` the window may start past them
+            below = min(window[0], iterations_for_depth(depth, self.model.config.step_size))
+            if below > 1:
+                extra = int(self._step_rng("negative").integers(1, below))
         return reads, extra
 
     # ------------------------------------------------------------------------------------------------ loss
