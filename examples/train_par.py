@@ -52,6 +52,9 @@ from trainers import (  # noqa: E402
 @dataclass
 class ModelArguments:
     init_from_qwen2: str | None = field(default=None, metadata={"help": "retrofit this Qwen2 checkpoint (path/id)"})
+    init_from_par: str | None = field(
+        default=None, metadata={"help": "fine-tune this PAR checkpoint (its config wins over the size/PAR flags)"}
+    )
     hidden_size: int = field(default=128, metadata={"help": "from scratch: hidden size"})
     intermediate_size: int = field(default=256, metadata={"help": "from scratch: MLP size"})
     num_attention_heads: int = field(default=4, metadata={"help": "from scratch: attention heads"})
@@ -127,7 +130,12 @@ def build_model(model_args: ModelArguments, token_ids: dict):
         step_size=model_args.step_size, norm_anchoring=model_args.norm_anchoring, grad_window=model_args.grad_window,
         max_iterations=model_args.max_iterations, checkpoint_core=model_args.checkpoint_core,
     )
-    if model_args.init_from_qwen2:
+    if model_args.init_from_par:
+        model = ParLoopedQwenForStateTracking.from_pretrained(model_args.init_from_par, dtype=torch.float32)
+        if list(model.config.answer_token_ids) != token_ids["answer_token_ids"]:
+            raise ValueError(f"--init_from_par: the checkpoint's answer_token_ids {model.config.answer_token_ids} do "
+                             f"not match the task's tokenizer ({token_ids['answer_token_ids']}).")
+    elif model_args.init_from_qwen2:
         model = ParLoopedQwenForStateTracking.from_qwen2(
             model_args.init_from_qwen2, model_args.prelude_layers, model_args.core_layers, model_args.coda_layers,
             answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"], **par_fields,
@@ -158,6 +166,8 @@ def build_tokenizer_for(task, task_args: TaskArguments, model_args: ModelArgumen
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         return tokenizer
+    if model_args.init_from_par:
+        return AutoTokenizer.from_pretrained(model_args.init_from_par, trust_remote_code=True)
     return build_tokenizer(task, task_args.rendering)
 
 
@@ -187,6 +197,8 @@ def evaluate_and_report(model, tokenizer, task, task_args, train_args, output_di
 
 def main(argv=None):
     model_args, task_args, train_args = parse_args(argv)
+    if model_args.init_from_qwen2 and model_args.init_from_par:
+        raise ValueError("give at most one of --init_from_qwen2 and --init_from_par.")
     output_dir = Path(train_args.output_dir)
     task = build_task(task_args)
     tokenizer = build_tokenizer_for(task, task_args, model_args)

@@ -62,3 +62,15 @@ def test_train_par_lora_and_bad_flags(tmp_path):
         train_par.main(TINY + ["--output_dir", str(tmp_path / "x"), "--peft", "ia3"])
     with pytest.raises(ValueError, match="ParTrainingArguments.objective"):
         train_par.main(TINY + ["--output_dir", str(tmp_path / "y"), "--objective", "nope"])
+
+
+def test_train_par_fine_tunes_a_par_checkpoint(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    train_par.main(TINY + ["--output_dir", str(first), "--max_steps", "2"])
+    summary = train_par.main(TINY + ["--output_dir", str(second), "--max_steps", "2", "--init_from_par", str(first),
+                                     "--hidden_size", "64"])  # the checkpoint's config wins over size flags
+    assert summary["steps"] == 2
+    assert AutoModel.from_pretrained(second, trust_remote_code=True).config.hidden_size == 32
+    with pytest.raises(ValueError, match="at most one of --init_from_qwen2 and --init_from_par"):
+        train_par.main(TINY + ["--output_dir", str(tmp_path / "x"), "--init_from_par", str(first),
+                               "--init_from_qwen2", str(first)])
