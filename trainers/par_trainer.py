@@ -221,9 +221,7 @@ class ParTrainer(Trainer):
             self._log_value("acc_last_iteration", accuracy[-1].item())
             self._log_value("acc_first_windowed", accuracy[0].item())
             self._log_value("acc_window_mean", accuracy.mean().item())
-            self._log_value("state_norm_ratio", (out.state_rms[-1] / out.state_rms[0]).mean().item())
-            self._log_value("depth", d)
-            self._log_value("iterations", num_iterations)
+            self.log_loop(out, d, num_iterations)
             a = self.args
             self._log_value("curriculum_max_depth", curriculum_max_depth(
                 self.state.global_step, a.curriculum_start_depth, a.curriculum_every_steps, a.curriculum_increment,
@@ -231,6 +229,12 @@ class ParTrainer(Trainer):
         return (loss, out) if return_outputs else loss
 
     # ------------------------------------------------------------------------------------------------ logging
+    def log_loop(self, out, depth: int, num_iterations: int) -> None:
+        """Depth d, loop length R and the state-norm ratio rms(s_R)/rms(s_1) before anchoring."""
+        self._log_value("depth", depth)
+        self._log_value("iterations", num_iterations)
+        self._log_value("state_norm_ratio", (out.state_rms[-1] / out.state_rms[0]).mean().item())
+
     def _log_value(self, name: str, value: float) -> None:
         if self.model.training:
             self._logged[name].append(float(value))

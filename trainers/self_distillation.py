@@ -8,7 +8,6 @@ KL. Iterations k ≥ ⌈d/c⌉ take CE with the final answer z_d — the only la
 from __future__ import annotations
 
 import copy
-import math
 import os
 from dataclasses import dataclass, field
 
@@ -21,7 +20,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from modeling_par import grad_window_iterations
 from state_tracking import StateTrackingCollator, truncate_to_prefix
 
-from .objectives import answer_loss, final_targets
+from .objectives import answer_loss, final_targets, iterations_for_depth, readout_accuracy
 from .par_trainer import ParTrainer, ParTrainingArguments
 
 EMA_WEIGHTS_NAME = "ema_teacher.safetensors"
@@ -104,7 +103,7 @@ class PrefixSelfDistillationTrainer(ParTrainer):
                                         random_initial=self.random_initial)
             rows.extend({key: prefix[key][b] for key in ("input_ids", "query_positions")}
                         for b in range(depth.shape[0]))
-            num_iterations.extend([math.ceil(c * k / c)] * depth.shape[0])
+            num_iterations.extend([k] * depth.shape[0])  # its completing iteration ⌈c·k / c⌉ = k
         batch = {k: v.to(depth.device) for k, v in self.prefix_collator(rows).items()}
         prediction = self.ema_model.predict(
             batch["input_ids"], attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
@@ -122,7 +121,7 @@ class PrefixSelfDistillationTrainer(ParTrainer):
             query_positions=inputs["query_positions"], num_iterations=num_iterations, readout_iterations=reads,
             position_scale=self.position_scale(depth.shape[0], depth.device),
         )
-        completing = math.ceil(d / c)
+        completing = iterations_for_depth(d, c)
         iterations = torch.tensor(reads, device=depth.device)
         distilled = iterations < completing
         loss = out.answer_logits.new_zeros((), dtype=torch.float32)
@@ -132,16 +131,13 @@ class PrefixSelfDistillationTrainer(ParTrainer):
             loss_final = answer_loss(out.answer_logits[~distilled], targets)
             loss = loss + loss_final
             self._log_value("loss_final", loss_final.item())
-            self._log_value("acc_last_iteration",
-                            (out.answer_logits[-1].argmax(-1) == targets[-1]).all(-1).float().mean().item())
+            self._log_value("acc_last_iteration", readout_accuracy(out.answer_logits[-1:], targets[-1:])[0].item())
         if distilled.any():
             teacher = self.teacher_logits(inputs, depth, iterations[distilled].tolist())
             loss_kl = distillation_kl(out.answer_logits[distilled], teacher, self.args.distill_temperature)
             loss = loss + loss_kl
             self._log_value("loss_distill", loss_kl.item())
-        self._log_value("depth", d)
-        self._log_value("iterations", num_iterations)
-        self._log_value("state_norm_ratio", (out.state_rms[-1] / out.state_rms[0]).mean().item())
+        self.log_loop(out, d, num_iterations)
         return (loss, out) if return_outputs else loss
 
     # ------------------------------------------------------------------------------------------------ checkpoints
