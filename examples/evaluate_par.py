@@ -3,6 +3,12 @@
     python examples/evaluate_par.py --model DIR --task swap_s5 --depths 32,64,128,256,512 \
         --n 1024 --mode forced --out results/x.json --plot results/x.png \
         [--batch-size 256 --seed 1234 --train-max-depth 32 --device cpu]
+    python examples/evaluate_par.py --model DIR --depths 8,16,32 --n 256 --out x.json \
+        --profile x_profile.json --profile-plot x_profile.png [--padding-control 8]
+
+--profile adds the progress profile (accuracy of every iteration k's readout against z_min(c·k, d), at every
+test depth); --padding-control D0 adds the same on prompts of D0 random operations followed by identity
+operations (answer z_D0 at every length: a failure there comes from the longer prompt, not a harder problem).
 
 The task is read from DIR/state_tracking_task.json when the checkpoint has one (--task must then
 agree or be omitted); otherwise --task names a preset (swap_s5, s5, a5) or a JSON spec file.
@@ -22,10 +28,13 @@ from state_tracking import (
     RENDERINGS,
     TASK_FILE_NAME,
     evaluate_length_generalization,
+    format_profile,
     get_task,
     load_task,
     load_task_from_dir,
     plot_accuracy_vs_depth,
+    plot_progress_profile,
+    progress_profile,
     save_results,
 )
 from state_tracking.evaluation import MODES
@@ -48,6 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--step-size", type=int, default=None, help="c for forced R = ceil(d / c); default model.config.step_size")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--profile", default=None, help="also write the progress profile (JSON) here")
+    parser.add_argument("--profile-plot", default=None, help="heatmap PNG of the profile (and padding control)")
+    parser.add_argument("--padding-control", type=int, default=None, metavar="D0",
+                        help="with --profile: also profile D0 random ops + identity ops up to each depth")
     args = parser.parse_args(argv)
     try:
         args.depths = [int(d) for d in args.depths.split(",") if d.strip()]
@@ -78,6 +91,24 @@ def load_model_and_tokenizer(model_dir: str, device: str):
     return model, tokenizer
 
 
+def write_profiles(model, tokenizer, task, args) -> dict:
+    """The progress profile (and padding control) at the evaluation depths, as JSON, table and heatmap."""
+    common = dict(n_per_depth=args.n, seed=args.seed, batch_size=args.batch_size, rendering=args.rendering,
+                  random_initial=args.random_initial, device=args.device)
+    profiles = {"progress profile": progress_profile(model, tokenizer, task, args.depths, **common)}
+    if args.padding_control:
+        profiles[f"padding control ({args.padding_control} ops + identity)"] = progress_profile(
+            model, tokenizer, task, [d for d in args.depths if d >= args.padding_control],
+            padding_control_depth=args.padding_control, **common)
+    save_results({"model_dir": os.path.abspath(args.model), "profiles": profiles}, args.profile)
+    if args.profile_plot:
+        plot_progress_profile(profiles, args.profile_plot, train_max_depth=args.train_max_depth)
+    for title, result in profiles.items():
+        print(title)
+        print(format_profile(result))
+    return profiles
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     task = resolve_task(args.model, args.task)
@@ -93,6 +124,10 @@ def main(argv: list[str] | None = None) -> dict:
     save_results(results, args.out)
     if args.plot:
         plot_accuracy_vs_depth({os.path.basename(os.path.normpath(args.model)): [results]}, args.plot, title=f"{task.name}, {args.mode}")
+    if args.profile:
+        write_profiles(model, tokenizer, task, args)
+    elif args.profile_plot or args.padding_control:
+        raise ValueError("--profile-plot and --padding-control need --profile PATH")
     for depth, accuracy in zip(results["depths"], results["accuracy"]):
         print(f"depth {depth:>5}: accuracy {accuracy:.4f}")
     if results["extrapolation_factor"] is not None:

@@ -67,6 +67,13 @@ class ModelArguments:
     grad_window: int = field(default=8, metadata={"help": "iterations with gradient"})
     max_iterations: int = field(default=1100, metadata={"help": "the most iterations a forward may run"})
     checkpoint_core: bool = field(default=False, metadata={"help": "activation checkpointing of the core"})
+    loop_view: str | None = field(default=None, metadata={
+        "help": "what the queries see at iteration k: full | prefix | local (default: local from scratch — the "
+                "recipe of results/length_generalization_cpu; full, the paper's, when retrofitting a Qwen2)"})
+    progress_positions: bool | None = field(default=None, metadata={
+        "help": "queries sit right after the ops of iteration k (default: on from scratch, off when retrofitting)"})
+    bidirectional_queries: bool | None = field(default=None, metadata={
+        "help": "the query region attends both ways (default: on from scratch, off when retrofitting)"})
     attn_implementation: str = field(default="sdpa", metadata={"help": "sdpa or eager"})
     peft: str | None = field(default=None, metadata={"help": "'lora': LoRA on the core, adapter trained in full"})
     lora_r: int = field(default=16)
@@ -80,7 +87,7 @@ class TaskArguments:
     rendering: str = field(default="symbolic", metadata={"help": "symbolic (from scratch) | text (pretrained)"})
     random_initial: bool = field(default=False, metadata={"help": "random initial item assignment"})
     train_size: int | None = field(default=None, metadata={"help": "examples to build (default: steps × batch)"})
-    eval_depths: str = field(default="4,8,16,32", metadata={"help": "comma-separated test depths"})
+    eval_depths: str = field(default="8,16,32,64", metadata={"help": "comma-separated test depths"})
     eval_n: int = field(default=256, metadata={"help": "sequences per test depth (paper protocol: 1024)"})
     eval_batch_size: int = field(default=256)
     eval_halting: bool = field(default=False, metadata={"help": "also evaluate with learned halting (d unknown)"})
@@ -93,6 +100,19 @@ DEFAULT_TRAINING = dict(
     max_train_depth=8, curriculum_start_depth=2, curriculum_every_steps=100, logging_steps=100,
     save_strategy="no", report_to="none", seed=0, dataloader_num_workers=0, max_grad_norm=1.0,
 )
+
+
+CURVE_KEYS = ("step", "loss", "loss_halt", "acc_last_iteration", "acc_window_mean", "depth", "iterations",
+              "curriculum_max_depth", "stretch_s_max", "learning_rate")
+
+
+def _repo_relative(path: str) -> str:
+    """A script path as the repository sees it (no machine-specific prefix in recorded commands)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return path
 
 
 def _wants_self_distillation(argv: list[str]) -> bool:
@@ -125,10 +145,22 @@ def build_task(task_args: TaskArguments):
     return load_task(task_args.task_file) if task_args.task_file else get_task(task_args.task)
 
 
+RECIPE_VIEW = dict(loop_view="local", progress_positions=True, bidirectional_queries=True)  # from scratch
+PAPER_VIEW = dict(loop_view="full", progress_positions=False, bidirectional_queries=False)  # retrofit
+
+
+def resolve_view(model_args: ModelArguments) -> dict:
+    """The loop-view fields: given flags win; unset ones take the from-scratch recipe, or the paper's full view when
+    retrofitting a pretrained Qwen2 (whose causal attention the options would change)."""
+    defaults = PAPER_VIEW if model_args.init_from_qwen2 else RECIPE_VIEW
+    return {k: v if (v := getattr(model_args, k)) is not None else defaults[k] for k in defaults}
+
+
 def build_model(model_args: ModelArguments, token_ids: dict):
     par_fields = dict(
         step_size=model_args.step_size, norm_anchoring=model_args.norm_anchoring, grad_window=model_args.grad_window,
         max_iterations=model_args.max_iterations, checkpoint_core=model_args.checkpoint_core,
+        **resolve_view(model_args),
     )
     if model_args.init_from_par:
         model = ParLoopedQwenForStateTracking.from_pretrained(model_args.init_from_par, dtype=torch.float32)
@@ -236,8 +268,9 @@ def main(argv=None):
         "extrapolation_factor": {m: r["extrapolation_factor"] for m, r in results.items()},
         "mean_iterations": {m: dict(zip(r["depths"], (row["mean_iterations"] for row in r["per_depth"])))
                             for m, r in results.items()},
+        "curve": [{k: row[k] for k in CURVE_KEYS if k in row} for row in trainer.state.log_history if "loss" in row],
         "environment": results["forced"]["environment"],
-        "command": "python " + " ".join([sys.argv[0]] + (sys.argv[1:] if argv is None else [str(a) for a in argv])),
+        "command": "python " + " ".join([_repo_relative(sys.argv[0])] + (sys.argv[1:] if argv is None else [str(a) for a in argv])),
     }
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

@@ -73,6 +73,15 @@ def stretch_positions(position_ids: torch.Tensor, position_scale: torch.Tensor) 
     return position_ids.float() * position_scale.to(position_ids.device).float()[:, None]  # (b, t)
 
 
+def attention_bias(allowed: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """(b, t, t) boolean -> the layers' mask (b, 1, t, t): boolean for sdpa (`dtype=None`), else additive float."""
+    if dtype is None:
+        return allowed[:, None]
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min
+    )[:, None]
+
+
 def padded_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """Attention mask (b, 1, t, t): query i sees key j iff j ≤ i and key j is a real token.
 
@@ -85,11 +94,80 @@ def padded_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype | None) 
     causal = torch.ones(t, t, dtype=torch.bool, device=attention_mask.device).tril()
     allowed = causal[None] & attention_mask.bool()[:, None, :]
     allowed = allowed | torch.eye(t, dtype=torch.bool, device=attention_mask.device)[None]
-    if dtype is None:
-        return allowed[:, None]
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
-        ~allowed, torch.finfo(dtype).min
-    )[:, None]
+    return attention_bias(allowed, dtype)
+
+
+def token_segments(operation_ends: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Which part of the prompt each token belongs to, from `operation_ends` (b, D+1): the index of the last token
+    of the preamble (entry 0) and of each operation i = 1..d (entries past d_b are −1).
+
+    segment(t) = #{i ≤ d : end_i < t}: 0 = preamble (t ≤ end_0), i = operation i (end_{i−1} < t ≤ end_i),
+    d + 1 = the query region (t > end_d). Returns segments (b, t), depth d (b,), query_region (b, t) bool (real
+    tokens only).
+    """
+    valid = operation_ends >= 0
+    depth = valid.sum(-1) - 1  # (b,)
+    t = torch.arange(attention_mask.shape[-1], device=operation_ends.device)
+    ends = operation_ends.masked_fill(~valid, torch.iinfo(torch.long).max)
+    segments = (ends[:, None, :] < t[None, :, None]).sum(-1)  # (b, t)
+    query_region = (segments == depth[:, None] + 1) & attention_mask.bool()
+    return segments, depth, query_region
+
+
+def operations_read(iteration: int, depth: torch.Tensor, step_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The operations iteration k reads: (c·(k−1), min(c·k, d)], as (exclusive low, inclusive high), each (b,).
+
+    k = 0 is the prelude (low = high = 0: no operation); past ⌈d/c⌉ the range is empty (low ≥ d).
+    """
+    high = torch.clamp(depth, max=step_size * iteration)
+    low = torch.clamp(depth, max=step_size * max(iteration - 1, 0)) if iteration > 0 else high
+    return low, high
+
+
+def progress_shift(operation_end_positions: torch.Tensor, depth: torch.Tensor, iteration: int,
+                   step_size: int) -> torch.Tensor:
+    """Progress-coupled positions: at iteration k the query region's positions move back by
+    Δ_k = pos(end_d) − pos(end_min(c·k, d)), so the queries sit right after the last operation read at iteration k
+    whatever d is (Δ = 0 from k = ⌈d/c⌉ on: ordinary positions; k = 0, the prelude: right after the preamble).
+    operation_end_positions (b, D+1), depth (b,) -> Δ_k (b,)
+    """
+    _, high = operations_read(iteration, depth, step_size)
+    rows = torch.arange(depth.shape[0], device=depth.device)
+    return operation_end_positions[rows, depth] - operation_end_positions[rows, high]
+
+
+def loop_view_mask(base_allowed: torch.Tensor, segments: torch.Tensor, depth: torch.Tensor,
+                   query_region: torch.Tensor, view: str, iteration: int, step_size: int,
+                   bidirectional_queries: bool) -> torch.Tensor:
+    """Keys each token may see at iteration k (k = 0: the prelude), as a boolean (b, t, t).
+
+    `base_allowed` is the padded causal mask (key j ≤ query i, j real; padding sees itself). Rows of the query
+    region Q (the tokens after the last operation) see:
+      full:   the base mask;
+      prefix: segments 0..min(c·k, d) (preamble and operations read so far) and Q;
+      local:  segments in (c·(k−1), min(c·k, d)] (the operations of iteration k; k = 0: the preamble) and Q.
+    Under `local`, every other row sees only its own segment. `bidirectional_queries`: Q sees all of Q.
+    """
+    t = base_allowed.shape[-1]
+    eye = torch.eye(t, dtype=torch.bool, device=base_allowed.device)[None]
+    low, high = operations_read(iteration, depth, step_size)
+    key_segment = segments[:, None, :]  # (b, 1, t)
+    key_query = query_region[:, None, :]  # (b, 1, t)
+    within = base_allowed | (key_query & query_region[:, :, None] & bidirectional_queries)
+    if view == "full":
+        return within
+    if view == "prefix":
+        visible = key_segment <= high[:, None, None]
+    elif iteration == 0:
+        visible = key_segment == 0
+    else:
+        visible = (key_segment > low[:, None, None]) & (key_segment <= high[:, None, None])
+    query_rows = within & (visible | key_query)
+    if view == "prefix":
+        other_rows = base_allowed
+    else:
+        other_rows = base_allowed & (key_segment == segments[:, :, None])
+    return torch.where(query_region[:, :, None], query_rows, other_rows) | eye
 
 
 def halt_confirmed(p_yes_window: torch.Tensor, threshold: float, confirm: int) -> torch.Tensor:
@@ -151,17 +229,36 @@ class ParPrediction(ModelOutput):
 
 
 @dataclass
+class _LoopView:
+    """What the iteration-dependent views (`loop_view`, `progress_positions`) need, per sample."""
+
+    base_allowed: torch.Tensor  # (b, t, t) bool, the padded causal mask
+    segments: torch.Tensor  # (b, t) long, see `token_segments`
+    depth: torch.Tensor  # (b,) long
+    query_region: torch.Tensor  # (b, t) bool
+    positions: torch.Tensor  # (b, t) float, before stretch
+    operation_end_positions: torch.Tensor  # (b, D+1) float
+    position_scale: torch.Tensor | None  # (b,) or None
+
+    def select(self, keep: torch.Tensor) -> _LoopView:
+        return _LoopView(*(None if x is None else x[keep] for x in vars(self).values()))
+
+
+@dataclass
 class _Context:
-    """Per-batch tensors shared by every iteration: prelude output, mask, rotary cos/sin, query positions."""
+    """Per-batch tensors shared by every iteration: prelude output, mask, rotary cos/sin, query positions, and
+    (iteration-dependent views only) the `_LoopView` from which each iteration's mask and positions are built."""
 
     prelude_out: torch.Tensor  # (b, t, h)
     mask: torch.Tensor  # (b, 1, t, t)
     cos: torch.Tensor  # (b, t, head_dim)
     sin: torch.Tensor  # (b, t, head_dim)
     query_positions: torch.Tensor  # (b, q)
+    loop: _LoopView | None = None
 
     def select(self, keep: torch.Tensor) -> _Context:
-        return _Context(*(x[keep] for x in (self.prelude_out, self.mask, self.cos, self.sin, self.query_positions)))
+        fields = (self.prelude_out, self.mask, self.cos, self.sin, self.query_positions)
+        return _Context(*(x[keep] for x in fields), None if self.loop is None else self.loop.select(keep))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -325,27 +422,96 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 )
         return attention_mask, query_positions, position_scale
 
+    def _check_operation_ends(self, operation_ends, attention_mask, query_positions):
+        """`operation_ends` (b, D+1): per sample the last token index of the preamble and of operations 1..d,
+        strictly increasing, then −1; real tokens; every query after the last operation."""
+        c = self.config
+        needed = c.loop_view != "full" or c.progress_positions
+        if operation_ends is None:
+            if needed:
+                raise ValueError(
+                    f"operation_ends is required with loop_view={c.loop_view!r} / progress_positions="
+                    f"{c.progress_positions}: give (batch, depth + 1) token indices of the end of the preamble and of "
+                    "each operation (the collator builds them from the dataset's 'operation_ends')."
+                )
+            return None
+        if not needed:
+            return None
+        b, t = attention_mask.shape
+        operation_ends = torch.as_tensor(operation_ends, device=attention_mask.device).long()
+        if operation_ends.dim() != 2 or operation_ends.shape[0] != b or operation_ends.shape[1] < 1:
+            raise ValueError(f"operation_ends must have shape (batch={b}, depth + 1); got {tuple(operation_ends.shape)}.")
+        valid = operation_ends >= 0
+        step = operation_ends[:, 1:] - operation_ends[:, :-1]
+        if (not valid[:, 0].all() or (valid[:, 1:] & ~valid[:, :-1]).any() or (operation_ends >= t).any()
+                or (operation_ends < -1).any() or ((step <= 0) & valid[:, 1:]).any()
+                or not attention_mask.gather(1, operation_ends.clamp_min(0)).bool()[valid].all()):
+            raise ValueError(
+                "operation_ends must hold, per sample, strictly increasing indices of real tokens in "
+                f"[0, seq_len={t}) (preamble end, then each operation's end), padded with -1 at the end."
+            )
+        last = operation_ends.gather(1, (valid.sum(-1) - 1)[:, None])
+        if (query_positions <= last).any():
+            raise ValueError("query_positions must lie after the last operation (operation_ends[:, depth]).")
+        return operation_ends
+
     def _check_iterations(self, num_iterations, name="num_iterations"):
         limit = self.config.max_iterations
         if isinstance(num_iterations, bool) or not isinstance(num_iterations, int) or not 1 <= num_iterations <= limit:
             raise ValueError(f"{name} must be an integer in [1, max_iterations={limit}]; got {num_iterations!r}.")
         return num_iterations
 
-    def _prepare(self, input_ids, attention_mask, query_positions, position_scale) -> _Context:
+    def _prepare(self, input_ids, attention_mask, query_positions, position_scale, operation_ends=None,
+                 position_ids=None) -> _Context:
         """Run the prelude once and build what every iteration shares."""
         attention_mask, query_positions, position_scale = self._check_inputs(
             input_ids, attention_mask, query_positions, position_scale
         )
+        operation_ends = self._check_operation_ends(operation_ends, attention_mask, query_positions)
         hidden = self.model.embed_tokens(input_ids)
-        sdpa = self.config._attn_implementation == "sdpa"
-        mask = padded_causal_mask(attention_mask, None if sdpa else hidden.dtype)
-        positions = positions_from_mask(attention_mask)
-        if position_scale is not None:
-            positions = stretch_positions(positions, position_scale)
-        cos, sin = self.model.rotary_emb(hidden, positions)
-        context = _Context(hidden, mask, cos, sin, query_positions)
+        if position_ids is None:
+            positions = positions_from_mask(attention_mask)
+        else:
+            positions = torch.as_tensor(position_ids, device=input_ids.device)
+            if positions.shape != input_ids.shape:
+                raise ValueError(f"position_ids must have the shape of input_ids {tuple(input_ids.shape)}; "
+                                 f"got {tuple(positions.shape)}.")
+        mask_dtype = None if self.config._attn_implementation == "sdpa" else hidden.dtype
+        if operation_ends is None:
+            if position_scale is not None:
+                positions = stretch_positions(positions, position_scale)
+            cos, sin = self.model.rotary_emb(hidden, positions)
+            context = _Context(hidden, padded_causal_mask(attention_mask, mask_dtype), cos, sin, query_positions)
+        else:
+            segments, depth, query_region = token_segments(operation_ends, attention_mask)
+            positions = positions.float()
+            loop = _LoopView(
+                base_allowed=padded_causal_mask(attention_mask, None)[:, 0], segments=segments, depth=depth,
+                query_region=query_region, positions=positions,
+                operation_end_positions=positions.gather(1, operation_ends.clamp_min(0)), position_scale=position_scale,
+            )
+            context = _Context(hidden, None, None, None, query_positions, loop)
+            context.mask, context.cos, context.sin = self._view_at(context, 0, hidden)
         context.prelude_out = self._run_layers(self.prelude, hidden, context)
         return context
+
+    def _view_at(self, context: _Context, iteration: int, hidden: torch.Tensor):
+        """(mask, cos, sin) at iteration k (0: the prelude): `loop_view_mask` and `progress_shift` positions."""
+        loop = context.loop
+        if loop is None:
+            return context.mask, context.cos, context.sin
+        c = self.config
+        allowed = loop_view_mask(loop.base_allowed, loop.segments, loop.depth, loop.query_region, c.loop_view,
+                                 iteration, c.step_size, c.bidirectional_queries)
+        mask = attention_bias(allowed, None if c._attn_implementation == "sdpa" else hidden.dtype)
+        positions = loop.positions
+        if c.progress_positions:
+            shift = progress_shift(loop.operation_end_positions, loop.depth, iteration, c.step_size)
+            positions = positions - shift[:, None] * loop.query_region
+        if loop.position_scale is not None:
+            positions = stretch_positions(positions, loop.position_scale)
+        cos, sin = self.model.rotary_emb(hidden, positions)
+        return mask, cos, sin
 
     @staticmethod
     def _run_layers(layers, hidden, context: _Context) -> torch.Tensor:
@@ -362,8 +528,15 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             x = out[0] if isinstance(out, tuple) else out
         return x
 
-    def core_step(self, state, reference_rms, context: _Context):
-        """One iteration: s_k = anchor(C(W [e ; s_{k−1}])). Returns (s_k, rms before anchoring, reference rms)."""
+    def core_step(self, state, reference_rms, context: _Context, iteration: int = 1):
+        """One iteration: s_k = anchor(C(W [e ; s_{k−1}])). Returns (s_k, rms before anchoring, reference rms).
+
+        With an iteration-dependent view, `context.mask/cos/sin` are set to iteration k's (the readout of k uses
+        them); under `loop_view="local"` only the query region iterates: other rows restart from e.
+        """
+        context.mask, context.cos, context.sin = self._view_at(context, iteration, state)
+        if context.loop is not None and self.config.loop_view == "local":
+            state = torch.where(context.loop.query_region[..., None], state, context.prelude_out)
         args = (context.prelude_out, state, context.mask, context.cos, context.sin)
         if self.config.checkpoint_core and self.training and torch.is_grad_enabled():
             new_state = checkpoint(self._core_block, *args, use_reentrant=False)
@@ -377,7 +550,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         return anchor_state_norm(new_state, reference_rms), raw_rms, reference_rms
 
     def readout(self, state, context: _Context):
-        """y_k = Q(s_k), final norm, LM-head rows of the candidates at the query positions.
+        """y_k = Q(s_k), final norm, LM-head rows of the candidates at the query positions (the coda uses the
+        mask and positions of the iteration `state` comes from, as left in `context` by `core_step`).
 
         Returns answer logits (b, q, candidates) and halt logits (b, 2) of (Yes, No) at the last query, or None.
         """
@@ -403,6 +577,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         readout_iterations: list[int] | None = None,
         position_scale: float | torch.Tensor | None = None,
         output_loop_states: bool = False,
+        operation_ends: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> ParLoopedOutput:
         """Run the prelude once, the core `num_iterations` = R times (default 1) and the coda at the
@@ -411,6 +587,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
 
         input_ids, attention_mask: (b, t), left or right padding. query_positions: (b, q); default the last real
         token. position_scale: positional stretch, a float or (b,) in [1, max_position_scale].
+        operation_ends: (b, D+1) last token index of the preamble and of each operation (−1 past d); needed by
+        `loop_view` "prefix"/"local" and `progress_positions`. position_ids: (b, t) positions to use instead of
+        the ordinary ones (e.g. randomized sorted positions during training).
         """
         num_iterations = self._check_iterations(1 if num_iterations is None else num_iterations)
         reads = [num_iterations] if readout_iterations is None else sorted(set(int(k) for k in readout_iterations))
@@ -419,7 +598,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 f"readout_iterations must be a non-empty list of iterations in [1, num_iterations={num_iterations}]; "
                 f"got {readout_iterations!r}."
             )
-        context = self._prepare(input_ids, attention_mask, query_positions, position_scale)
+        context = self._prepare(input_ids, attention_mask, query_positions, position_scale, operation_ends,
+                                position_ids)
         grad_from = grad_window_iterations(num_iterations, self.config.grad_window)[0]
         grad_allowed = torch.is_grad_enabled()
         valid = (attention_mask if attention_mask is not None else torch.ones_like(input_ids)).float()
@@ -428,7 +608,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         answers, halts, rms_trace, states = [], [], [], []
         for k in range(1, num_iterations + 1):
             with torch.set_grad_enabled(grad_allowed and k >= grad_from):
-                state, raw_rms, reference = self.core_step(state, reference, context)
+                state, raw_rms, reference = self.core_step(state, reference, context, k)
             if k in read_set:  # a readout before the window still trains the coda (its state is detached)
                 answer_logits, halt_logits = self.readout(state, context)
                 answers.append(answer_logits)
@@ -455,6 +635,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         halting: bool = False,
         max_iterations: int | None = None,
         position_scale: float | torch.Tensor | None = None,
+        operation_ends: torch.LongTensor | None = None,
     ) -> ParPrediction:
         """Answer each sample with per-sample early exit: a finished sample leaves the batch.
 
@@ -480,7 +661,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             limit = self._check_iterations(int(target.max()), "num_iterations")
             self._check_iterations(int(target.min()), "num_iterations")
 
-        context = self._prepare(input_ids, attention_mask, query_positions, position_scale)
+        context = self._prepare(input_ids, attention_mask, query_positions, position_scale, operation_ends)
         num_queries = context.query_positions.shape[1]
         num_candidates = len(self.config.answer_token_ids)
         answer_out = torch.zeros(batch, num_queries, num_candidates, device=device)
@@ -494,7 +675,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         active = torch.arange(batch, device=device)
         state, reference = context.prelude_out, None
         for k in range(1, limit + 1):
-            state, _, reference = self.core_step(state, reference, context)
+            state, _, reference = self.core_step(state, reference, context, k)
             if not halting:  # read only the samples whose depth is reached
                 done = target[active] == k
                 if done.any():
@@ -543,7 +724,11 @@ __all__ = [
     "grad_window_iterations",
     "halt_confirmed",
     "halt_iteration",
+    "loop_view_mask",
+    "operations_read",
     "padded_causal_mask",
+    "progress_shift",
+    "token_segments",
     "positions_from_mask",
     "state_rms",
     "stretch_positions",

@@ -9,6 +9,13 @@ from .data import (
     parse_depths,
     truncate_to_prefix,
 )
+from .diagnostics import (
+    format_profile,
+    identity_operation,
+    padded_operations,
+    plot_progress_profile,
+    progress_profile,
+)
 from .evaluation import (
     STATE_ACCURACY_METRIC_PATH,
     evaluate_length_generalization,
@@ -47,6 +54,11 @@ __all__ = [
     "encode_batch",
     "evaluate_length_generalization",
     "extrapolation_factor",
+    "format_profile",
+    "identity_operation",
+    "padded_operations",
+    "plot_progress_profile",
+    "progress_profile",
     "get_task",
     "load_results",
     "load_task",

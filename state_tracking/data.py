@@ -4,6 +4,7 @@ Every example holds the prompt and all its prefix states:
 
     input_ids        (L,)             token ids of the prompt
     query_positions  (Q,)             token position of each query's readout
+    operation_ends   (d + 1,)         token position of the last token of the preamble, then of each op
     step_labels      (d + 1, Q)       z_0..z_d as candidate indices (z_t = state after t ops)
     depth            ()               d, the number of operations
     ops              (d,)             the operation indices
@@ -29,9 +30,9 @@ from .prompts import check_rendering
 from .tasks import Task
 from .tokenization import encode_batch, encode_ragged
 
-COLUMNS = ("input_ids", "query_positions", "step_labels", "depth", "ops")
+COLUMNS = ("input_ids", "query_positions", "operation_ends", "step_labels", "depth", "ops")
 LABEL_PAD_ID = -100
-DATA_FORMAT_VERSION = 1  # bump when the prompts or columns change
+DATA_FORMAT_VERSION = 2  # bump when the prompts or columns change
 
 
 def derive_seed(*parts: Any) -> int:
@@ -108,16 +109,19 @@ def build_dataset(
     rng = np.random.default_rng(seed)
     sample_depths = rng.choice(depth_values, size=n, p=depth_probs)  # (n,)
 
-    pieces: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {c: [] for c in ("input_ids", "step_labels", "ops")}
+    pieces: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
+        c: [] for c in ("input_ids", "operation_ends", "step_labels", "ops")
+    }
     query_positions = np.empty((n, task.num_queries), dtype=np.int64)
     for depth in np.unique(sample_depths):
         rows = np.flatnonzero(sample_depths == depth)
         ops = task.sample_ops(rng, len(rows), int(depth))  # (m, d)
         initial = task.sample_initial(rng, len(rows)) if random_initial else None
         states = task.prefix_states(ops, initial)  # (m, d + 1, Q)
-        ids_flat, lengths, positions = encode_ragged(task, tokenizer, rendering, ops, initial)
+        ids_flat, lengths, positions, operation_ends = encode_ragged(task, tokenizer, rendering, ops, initial)
         query_positions[rows] = positions
         pieces["input_ids"].append((rows, lengths, ids_flat))
+        pieces["operation_ends"].append((rows, np.full(len(rows), depth + 1), operation_ends.reshape(-1)))
         pieces["step_labels"].append((rows, np.full(len(rows), states[0].size), states.reshape(-1)))
         pieces["ops"].append((rows, np.full(len(rows), ops.shape[1]), ops.reshape(-1)))
 
@@ -125,6 +129,7 @@ def build_dataset(
     columns = {
         "input_ids": _list_array(*_gather_ragged(pieces["input_ids"], n)),
         "query_positions": pa.FixedSizeListArray.from_arrays(pa.array(query_positions.reshape(-1).astype(np.int32)), num_queries),
+        "operation_ends": _list_array(*_gather_ragged(pieces["operation_ends"], n)),
         "step_labels": _nested_list_array(*_gather_ragged(pieces["step_labels"], n), num_queries),
         "depth": pa.array(sample_depths.astype(np.int32)),
         "ops": _list_array(*_gather_ragged(pieces["ops"], n)),
@@ -133,6 +138,7 @@ def build_dataset(
         {
             "input_ids": List(Value("int32")),
             "query_positions": List(Value("int32"), length=num_queries),
+            "operation_ends": List(Value("int32")),
             "step_labels": List(List(Value("int32"), length=num_queries)),
             "depth": Value("int32"),
             "ops": List(Value("int32")),
@@ -238,6 +244,7 @@ def truncate_to_prefix(
         for i, r in enumerate(rows):
             batch["input_ids"][r] = encoded["input_ids"][i]
             batch["query_positions"][r] = encoded["query_positions"][i]
+            batch["operation_ends"][r] = encoded["operation_ends"][i]
             batch["step_labels"][r] = labels_rows[r][: k + 1].tolist()
             batch["depth"][r] = int(k)
             batch["ops"][r] = ops[i].tolist()
@@ -259,8 +266,9 @@ class StateTrackingCollator:
 
     Returns ``input_ids`` (B, T) and ``attention_mask`` (B, T) padded on ``padding_side``,
     ``query_positions`` (B, Q) pointing into the padded rows (shifted by the pad count under left
-    padding), and when the examples have them ``step_labels`` (B, D + 1, Q) and ``ops`` (B, D)
-    padded with -100 to the batch's largest depth D, and ``depth`` (B,).
+    padding), and when the examples have them ``operation_ends`` (B, D + 1) shifted the same way and
+    padded with -1, ``step_labels`` (B, D + 1, Q) and ``ops`` (B, D) padded with -100 to the batch's
+    largest depth D, and ``depth`` (B,).
     """
 
     pad_token_id: int
@@ -299,6 +307,13 @@ class StateTrackingCollator:
             attention_mask[b, offset : offset + len(row)] = 1
             query_positions[b] += offset
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "query_positions": query_positions}
+        if "operation_ends" in keys:
+            ends = [_to_numpy(f["operation_ends"]).astype(np.int64) for f in features]
+            operation_ends = torch.full((batch_size, max(len(e) for e in ends)), -1, dtype=torch.long)
+            for b, (row, e) in enumerate(zip(rows, ends)):
+                offset = max_len - len(row) if self.padding_side == "left" else 0
+                operation_ends[b, : len(e)] = torch.as_tensor(e) + offset
+            batch["operation_ends"] = operation_ends
 
         if "depth" in keys:
             depth = [int(_to_numpy(f["depth"])) for f in features]

@@ -14,6 +14,7 @@ training stream ``default_rng(seed)`` and independent of which other depths are 
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import math
 import os
@@ -129,6 +130,7 @@ def evaluate_length_generalization(
 
     if hasattr(model, "eval"):
         model.eval()
+    takes_operation_ends = "operation_ends" in inspect.signature(model.predict).parameters
     per_depth = []
     batches_per_depth = math.ceil(n_per_depth / batch_size)
     bar = tqdm(total=batches_per_depth * len(depths), desc=f"eval {task.name} ({mode})", disable=not progress)
@@ -145,6 +147,8 @@ def evaluate_length_generalization(
             batch = {key: value.to(device) for key, value in batch.items()}
             with torch.inference_mode():
                 inputs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"])
+                if takes_operation_ends:
+                    inputs["operation_ends"] = batch["operation_ends"]
                 if mode == "forced":
                     pred = model.predict(batch["input_ids"], **inputs, num_iterations=num_iterations)
                 else:

@@ -61,15 +61,27 @@ def text_prompt(task: Task, ops: np.ndarray, initial: np.ndarray | None = None) 
     Returns the prompt and, per query, the character offset where its question words end
     (the readout token is the one covering the character just before that offset).
     """
+    prompt, query_ends, _ = text_prompt_layout(task, ops, initial)
+    return prompt, query_ends
+
+
+def text_prompt_layout(task: Task, ops: np.ndarray, initial: np.ndarray | None = None) -> tuple[str, list[int], list[int]]:
+    """:func:`text_prompt` plus the character offset where the start-state sentences end and where each
+    operation's sentence ends (d + 1 offsets): the token covering the character before offset i ends
+    operation i (i = 0: the preamble)."""
     if initial is None:
         initial = task.default_initial(1)[0]
-    prompt = " ".join([task.initial_text(initial)] + [task.op_texts[o] for o in ops])
+    prompt = task.initial_text(initial)
+    operation_ends = [len(prompt)]
+    for o in ops:
+        prompt += " " + task.op_texts[o]
+        operation_ends.append(len(prompt))
     query_ends = []
     for words in task.query_texts:
         prompt += " " + words
         query_ends.append(len(prompt))
         prompt += " " + QUESTION_MARK
-    return prompt, query_ends
+    return prompt, query_ends, operation_ends
 
 
 def symbolic_vocabulary(task: Task) -> list[str]:

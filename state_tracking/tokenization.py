@@ -26,7 +26,7 @@ from .prompts import (
     check_rendering,
     query_token,
     symbolic_vocabulary,
-    text_prompt,
+    text_prompt_layout,
     text_sentences,
 )
 from .tasks import Task
@@ -120,11 +120,14 @@ def encode_batch(
         initial: (n, num_queries) start states, or None for the task's default start (which the
             symbolic rendering leaves unwritten; the text rendering always states the start).
     Returns:
-        ``{"input_ids": n lists, "query_positions": n lists of num_queries token positions}``.
+        ``{"input_ids": n lists, "query_positions": n lists of num_queries token positions,
+        "operation_ends": n lists of d + 1 token positions (the last token of the preamble, then of each
+        operation)}``.
     """
-    ids_flat, lengths, query_positions = encode_ragged(task, tokenizer, rendering, ops, initial)
+    ids_flat, lengths, query_positions, operation_ends = encode_ragged(task, tokenizer, rendering, ops, initial)
     rows = np.split(ids_flat, np.cumsum(lengths)[:-1]) if len(lengths) else []
-    return {"input_ids": [row.tolist() for row in rows], "query_positions": query_positions.tolist()}
+    return {"input_ids": [row.tolist() for row in rows], "query_positions": query_positions.tolist(),
+            "operation_ends": operation_ends.tolist()}
 
 
 def encode_ragged(
@@ -134,7 +137,8 @@ def encode_ragged(
     ops: np.ndarray,
     initial: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`encode_batch` as arrays: (ids_flat (sum of lengths,), lengths (n,), query_positions (n, Q))."""
+    """:func:`encode_batch` as arrays: (ids_flat (sum of lengths,), lengths (n,), query_positions (n, Q),
+    operation_ends (n, d + 1))."""
     check_rendering(rendering)
     ops = task.check_ops(ops)
     if initial is not None:
@@ -143,7 +147,9 @@ def encode_ragged(
         input_ids = _encode_symbolic(task, tokenizer, ops, initial)  # (n, L)
         n, length = input_ids.shape
         query_positions = np.tile(np.arange(length - task.num_queries, length), (n, 1))
-        return input_ids.reshape(-1), np.full(n, length, dtype=np.int64), query_positions
+        preamble_end = 0 if initial is None else task.num_queries  # <bos> [z_0 candidates]
+        operation_ends = np.tile(preamble_end + np.arange(ops.shape[1] + 1), (n, 1))
+        return input_ids.reshape(-1), np.full(n, length, dtype=np.int64), query_positions, operation_ends
     return _encode_text(task, tokenizer, ops, initial)
 
 
@@ -172,13 +178,15 @@ def _encode_text(
     task: Task, tokenizer: PreTrainedTokenizerBase, ops: np.ndarray, initial: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = len(ops)
-    prompts, query_ends = [], []
+    prompts, query_ends, operation_ends = [], [], []
     for i in range(n):
-        prompt, ends = text_prompt(task, ops[i], None if initial is None else initial[i])
+        prompt, ends, op_ends = text_prompt_layout(task, ops[i], None if initial is None else initial[i])
         prompts.append(prompt)
         query_ends.append(ends)
+        operation_ends.append(op_ends)
     if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, task.num_queries), dtype=np.int64)
+        return (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, task.num_queries), dtype=np.int64),
+                np.zeros((0, ops.shape[1] + 1), dtype=np.int64))
     encoding = tokenizer(prompts, add_special_tokens=True)
     rows = encoding["input_ids"]
     unk = tokenizer.unk_token_id
@@ -190,5 +198,9 @@ def _encode_text(
     query_positions = np.array(
         [[encoding.char_to_token(i, end - 1) for end in ends] for i, ends in enumerate(query_ends)], dtype=np.int64
     )
+    operation_token_ends = np.array(
+        [[encoding.char_to_token(i, end - 1) for end in ends] for i, ends in enumerate(operation_ends)], dtype=np.int64
+    ).reshape(n, ops.shape[1] + 1)
     lengths = np.array([len(row) for row in rows], dtype=np.int64)
-    return np.fromiter((t for row in rows for t in row), dtype=np.int64, count=int(lengths.sum())), lengths, query_positions
+    ids_flat = np.fromiter((t for row in rows for t in row), dtype=np.int64, count=int(lengths.sum()))
+    return ids_flat, lengths, query_positions, operation_token_ends

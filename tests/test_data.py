@@ -135,7 +135,7 @@ def test_state_machine_renderings():
 def test_build_dataset_columns_and_labels():
     tokenizer = build_tokenizer(SWAP)
     dataset = build_dataset(SWAP, tokenizer, n=200, depths=(1, 8), seed=3)
-    assert dataset.column_names == ["input_ids", "query_positions", "step_labels", "depth", "ops"]
+    assert dataset.column_names == ["input_ids", "query_positions", "operation_ends", "step_labels", "depth", "ops"]
     assert len(dataset) == 200
     depths = np.array(dataset["depth"])
     assert depths.min() == 1 and depths.max() == 8
@@ -262,6 +262,7 @@ def expected_prefix(task, tokenizer, rendering, example, j, random_initial):
     return {
         "input_ids": encoded["input_ids"][0],
         "query_positions": encoded["query_positions"][0],
+        "operation_ends": encoded["operation_ends"][0],
         "step_labels": task.prefix_states(ops, initial)[0].tolist(),
         "depth": j,
         "ops": ops[0].tolist(),

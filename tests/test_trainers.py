@@ -21,6 +21,7 @@ from trainers import (
     curriculum_max_depth,
     final_targets,
     halt_labels,
+    additive_hold_iterations,
     hold_iterations,
     is_adapter_parameter,
     iterations_for_depth,
@@ -133,7 +134,8 @@ def test_depth_batch_sampler_one_depth_per_batch_and_curriculum():
 @pytest.mark.parametrize("field,value", [
     ("objective", "final"), ("depth_schedule", "random"), ("min_train_depth", 0), ("max_train_depth", 0),
     ("curriculum_start_depth", 99), ("hold_tail_alpha", 0.0), ("halting_loss_weight", -1.0),
-    ("stretch_max_scale", 0.5), ("adapter_learning_rate", 0.0), ("max_steps", -1),
+    ("stretch_max_scale", 0.5), ("adapter_learning_rate", 0.0), ("max_steps", -1), ("stretch_fraction", 0.0),
+    ("hold_extra_iterations", -1), ("random_positions_max", 1),
 ])
 def test_invalid_training_arguments(tmp_path, field, value):
     with pytest.raises(ValueError, match=rf"ParTrainingArguments\.{field} must be"):
@@ -277,3 +279,54 @@ def test_two_process_gloo_ddp_same_depths_and_weights(tmp_path):
     assert len(ranks[0]["depths"]) == 4
     for mine, theirs in zip(*(r["depths"] for r in ranks)):
         assert len(mine) == len(theirs) == 4 and len(set(mine + theirs)) == 1  # one depth per step on both ranks
+
+
+# ---------------------------------------------------------------------------------------------------- length levers
+def test_additive_hold_tail_does_not_grow_with_depth():
+    rng = np.random.default_rng(0)
+    for depth in (2, 8, 32):
+        drawn = {additive_hold_iterations(depth, 1, rng, 3, 1000) for _ in range(200)}
+        assert drawn == {depth, depth + 1, depth + 2, depth + 3}
+    assert additive_hold_iterations(9, 2, rng, 0, 1000) == 5
+    assert additive_hold_iterations(30, 1, rng, 5, 31) <= 31
+
+
+def test_random_positions_are_sorted_distinct_and_reach_the_model(tmp_path, monkeypatch):
+    args = tiny_args(tmp_path, random_positions_max=64)
+    trainer = ParTrainer(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
+    positions = trainer.position_ids(mask)
+    real = positions[0, :5]
+    assert (real.diff() > 0).all() and (positions[0, 5:] == 0).all() and (positions[1].diff() > 0).all()
+    assert positions.max() < 64 and not torch.equal(positions[1], torch.arange(7))
+    seen = []
+    rotary = trainer.model.model.rotary_emb
+    original = rotary.forward
+    monkeypatch.setattr(rotary, "forward", lambda x, pos: seen.append(pos.clone()) or original(x, pos))
+    trainer.train()
+    assert seen and all((p.diff(dim=-1) > 0).all() for p in seen) and any(p.max() > p.shape[-1] for p in seen)
+    with pytest.raises(ValueError, match="random_positions_max=4 is shorter"):
+        ParTrainer(model=tiny_model(), args=tiny_args(tmp_path, random_positions_max=4), train_dataset=DATASET,
+                   data_collator=COLLATOR).position_ids(mask)
+
+
+def test_stretch_fraction_stretches_that_share_of_batches(tmp_path):
+    args = tiny_args(tmp_path, max_steps=400, stretch_steps=400, stretch_fraction=0.25, stretch_max_scale=4.0)
+    trainer = ParTrainer(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
+    stretched = 0
+    for step in range(400):
+        trainer.state.global_step = step
+        scale = trainer.position_scale(8, "cpu")
+        if scale is not None:
+            stretched += 1
+            assert ((scale >= 1) & (scale <= stretch_max_scale(step, 0, 400, 4.0))).all()
+    assert 60 <= stretched <= 140  # 25% of 400, binomial sd ≈ 9
+
+
+def test_local_view_training_reads_operation_ends(tmp_path):
+    args = tiny_args(tmp_path, max_steps=3, depth_schedule="hold", hold_extra_iterations=2)
+    model = tiny_model(loop_view="local", progress_positions=True, bidirectional_queries=True, grad_window=8)
+    trainer = ParTrainer(model=model, args=args, train_dataset=DATASET, data_collator=COLLATOR)
+    trainer.train()
+    logs = [e for e in trainer.state.log_history if "loss" in e]
+    assert all(np.isfinite(e["loss"]) and e["depth"] <= e["iterations"] <= e["depth"] + 2 for e in logs)

@@ -3,6 +3,7 @@
 from .callbacks import TimeBudgetCallback
 from .objectives import (
     OBJECTIVES,
+    additive_hold_iterations,
     answer_loss,
     balanced_halt_loss,
     final_targets,

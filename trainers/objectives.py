@@ -30,6 +30,15 @@ def hold_iterations(depth: int, step_size: int, rng: np.random.Generator, tail_a
     return int(min(base + extra, math.floor(max_factor * base), max_iterations))
 
 
+def additive_hold_iterations(depth: int, step_size: int, rng: np.random.Generator, max_extra: int,
+                             max_iterations: int) -> int:
+    """Hold schedule with an additive tail: R = ⌈d/c⌉ + X, X ~ U{0, …, max_extra}, capped at max_iterations.
+
+    The tail does not grow with d, so the gradient window keeps covering the progress region (iterations < ⌈d/c⌉)
+    and the iterations a halting rule reads (up to ⌈d/c⌉ + m − 1) are trained at every depth."""
+    return int(min(iterations_for_depth(depth, step_size) + rng.integers(0, max_extra + 1), max_iterations))
+
+
 def progress_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations, step_size: int) -> torch.Tensor:
     """PAR targets: iteration k reads z_min(c·k, d) = step_labels[b, min(c·k, d_b)].
 

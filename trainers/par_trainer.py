@@ -15,6 +15,7 @@ from modeling_par import grad_window_iterations
 from .callbacks import TimeBudgetCallback
 from .objectives import (
     OBJECTIVES,
+    additive_hold_iterations,
     answer_loss,
     balanced_halt_loss,
     final_targets,
@@ -27,7 +28,7 @@ from .objectives import (
 from .schedules import DepthBatchSampler, curriculum_max_depth, stretch_max_scale
 
 DEPTH_SCHEDULES = ("forced", "hold")
-_RNG_PURPOSES = ("iterations", "stretch", "negative")
+_RNG_PURPOSES = ("iterations", "stretch", "negative", "positions", "stretch_fraction")
 
 
 @dataclass
@@ -45,9 +46,19 @@ class ParTrainingArguments(TrainingArguments):
     curriculum_increment: int = field(default=1, metadata={"help": "curriculum: depth added each time"})
     hold_tail_alpha: float = field(default=1.5, metadata={"help": "hold: Pareto tail index of the extra iterations"})
     hold_max_factor: float = field(default=4.0, metadata={"help": "hold: R ≤ factor · ⌈d/c⌉"})
+    hold_extra_iterations: int | None = field(
+        default=None, metadata={"help": "hold: R = ⌈d/c⌉ + X with X ~ U{0..N} (additive) instead of the Pareto tail"}
+    )
     halting_loss_weight: float = field(default=0.0, metadata={"help": "learned halting loss weight (paper: 0.5)"})
     stretch_steps: int = field(default=0, metadata={"help": "positional-stretch phase: the last N steps (0: off)"})
     stretch_max_scale: float = field(default=8.0, metadata={"help": "s_max reached at the end of the phase"})
+    stretch_fraction: float = field(
+        default=1.0, metadata={"help": "stretch: the share of batches stretched during the phase (augmentation < 1)"}
+    )
+    random_positions_max: int | None = field(
+        default=None, metadata={"help": "randomized positions (Ruoss et al. 2023): each training sample's positions "
+                                        "are a sorted random subset of [0, N) (None: ordinary positions)"}
+    )
     adapter_learning_rate: float | None = field(default=None, metadata={"help": "adapter lr (paper: 1e-4)"})
     max_train_seconds: float | None = field(
         default=None, metadata={"help": "stop after this much wall time (all ranks at the same step)"}
@@ -86,6 +97,14 @@ class ParTrainingArguments(TrainingArguments):
             fail("stretch_steps", "≥ 0")
         if self.stretch_max_scale < 1:
             fail("stretch_max_scale", "≥ 1")
+        if not 0.0 < self.stretch_fraction <= 1.0:
+            fail("stretch_fraction", "in (0, 1]")
+        if self.hold_extra_iterations is not None and self.hold_extra_iterations < 0:
+            fail("hold_extra_iterations", "None or ≥ 0")
+        if self.random_positions_max is not None and self.random_positions_max < 2:
+            fail("random_positions_max", "None or ≥ 2 (and ≥ the longest training prompt)")
+        if self.random_positions_max is not None and self.stretch_steps > 0:
+            fail("random_positions_max", "None when stretch_steps > 0 (two position schemes at once)")
         if self.adapter_learning_rate is not None and self.adapter_learning_rate <= 0:
             fail("adapter_learning_rate", "None or > 0")
         if self.max_train_seconds is not None and self.max_train_seconds <= 0:
@@ -143,6 +162,9 @@ class ParTrainer(Trainer):
         c = self.model.config.step_size
         if self.args.depth_schedule == "forced":
             return iterations_for_depth(depth, c)
+        if self.args.hold_extra_iterations is not None:
+            return additive_hold_iterations(depth, c, self._step_rng("iterations"), self.args.hold_extra_iterations,
+                                            self.model.config.max_iterations)
         return hold_iterations(depth, c, self._step_rng("iterations"), self.args.hold_tail_alpha,
                                self.args.hold_max_factor, self.model.config.max_iterations)
 
@@ -151,10 +173,26 @@ class ParTrainer(Trainer):
         s_max = stretch_max_scale(self.state.global_step, a.max_steps - a.stretch_steps, a.stretch_steps,
                                   a.stretch_max_scale)
         self._log_value("stretch_s_max", s_max)
-        if s_max <= 1.0:
+        if s_max <= 1.0 or self._step_rng("stretch_fraction").random() >= a.stretch_fraction:
             return None
         u = self._step_rng("stretch").random(batch_size)
         return torch.tensor(1.0 + (s_max - 1.0) * u, dtype=torch.float32, device=device)
+
+    def position_ids(self, attention_mask: torch.Tensor) -> torch.Tensor | None:
+        """Randomized positions (Ruoss et al. 2023): per sample, a sorted random subset of [0, N) of the size of its
+        real tokens, placed on those tokens (padding keeps 0). None when `random_positions_max` is unset."""
+        limit = self.args.random_positions_max
+        if limit is None:
+            return None
+        rng = self._step_rng("positions")
+        lengths = attention_mask.sum(-1).tolist()
+        if max(lengths) > limit:
+            raise ValueError(f"random_positions_max={limit} is shorter than a training prompt ({max(lengths)} tokens).")
+        positions = torch.zeros_like(attention_mask, dtype=torch.long)
+        for b, n in enumerate(lengths):
+            drawn = np.sort(rng.choice(limit, size=n, replace=False))
+            positions[b, attention_mask[b].bool()] = torch.as_tensor(drawn, device=positions.device)
+        return positions
 
     def readout_iterations(self, num_iterations: int, depth: int) -> tuple[list[int], int | None]:
         """The gradient window (the last iteration only for `final_only`), plus with halting one earlier
@@ -194,7 +232,8 @@ class ParTrainer(Trainer):
         out = model(
             input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
             query_positions=inputs["query_positions"], num_iterations=num_iterations,
-            readout_iterations=all_reads, position_scale=scale,
+            readout_iterations=all_reads, position_scale=scale, operation_ends=inputs.get("operation_ends"),
+            position_ids=self.position_ids(inputs["attention_mask"]),
         )
         read_index = torch.tensor(all_reads, device=depth.device)
         supervised = torch.tensor([k in reads for k in all_reads], device=depth.device)

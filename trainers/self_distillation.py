@@ -101,13 +101,14 @@ class PrefixSelfDistillationTrainer(ParTrainer):
         for k in iterations:
             prefix = truncate_to_prefix(columns, c * k, self.task, self.processing_class, self.rendering,
                                         random_initial=self.random_initial)
-            rows.extend({key: prefix[key][b] for key in ("input_ids", "query_positions")}
+            rows.extend({key: prefix[key][b] for key in ("input_ids", "query_positions", "operation_ends")}
                         for b in range(depth.shape[0]))
             num_iterations.extend([k] * depth.shape[0])  # its completing iteration ⌈c·k / c⌉ = k
         batch = {k: v.to(depth.device) for k, v in self.prefix_collator(rows).items()}
         prediction = self.ema_model.predict(
             batch["input_ids"], attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
             num_iterations=torch.tensor(num_iterations, device=depth.device),
+            operation_ends=batch["operation_ends"],
         )
         return prediction.answer_logits.view(len(iterations), depth.shape[0], *prediction.answer_logits.shape[1:])
 
@@ -120,6 +121,7 @@ class PrefixSelfDistillationTrainer(ParTrainer):
             input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
             query_positions=inputs["query_positions"], num_iterations=num_iterations, readout_iterations=reads,
             position_scale=self.position_scale(depth.shape[0], depth.device),
+            operation_ends=inputs.get("operation_ends"),
         )
         completing = iterations_for_depth(d, c)
         iterations = torch.tensor(reads, device=depth.device)

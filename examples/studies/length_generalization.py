@@ -1,0 +1,183 @@
+"""Length-generalization study at CPU scale: what makes a PAR loop trained on d ≤ 8 solve longer problems.
+
+Every run is `examples/train_par.py` with the main job's defaults plus the flags in RUNS, one torch thread
+(two runs share the 2 cores), then a fixed evaluation: forced depth on fresh sequences at GRID (fine enough to
+place d50), the progress profile (every iteration's readout vs z_min(c·k, d)) at PROFILE_DEPTHS, the padding
+control (8 real ops + identity ops), and learned halting where the run trains it.
+
+    python examples/studies/length_generalization.py --run local_bidir --seed 0      # train + evaluate one row
+    python examples/studies/length_generalization.py --evaluate local_bidir --seed 0 # re-evaluate its model
+    python examples/studies/length_generalization.py --collect                     # table, plot, README
+
+Writes results/length_generalization_cpu/runs/<run>_s<seed>.json (command, seed, steps, wall time, curve,
+accuracy grid, G, profiles), README.md (one row per run, mean ± sd where there are seeds) and plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+OUT = REPO / "results" / "length_generalization_cpu"
+RUN_DIR = REPO / "runs" / "length_generalization"
+GRID = [8, 10, 12, 16, 24, 32, 48, 64]
+PROFILE_DEPTHS = [8, 16, 32]
+TRAIN_MAX_DEPTH = 8
+
+FULL = ["--loop_view", "full", "--progress_positions", "false", "--bidirectional_queries", "false"]
+LOCAL = ["--loop_view", "local", "--progress_positions", "true", "--bidirectional_queries", "true"]
+RUNS = {  # name -> (what it tests, flags on top of train_par.py's defaults; explicit, whatever the defaults are)
+    "baseline": ("faithful PAR: the main job as on main (full view, ordinary positions, 2,000 steps)", FULL),
+    "stretch_all": ("positional stretch ramped 1→8 over the whole run", FULL + [
+        "--stretch_steps", "2000", "--stretch_max_scale", "8"]),
+    "stretch_half": ("stretch as augmentation: half the batches, s_max ramped 1→8 over the run", FULL + [
+        "--stretch_steps", "2000", "--stretch_max_scale", "8", "--stretch_fraction", "0.5"]),
+    "random_positions": ("randomized sorted positions from [0, 64) (Ruoss et al. 2023), ordinary at test", FULL + [
+        "--random_positions_max", "64"]),
+    "progress_positions": ("full view, progress-coupled query positions", [
+        "--loop_view", "full", "--progress_positions", "true", "--bidirectional_queries", "false"]),
+    "prefix_view": ("queries see preamble + ops ≤ k + queries; progress positions; bidirectional queries", [
+        "--loop_view", "prefix", "--progress_positions", "true", "--bidirectional_queries", "true"]),
+    "local_causal": ("local view (queries see only op k), progress positions, causal queries", [
+        "--loop_view", "local", "--progress_positions", "true", "--bidirectional_queries", "false"]),
+    "local_bidir": ("local view, progress positions, bidirectional queries (2,000 steps: the new main job)", LOCAL),
+    "local_bidir_3000": ("local_bidir trained 3,000 steps", LOCAL + ["--max_steps", "3000"]),
+    "local_bidir_halting": ("local_bidir + learned halting (weight 0.5), additive hold tail X ~ U{0..8}, window 16",
+                            LOCAL + ["--depth_schedule", "hold", "--hold_extra_iterations", "8", "--grad_window", "16",
+                                     "--halting_loss_weight", "0.5"]),
+}
+
+
+def run_path(name: str, seed: int) -> Path:
+    return RUN_DIR / f"{name}_s{seed}"
+
+
+def train(name: str, seed: int) -> dict:
+    flags = RUNS[name][1]
+    output_dir = run_path(name, seed)
+    command = ["python", "examples/train_par.py", "--output_dir", str(output_dir.relative_to(REPO)), "--seed", str(seed),
+               "--eval_depths", "8", "--eval_n", "64", "--max_iterations", "200", *flags]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1")
+    started = time.time()
+    subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=env, check=True)
+    return {"command": " ".join(command), "wall_seconds": round(time.time() - started, 1)}
+
+
+def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
+    import torch
+
+    from state_tracking import evaluate_length_generalization, load_task_from_dir, progress_profile
+    from transformers import AutoTokenizer
+
+    from modeling_par import ParLoopedQwenForStateTracking
+
+    torch.set_num_threads(1)
+    folder = run_path(name, seed)
+    summary = json.loads((folder / "summary.json").read_text())
+    model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    task = load_task_from_dir(folder)
+    common = dict(n_per_depth=256, seed=seed)
+    forced = evaluate_length_generalization(model, tokenizer, task, GRID, mode="forced", train_max_depth=TRAIN_MAX_DEPTH,
+                                            progress=False, **common)
+    halting = None
+    if model.config.halt_token_ids is not None and "--halting_loss_weight" in RUNS[name][1]:
+        halting = evaluate_length_generalization(model, tokenizer, task, GRID, mode="halting", progress=False,
+                                                 train_max_depth=TRAIN_MAX_DEPTH, **common)
+    profile = progress_profile(model, tokenizer, task, PROFILE_DEPTHS, **common)
+    control = progress_profile(model, tokenizer, task, PROFILE_DEPTHS, padding_control_depth=TRAIN_MAX_DEPTH, **common)
+    row = dict(record or {})
+    row.update(
+        run=name, seed=seed, description=RUNS[name][0], flags=RUNS[name][1],
+        command=row.get("command") or summary["command"], steps=summary["steps"],
+        train_seconds=summary["train_seconds"], curve=summary.get("curve"),
+        depths=forced["depths"], accuracy=forced["accuracy"], d50=forced["d50"],
+        G=forced["extrapolation_factor"], profile=profile, padding_control=control,
+        halting=None if halting is None else {
+            k: halting[k] for k in ("depths", "accuracy", "d50", "extrapolation_factor", "per_depth")},
+        environment=forced["environment"],
+    )
+    (OUT / "runs").mkdir(parents=True, exist_ok=True)
+    (OUT / "runs" / f"{name}_s{seed}.json").write_text(json.dumps(row, indent=1))
+    print(f"{name} seed {seed}: " + " ".join(f"d={d}:{100 * a:.1f}" for d, a in zip(row["depths"], row["accuracy"]))
+          + f"  G={row['G']}")
+    return row
+
+
+def collect() -> None:
+    from state_tracking import plot_accuracy_vs_depth, plot_progress_profile
+
+    rows = [json.loads(p.read_text()) for p in sorted((OUT / "runs").glob("*.json"))]
+    order = {name: i for i, name in enumerate(RUNS)}
+    rows.sort(key=lambda r: (order.get(r["run"], 99), r["seed"]))
+    head = "| run | seed | steps | train s | " + " | ".join(f"d={d}" for d in GRID) + " | G |"
+    lines = [head, "|---|---|---|---|" + "---|" * len(GRID) + "---|"]
+    for r in rows:
+        acc = dict(zip(r["depths"], r["accuracy"]))
+        lines.append(f"| {r['run']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | "
+                     + " | ".join(f"{100 * acc[d]:.1f}" if d in acc else "–" for d in GRID) + f" | {r['G']} |")
+    by_run: dict[str, list] = {}
+    for r in rows:
+        by_run.setdefault(r["run"], []).append(r)
+    summary = ["| run | seeds | " + " | ".join(f"d={d}" for d in GRID) + " | G |", "|---|---|" + "---|" * len(GRID) + "---|"]
+    for name, group in by_run.items():
+        acc = np.array([r["accuracy"] for r in group]) * 100
+        cells = [f"{m:.1f} ± {s:.1f}" if len(group) > 1 else f"{m:.1f}" for m, s in zip(acc.mean(0), acc.std(0, ddof=min(1, len(group) - 1)))]
+        g = [r["G"] for r in group]
+        summary.append(f"| {name} | {len(group)} | " + " | ".join(cells) + f" | {np.mean(g):.2f} ({', '.join(map(str, g))}) |")
+    profiles = []
+    for r in rows:
+        for kind in ("profile", "padding_control"):
+            for d, prof in zip(r[kind]["depths"], r[kind]["profile"]):
+                profiles.append(f"| {r['run']} s{r['seed']} | {'padding' if kind != 'profile' else 'random'} | {d} | "
+                                + " ".join(f"{100 * a:.0f}" for a in prof) + " |")
+    text = (OUT / "README.md").read_text() if (OUT / "README.md").exists() else ""
+    marker = "<!-- generated below by examples/studies/length_generalization.py --collect -->"
+    head_text = text.split(marker)[0] if marker in text else "# Length generalization at CPU scale\n\n"
+    body = ["## Mean over seeds (overall state accuracy, %, 256 fresh sequences per depth, forced depth)", "",
+            *summary, "", "## Every run", "", *lines, "", "## Progress profiles (accuracy of iteration k vs z_min(k, d), %)",
+            "", "| run | prompts | d | k = 1, 2, … |", "|---|---|---|---|", *profiles, "",
+            "Commands, curves, environment: `runs/<run>_s<seed>.json`.", ""]
+    (OUT / "README.md").write_text(head_text + marker + "\n\n" + "\n".join(body))
+    plot_accuracy_vs_depth({name: group for name, group in by_run.items()}, OUT / "accuracy_vs_depth.png",
+                           title="swap-S5, train d ≤ 8 (CPU scale)")
+    best = max(rows, key=lambda r: (r["G"], sum(r["accuracy"])))
+    plot_progress_profile({f"{best['run']} s{best['seed']}: random ops": best["profile"],
+                           "padding control (8 ops + identity)": best["padding_control"]},
+                          OUT / "progress_profile_best.png", train_max_depth=TRAIN_MAX_DEPTH)
+    base = [r for r in rows if r["run"] == "baseline"]
+    if base:
+        plot_progress_profile({"baseline s0: random ops": base[0]["profile"],
+                               "padding control (8 ops + identity)": base[0]["padding_control"]},
+                              OUT / "progress_profile_baseline.png", train_max_depth=TRAIN_MAX_DEPTH)
+    print("\n".join(summary))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--run", choices=list(RUNS), help="train and evaluate one run")
+    group.add_argument("--evaluate", choices=list(RUNS), help="evaluate a trained run again")
+    group.add_argument("--collect", action="store_true", help="rebuild the table, plots and README")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.collect:
+        collect()
+    elif args.run:
+        evaluate(args.run, args.seed, train(args.run, args.seed))
+    else:
+        evaluate(args.evaluate, args.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Looking inside the loop: the progress profile and the padding control.
+
+A looped model trained with progress-aligned targets should, at iteration k, read out z_min(c·k, d), the state
+after the first c·k operations. The **progress profile** measures exactly that on fresh problems, for every
+iteration k of every test depth d:
+
+    profile[d][k] = mean over sequences of 1[ all queries of readout k == z_min(c·k, d) ]      (k = 1..R)
+
+It tells two failures apart: a *positional* one (early iterations already wrong on a long prompt: the model reads
+operation k differently when the prompt is longer) and an *iteration-count* one (right until k passes the
+iterations seen in training, then wrong).
+
+The **padding control** writes ``d0`` random operations followed by identity operations up to length d: the answer
+is z_{d0} whatever d is, so a model that fails there fails because the prompt is longer (or it runs longer), not
+because the problem is harder.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from .data import StateTrackingCollator, derive_seed
+from .prompts import check_rendering
+from .tasks import Task
+from .tokenization import encode_batch
+
+
+def identity_operation(task: Task) -> int:
+    """Index of an operation that leaves every state unchanged (swap-S5's and S5's ``identity``).
+
+    Raises ValueError naming the task when it has none (A5: every op is a 3-cycle)."""
+    if task.num_queries == 1:  # a state machine: every state
+        probes = np.arange(task.num_candidates, dtype=np.int64)[:, None]
+    else:  # every item in its own box: a non-identity permutation moves at least one of 64 random states
+        probes = np.concatenate([task.default_initial(1), task.sample_initial(np.random.default_rng(0), 64)])
+    for op in range(task.num_ops):
+        if (task.apply(probes, np.full(len(probes), op)) == probes).all():
+            return op
+    raise ValueError(f"task {task.name!r} has no identity operation, so it has no padding control")
+
+
+def padded_operations(task: Task, rng: np.random.Generator, n: int, real_depth: int, depth: int) -> np.ndarray:
+    """``real_depth`` random operations, then identity operations up to ``depth``.  # (n, depth)"""
+    if not 1 <= real_depth <= depth:
+        raise ValueError(f"padding control needs 1 <= real_depth <= depth, got real_depth={real_depth}, depth={depth}")
+    ops = np.full((n, depth), identity_operation(task), dtype=np.int64)
+    ops[:, :real_depth] = task.sample_ops(rng, n, real_depth)
+    return ops
+
+
+def progress_profile(
+    model: Any,
+    tokenizer: Any,
+    task: Task,
+    depths: Sequence[int],
+    n_per_depth: int = 256,
+    seed: int = 0,
+    batch_size: int = 256,
+    rendering: str = "symbolic",
+    random_initial: bool = False,
+    padding_control_depth: int | None = None,
+    extra_iterations: int = 0,
+    device: str | torch.device | None = None,
+) -> dict[str, Any]:
+    """Accuracy of every iteration's readout against z_min(c·k, d) on fresh problems at each depth.
+
+    Args:
+        depths: test depths d; the loop runs R = ⌈d / c⌉ + ``extra_iterations`` iterations (readouts past ⌈d/c⌉
+            are scored against z_d).
+        padding_control_depth: d0; if set, problems are d0 random operations then identity operations up to d
+            (see :func:`padded_operations`), so the targets are z_min(c·k, d0).
+    Returns:
+        JSON-ready dict: ``depths``, ``profile`` (one list per depth: accuracy at k = 1..R), ``final_accuracy``
+        (the readout at R = ⌈d/c⌉), ``first_failure`` (per depth the first k below 50%, or None), and the settings.
+    """
+    check_rendering(rendering)
+    depths = sorted(int(d) for d in depths)
+    if not depths or depths[0] < 1 or len(set(depths)) != len(depths):
+        raise ValueError(f"depths must be distinct integers >= 1, got {depths}")
+    if not isinstance(extra_iterations, int) or extra_iterations < 0:
+        raise ValueError(f"extra_iterations must be an integer >= 0, got {extra_iterations!r}")
+    if padding_control_depth is not None and not 1 <= padding_control_depth <= depths[0]:
+        raise ValueError(f"padding_control_depth must lie in [1, smallest depth={depths[0]}], got {padding_control_depth}")
+    c = int(model.config.step_size)
+    device = torch.device(device) if device is not None else getattr(model, "device", torch.device("cpu"))
+    collate = StateTrackingCollator(tokenizer.pad_token_id, padding_side="right")
+    takes_operation_ends = "operation_ends" in inspect.signature(model.forward).parameters
+    if hasattr(model, "eval"):
+        model.eval()
+    profiles, finals, first_failure = [], [], []
+    for depth in depths:
+        rng = np.random.default_rng(derive_seed("profile", seed, depth, padding_control_depth))
+        if padding_control_depth is None:
+            ops = task.sample_ops(rng, n_per_depth, depth)
+        else:
+            ops = padded_operations(task, rng, n_per_depth, padding_control_depth, depth)
+        initial = task.sample_initial(rng, n_per_depth) if random_initial else None
+        states = task.prefix_states(ops, initial)  # (n, d + 1, Q)
+        completing = math.ceil(depth / c)
+        num_iterations = completing + extra_iterations
+        k = np.arange(1, num_iterations + 1)
+        targets = states[:, np.minimum(c * k, depth)]  # (n, R, Q)
+        encoded = encode_batch(task, tokenizer, rendering, ops, initial)
+        correct = np.zeros(num_iterations)
+        for start in range(0, n_per_depth, batch_size):
+            batch = collate({key: column[start : start + batch_size] for key, column in encoded.items()})
+            batch = {key: value.to(device) for key, value in batch.items()}
+            kwargs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
+                          num_iterations=num_iterations, readout_iterations=k.tolist())
+            if takes_operation_ends:
+                kwargs["operation_ends"] = batch["operation_ends"]
+            with torch.inference_mode():
+                out = model(batch["input_ids"], **kwargs)
+            answers = out.answer_logits.argmax(-1).cpu().numpy()  # (R, b, Q)
+            expected = targets[start : start + batch_size].transpose(1, 0, 2)  # (R, b, Q)
+            correct += (answers == expected).all(-1).sum(-1)
+        accuracy = (correct / n_per_depth).tolist()
+        profiles.append(accuracy)
+        finals.append(accuracy[completing - 1])
+        below = [i + 1 for i, a in enumerate(accuracy) if a < 0.5]
+        first_failure.append(below[0] if below else None)
+    return {
+        "task": task.name,
+        "kind": "padding_control" if padding_control_depth is not None else "progress_profile",
+        "padding_control_depth": padding_control_depth,
+        "depths": depths,
+        "profile": profiles,
+        "final_accuracy": finals,
+        "first_failure": first_failure,
+        "step_size": c,
+        "extra_iterations": extra_iterations,
+        "n_per_depth": n_per_depth,
+        "seed": seed,
+        "rendering": rendering,
+        "random_initial": random_initial,
+    }
+
+
+def format_profile(result: dict[str, Any]) -> str:
+    """The profile as a markdown table: one row per depth, accuracy (%) at k = 1, 2, …"""
+    lines = ["| d | accuracy of iteration k = 1, 2, … (%) |", "|---|---|"]
+    for depth, row in zip(result["depths"], result["profile"]):
+        lines.append(f"| {depth} | " + " ".join(f"{100 * a:.0f}" for a in row) + " |")
+    return "\n".join(lines)
+
+
+def plot_progress_profile(results: dict[str, dict[str, Any]], path: str | os.PathLike,
+                          train_max_depth: int | None = None) -> None:
+    """Heatmaps of depth × iteration accuracy, one panel per result (e.g. progress profile, padding control)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if not results:
+        raise ValueError("results must map at least one title to a progress_profile result")
+    figure = Figure(figsize=(6.5 * len(results), 0.45 * max(len(r["depths"]) for r in results.values()) + 1.8))
+    FigureCanvasAgg(figure)
+    image = None
+    for i, (title, result) in enumerate(results.items()):
+        axes = figure.add_subplot(1, len(results), i + 1)
+        width = max(len(row) for row in result["profile"])
+        grid = np.full((len(result["depths"]), width), np.nan)
+        for r, row in enumerate(result["profile"]):
+            grid[r, : len(row)] = row
+        image = axes.imshow(grid, aspect="auto", vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest",
+                            extent=(0.5, width + 0.5, len(result["depths"]) - 0.5, -0.5))
+        axes.set_yticks(range(len(result["depths"])), [str(d) for d in result["depths"]])
+        axes.set_xlabel("iteration k")
+        axes.set_ylabel("prompt depth d")
+        if train_max_depth:
+            axes.axvline(train_max_depth / result["step_size"] + 0.5, color="white", linestyle="--", linewidth=1)
+        axes.set_title(title, fontsize="small")
+    figure.colorbar(image, ax=figure.axes, label="accuracy of readout k vs z_min(c·k, d)")
+    folder = os.path.dirname(os.fspath(path))
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    figure.savefig(path, dpi=110, bbox_inches="tight")

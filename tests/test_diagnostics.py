@@ -1,0 +1,99 @@
+"""The progress profile and padding control, checked exactly against models whose readouts are constructed."""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from state_tracking import (
+    build_tokenizer,
+    format_profile,
+    get_task,
+    identity_operation,
+    padded_operations,
+    plot_progress_profile,
+    progress_profile,
+)
+
+SWAP = get_task("swap_s5")
+TOKENIZER = build_tokenizer(SWAP)
+OP_IDS = {TOKENIZER.convert_tokens_to_ids(name): i for i, name in enumerate(SWAP.op_names)}
+
+
+class OracleLoop(torch.nn.Module):
+    """Reads the ops from the prompt and answers z_min(c·k, d) at iteration k while c·k ≤ `correct_until`, then
+    a wrong state (every box shifted by one item); optionally wrong at every iteration when d > `max_prompt`
+    (a positional failure)."""
+
+    def __init__(self, step_size=1, correct_until=10**9, max_prompt=10**9):
+        super().__init__()
+        self.config = SimpleNamespace(step_size=step_size)
+        self.correct_until, self.max_prompt = correct_until, max_prompt
+        self.calls = []
+
+    def forward(self, input_ids, attention_mask, query_positions, num_iterations, readout_iterations,
+                operation_ends=None):
+        self.calls.append(num_iterations)
+        c, logits = self.config.step_size, []
+        for b in range(input_ids.shape[0]):
+            ops = [OP_IDS[t] for t in input_ids[b].tolist() if t in OP_IDS]
+            states = SWAP.prefix_states(np.array([ops]).reshape(1, len(ops)))[0]
+            rows = []
+            for k in readout_iterations:
+                state = states[min(c * k, len(ops))]
+                if c * k > self.correct_until or len(ops) > self.max_prompt:
+                    state = (state + 1) % SWAP.num_candidates
+                rows.append(torch.nn.functional.one_hot(torch.as_tensor(state), SWAP.num_candidates).float())
+            logits.append(torch.stack(rows))
+        return SimpleNamespace(answer_logits=torch.stack(logits, 1))  # (K, b, Q, C)
+
+
+def test_profile_of_a_perfect_loop_is_all_ones_and_reads_every_iteration():
+    model = OracleLoop()
+    result = progress_profile(model, TOKENIZER, SWAP, [3, 7], n_per_depth=10, batch_size=4)
+    assert result["profile"] == [[1.0] * 3, [1.0] * 7]
+    assert result["final_accuracy"] == [1.0, 1.0] and result["first_failure"] == [None, None]
+    assert model.calls == [3, 3, 3, 7, 7, 7]  # R = d per batch of 4 (10 sequences: 3 batches)
+
+
+def test_profile_separates_iteration_count_from_positional_failures():
+    counting = progress_profile(OracleLoop(correct_until=4), TOKENIZER, SWAP, [6], n_per_depth=8)
+    assert counting["profile"] == [[1, 1, 1, 1, 0, 0]] and counting["first_failure"] == [5]
+    positional = progress_profile(OracleLoop(max_prompt=5), TOKENIZER, SWAP, [4, 6], n_per_depth=8)
+    assert positional["profile"] == [[1, 1, 1, 1], [0] * 6] and positional["first_failure"] == [None, 1]
+
+
+def test_profile_with_step_size_two_and_extra_iterations():
+    result = progress_profile(OracleLoop(step_size=2, correct_until=4), TOKENIZER, SWAP, [5], n_per_depth=6,
+                              extra_iterations=2)
+    # R = ⌈5/2⌉ + 2 = 5 readouts of z_2, z_4, z_5, z_5, z_5; the oracle fails once c·k > 4
+    assert result["profile"] == [[1, 1, 0, 0, 0]] and result["final_accuracy"] == [0]
+
+
+def test_padding_control_targets_stay_at_the_real_depth():
+    result = progress_profile(OracleLoop(), TOKENIZER, SWAP, [4, 9], n_per_depth=6, padding_control_depth=4)
+    assert result["kind"] == "padding_control" and result["profile"] == [[1.0] * 4, [1.0] * 9]
+    rng = np.random.default_rng(0)
+    ops = padded_operations(SWAP, rng, 5, 3, 8)
+    assert ops.shape == (5, 8) and (ops[:, 3:] == identity_operation(SWAP)).all()
+    states = SWAP.prefix_states(ops)
+    assert (states[:, 3:] == states[:, 3:4]).all()  # the answer is z_3 at every length
+
+
+def test_padding_control_and_profile_arguments_are_checked():
+    with pytest.raises(ValueError, match="no identity operation"):
+        identity_operation(get_task("a5"))
+    assert identity_operation(get_task("s5")) == 0
+    with pytest.raises(ValueError, match="padding_control_depth"):
+        progress_profile(OracleLoop(), TOKENIZER, SWAP, [4], n_per_depth=2, padding_control_depth=5)
+    with pytest.raises(ValueError, match="depths"):
+        progress_profile(OracleLoop(), TOKENIZER, SWAP, [4, 4], n_per_depth=2)
+
+
+def test_format_and_plot(tmp_path):
+    result = progress_profile(OracleLoop(correct_until=2), TOKENIZER, SWAP, [3], n_per_depth=4)
+    assert format_profile(result).splitlines()[-1] == "| 3 | 100 100 0 |"
+    plot_progress_profile({"profile": result}, tmp_path / "p.png", train_max_depth=2)
+    assert (tmp_path / "p.png").stat().st_size > 1000
