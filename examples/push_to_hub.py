@@ -44,6 +44,8 @@ def render_card(model, repo_id: str, results_markdown: str | None = None, traini
         "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
         "vocab_size": c.vocab_size, "grad_window": c.grad_window, "max_iterations": c.max_iterations,
         "num_parameters": f"{sum(p.numel() for p in model.parameters()):,}",
+        "loop_view": c.loop_view, "progress_positions": "on" if c.progress_positions else "off",
+        "bidirectional_queries": "on" if c.bidirectional_queries else "off",
         "training_data": training_data or "Not stated by the exporter.",
         "results": results_markdown or "No results were attached to this export.",
         "limits": limits or "Trained from the configuration above; see the training data section.",

@@ -239,6 +239,7 @@ class _LoopView:
     positions: torch.Tensor  # (b, t) float, before stretch
     operation_end_positions: torch.Tensor  # (b, D+1) float
     position_scale: torch.Tensor | None  # (b,) or None
+    operation_ends: torch.Tensor | None = None  # (b, D+1) token indices
 
     def select(self, keep: torch.Tensor) -> _LoopView:
         return _LoopView(*(None if x is None else x[keep] for x in vars(self).values()))
@@ -255,10 +256,63 @@ class _Context:
     sin: torch.Tensor  # (b, t, head_dim)
     query_positions: torch.Tensor  # (b, q)
     loop: _LoopView | None = None
+    window: _LocalWindow | None = None
 
     def select(self, keep: torch.Tensor) -> _Context:
         fields = (self.prelude_out, self.mask, self.cos, self.sin, self.query_positions)
-        return _Context(*(x[keep] for x in fields), None if self.loop is None else self.loop.select(keep))
+        return _Context(*(None if x is None else x[keep] for x in fields),
+                        None if self.loop is None else self.loop.select(keep),
+                        None if self.window is None else self.window.select(keep))
+
+    def initial_state(self) -> torch.Tensor:
+        """s_0 = e: the prelude output (the query region's under the local window)."""
+        return self.prelude_out if self.window is None else self.window.query_e
+
+    def state_valid(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Which rows of the loop state are real tokens, (b, rows) float."""
+        return (attention_mask if self.window is None else self.window.query_valid).float()
+
+
+@dataclass
+class _LocalWindow:
+    """`loop_view="local"` without the rest of the prompt: each iteration runs the core and coda on the tokens of
+    its operations plus the query region only (the only rows the local view lets the queries read), so an
+    iteration costs O(span + queries) instead of O(prompt). The loop state is the query region's (b, Qmax, h).
+
+    Exactly the masked local computation restricted to those rows (tested against it)."""
+
+    query_index: torch.Tensor  # (b, Qmax) token index of each query-region token (padded: last real token)
+    query_valid: torch.Tensor  # (b, Qmax) bool
+    query_e: torch.Tensor  # (b, Qmax, h) prelude output at the query region
+    prelude_out: torch.Tensor  # (b, t, h)
+    operation_ends: torch.Tensor  # (b, D+1)
+    segments: torch.Tensor  # (b, t)
+    depth: torch.Tensor  # (b,)
+    positions: torch.Tensor  # (b, t) float, before stretch
+    operation_end_positions: torch.Tensor  # (b, D+1) float
+    position_scale: torch.Tensor | None  # (b,)
+    readout_columns: torch.Tensor  # (b, q) column of each readout query inside the window's query part
+    ops_out: torch.Tensor | None = None  # (b, S, h) the core output on iteration k's op rows (read by the coda)
+    span: int = 0  # S, op columns of the current window
+
+    def select(self, keep: torch.Tensor) -> _LocalWindow:
+        values = {k: (v[keep] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
+        return _LocalWindow(**values)
+
+
+def local_window_rows(operation_ends: torch.Tensor, depth: torch.Tensor, iteration: int,
+                      step_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token indices of the operations iteration k reads, (end_{c·(k−1)}, end_{min(c·k, d)}], padded to the batch's
+    longest span S. Returns index (b, S) and valid (b, S)."""
+    low, high = operations_read(iteration, depth, step_size)
+    rows = torch.arange(depth.shape[0], device=depth.device)
+    start = operation_ends[rows, low] + 1
+    length = operation_ends[rows, high] - operation_ends[rows, low]  # 0 past ⌈d/c⌉
+    span = max(int(length.max()), 0)
+    offsets = torch.arange(span, device=depth.device)
+    valid = offsets[None] < length[:, None]
+    index = torch.where(valid, start[:, None] + offsets[None], start[:, None].clamp_max(operation_ends.max()))
+    return index.clamp_min(0), valid
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -295,6 +349,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         self.model = Qwen2Model(config)  # embed_tokens, layers, norm, rotary_emb — Qwen2's own modules and names
         self.adapter = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=False)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        # loop_view="local": run each iteration on its operations + the query region only (same result, O(window)
+        # per iteration instead of O(prompt)); False uses the masked full-prompt computation (the reference).
+        self.local_window = True
         self.post_init()
 
     # The three slices of the one decoder stack.
@@ -489,11 +546,58 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 base_allowed=padded_causal_mask(attention_mask, None)[:, 0], segments=segments, depth=depth,
                 query_region=query_region, positions=positions,
                 operation_end_positions=positions.gather(1, operation_ends.clamp_min(0)), position_scale=position_scale,
+                operation_ends=operation_ends,
             )
             context = _Context(hidden, None, None, None, query_positions, loop)
             context.mask, context.cos, context.sin = self._view_at(context, 0, hidden)
         context.prelude_out = self._run_layers(self.prelude, hidden, context)
+        if context.loop is not None and self.config.loop_view == "local" and self.local_window:
+            context.window = self._local_window(context, query_positions)
         return context
+
+    def _local_window(self, context: _Context, query_positions: torch.Tensor) -> _LocalWindow:
+        loop = context.loop
+        b = loop.segments.shape[0]
+        query_start = loop.query_region.float().argmax(-1)  # first query-region token
+        query_length = loop.query_region.sum(-1)
+        width = int(query_length.max())
+        offsets = torch.arange(width, device=query_start.device)
+        query_valid = offsets[None] < query_length[:, None]
+        last = query_start + query_length - 1
+        query_index = torch.minimum(query_start[:, None] + offsets[None], last[:, None])
+        rows = torch.arange(b, device=query_start.device)[:, None]
+        return _LocalWindow(
+            query_index=query_index, query_valid=query_valid, query_e=context.prelude_out[rows, query_index],
+            prelude_out=context.prelude_out, operation_ends=loop.operation_ends, segments=loop.segments,
+            depth=loop.depth,
+            positions=loop.positions, operation_end_positions=loop.operation_end_positions,
+            position_scale=loop.position_scale, readout_columns=query_positions - query_start[:, None],
+        )
+
+    def _window_at(self, window: _LocalWindow, iteration: int, hidden: torch.Tensor):
+        """Token indices, validity, mask and rotary of iteration k's window: [its operations | the query region]."""
+        c = self.config
+        op_index, op_valid = local_window_rows(window.operation_ends, window.depth, iteration, c.step_size)
+        index = torch.cat([op_index, window.query_index], 1)  # (b, w)
+        valid = torch.cat([op_valid, window.query_valid], 1)
+        is_query = torch.cat([torch.zeros_like(op_valid), window.query_valid], 1)
+        segment = window.segments.gather(1, index)
+        earlier = index[:, None, :] <= index[:, :, None]  # key j not after query i
+        key_valid, query_row = valid[:, None, :], is_query[:, :, None]
+        key_op = (valid & ~is_query)[:, None, :]
+        sees_query = is_query[:, None, :] & (earlier | c.bidirectional_queries)
+        allowed = key_valid & torch.where(query_row, key_op | sees_query,
+                                          key_op & earlier & (segment[:, None, :] == segment[:, :, None]))
+        allowed = allowed | torch.eye(index.shape[1], dtype=torch.bool, device=index.device)[None]
+        mask = attention_bias(allowed, None if c._attn_implementation == "sdpa" else hidden.dtype)
+        positions = window.positions.gather(1, index)
+        if c.progress_positions:
+            shift = progress_shift(window.operation_end_positions, window.depth, iteration, c.step_size)
+            positions = positions - shift[:, None] * is_query
+        if window.position_scale is not None:
+            positions = stretch_positions(positions, window.position_scale)
+        cos, sin = self.model.rotary_emb(hidden, positions)
+        return index, mask, cos, sin
 
     def _view_at(self, context: _Context, iteration: int, hidden: torch.Tensor):
         """(mask, cos, sin) at iteration k (0: the prelude): `loop_view_mask` and `progress_shift` positions."""
@@ -534,6 +638,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         With an iteration-dependent view, `context.mask/cos/sin` are set to iteration k's (the readout of k uses
         them); under `loop_view="local"` only the query region iterates: other rows restart from e.
         """
+        if context.window is not None:
+            return self._window_core_step(state, reference_rms, context, iteration)
         context.mask, context.cos, context.sin = self._view_at(context, iteration, state)
         if context.loop is not None and self.config.loop_view == "local":
             state = torch.where(context.loop.query_region[..., None], state, context.prelude_out)
@@ -549,14 +655,46 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             return new_state, raw_rms, raw_rms
         return anchor_state_norm(new_state, reference_rms), raw_rms, reference_rms
 
+    def _window_core_step(self, state, reference_rms, context: _Context, iteration: int):
+        """`core_step` on iteration k's window; `state` is the query region's (b, Qmax, h)."""
+        window = context.window
+        index, context.mask, context.cos, context.sin = self._window_at(window, iteration, state)
+        span = index.shape[1] - state.shape[1]
+        rows = torch.arange(index.shape[0], device=index.device)[:, None]
+        e = window.prelude_out[rows, index]  # (b, w, h); op rows restart from e
+        x = torch.cat([e[:, :span], state], 1)
+        args = (e, x, context.mask, context.cos, context.sin)
+        if self.config.checkpoint_core and self.training and torch.is_grad_enabled():
+            out = checkpoint(self._core_block, *args, use_reentrant=False)
+        else:
+            out = self._core_block(*args)
+        ops_out, new_state = out[:, :span], out[:, span:]
+        raw_rms = state_rms(new_state).detach()
+        window.span = span
+        if not self.config.norm_anchoring:
+            window.ops_out = ops_out
+            return new_state, raw_rms, reference_rms
+        if reference_rms is None:
+            window.ops_out = ops_out
+            return new_state, raw_rms, raw_rms
+        # op rows compute the same value every iteration, so their iteration-1 RMS is their current one
+        window.ops_out = anchor_state_norm(ops_out, state_rms(ops_out).detach())
+        return anchor_state_norm(new_state, reference_rms), raw_rms, reference_rms
+
     def readout(self, state, context: _Context):
         """y_k = Q(s_k), final norm, LM-head rows of the candidates at the query positions (the coda uses the
         mask and positions of the iteration `state` comes from, as left in `context` by `core_step`).
 
         Returns answer logits (b, q, candidates) and halt logits (b, 2) of (Yes, No) at the last query, or None.
         """
-        hidden = self.model.norm(self._run_layers(self.coda, state, context))
-        index = context.query_positions[..., None].expand(-1, -1, hidden.shape[-1])
+        if context.window is not None:  # the coda on [iteration k's op rows | query region]
+            window = context.window
+            hidden = self._run_layers(self.coda, torch.cat([window.ops_out, state], 1), context)
+            hidden = self.model.norm(hidden[:, window.span:])
+            index = window.readout_columns[..., None].expand(-1, -1, hidden.shape[-1])
+        else:
+            hidden = self.model.norm(self._run_layers(self.coda, state, context))
+            index = context.query_positions[..., None].expand(-1, -1, hidden.shape[-1])
         at_queries = hidden.gather(1, index)  # (b, q, h)
         weight = self.lm_head.weight
         answer_ids = torch.tensor(self.config.answer_token_ids, device=weight.device)
@@ -604,7 +742,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         grad_allowed = torch.is_grad_enabled()
         valid = (attention_mask if attention_mask is not None else torch.ones_like(input_ids)).float()
 
-        state, reference, read_set = context.prelude_out, None, set(reads)
+        valid = context.state_valid(valid)
+        state, reference, read_set = context.initial_state(), None, set(reads)
         answers, halts, rms_trace, states = [], [], [], []
         for k in range(1, num_iterations + 1):
             with torch.set_grad_enabled(grad_allowed and k >= grad_from):
@@ -673,7 +812,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             ring_p_yes = torch.zeros(m, batch, device=device)
 
         active = torch.arange(batch, device=device)
-        state, reference = context.prelude_out, None
+        state, reference = context.initial_state(), None
         for k in range(1, limit + 1):
             state, _, reference = self.core_step(state, reference, context, k)
             if not halting:  # read only the samples whose depth is reached

@@ -100,7 +100,9 @@ def test_iterations_up_to_d_do_not_depend_on_prompt_length(view, rendering, side
 
 
 def core_step_at(model, tokenizer, ops, iteration, query_state):
-    """The query rows of one core step at `iteration`, from a given query state (other rows: e)."""
+    """The query rows of one core step at `iteration`, from a given query state (other rows: e), computed on the
+    whole prompt (the masked reference computation)."""
+    model.local_window = False
     batch = StateTrackingCollator(tokenizer.pad_token_id)(encode_batch(SWAP, tokenizer, "symbolic", ops))
     with torch.no_grad():
         context = model._prepare(batch["input_ids"], batch["attention_mask"], batch["query_positions"], None,
@@ -187,3 +189,32 @@ def test_view_options_round_trip_through_save_pretrained(tmp_path):
     assert (loaded.config.loop_view, loaded.config.progress_positions, loaded.config.bidirectional_queries) == (
         "local", True, True)
     torch.testing.assert_close(readouts(loaded, tokenizer, OPS[:, :6]), readouts(model, tokenizer, OPS[:, :6]))
+
+
+@pytest.mark.parametrize("rendering, side, step_size, bidirectional", [
+    ("symbolic", "right", 1, True), ("symbolic", "left", 2, False), ("text", "right", 1, True), ("text", "left", 2, True)])
+def test_local_window_equals_the_masked_local_computation(rendering, side, step_size, bidirectional):
+    """The fast path (core and coda on iteration k's op tokens + the query region) computes what the masked
+    full-prompt local view computes, including iterations past d (no operation left) and varying op spans."""
+    model, tokenizer = task_model(rendering=rendering, loop_view="local", progress_positions=True,
+                                  bidirectional_queries=bidirectional, step_size=step_size)
+    assert model.local_window
+    fast = readouts(model, tokenizer, OPS[:, :9], rendering, side, iterations=12)
+    model.local_window = False
+    masked = readouts(model, tokenizer, OPS[:, :9], rendering, side, iterations=12)
+    torch.testing.assert_close(fast, masked, atol=2e-5, rtol=0)
+
+
+def test_local_window_gradients_equal_the_masked_ones():
+    model, tokenizer = task_model(loop_view="local", progress_positions=True, bidirectional_queries=True)
+    batch = StateTrackingCollator(tokenizer.pad_token_id)(encode_batch(SWAP, tokenizer, "symbolic", OPS[:, :6]))
+    grads = []
+    for window in (True, False):
+        model.local_window = window
+        model.zero_grad()
+        out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                    query_positions=batch["query_positions"], operation_ends=batch["operation_ends"],
+                    num_iterations=6, readout_iterations=[2, 4, 6])
+        out.answer_logits.square().mean().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-4)

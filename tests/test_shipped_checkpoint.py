@@ -32,3 +32,10 @@ def test_shipped_checkpoint_answers_match_the_task_states(shipped, depth):
                          query_positions=batch["query_positions"], num_iterations=depth)
     accuracy = (pred.answers.numpy() == expected).all(-1).mean()
     assert accuracy >= MIN_ACCURACY[depth], (depth, accuracy)
+
+
+@pytest.mark.parametrize("name", ["modeling_par.py", "configuration_par.py"])
+def test_shipped_remote_code_is_the_package_code(name):
+    """The checkpoint carries a copy of the remote code; a model change must re-export it, not ship it stale."""
+    package = Path(__file__).resolve().parents[1] / "modeling_par" / name
+    assert (CHECKPOINT / name).read_text() == package.read_text(), f"re-export {CHECKPOINT.name}: {name} is stale"

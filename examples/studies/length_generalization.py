@@ -30,7 +30,8 @@ sys.path.insert(0, str(REPO))
 
 OUT = REPO / "results" / "length_generalization_cpu"
 RUN_DIR = REPO / "runs" / "length_generalization"
-GRID = [8, 10, 12, 16, 24, 32, 48, 64]
+GRID = [8, 10, 12, 16, 24, 32, 48, 64, 128, 256, 512]
+FAILED = 0.02  # two consecutive depths below this end a run's grid early (d50 is placed; longer is not run)
 PROFILE_DEPTHS = [8, 16, 32]
 TRAIN_MAX_DEPTH = 8
 
@@ -73,10 +74,29 @@ def train(name: str, seed: int) -> dict:
     return {"command": " ".join(command), "wall_seconds": round(time.time() - started, 1)}
 
 
+def grid_accuracy(model, tokenizer, task, mode: str, common: dict) -> dict:
+    """Accuracy on GRID, depth by depth, stopping after two consecutive depths below FAILED (a full-view loop at
+    d = 512 costs ~an hour on CPU, and d50 is already placed)."""
+    from state_tracking import evaluate_length_generalization, longest_accurate_depth
+
+    depths, accuracy, per_depth, low = [], [], [], 0
+    for depth in GRID:
+        result = evaluate_length_generalization(model, tokenizer, task, [depth], mode=mode, progress=False, **common)
+        depths.append(depth)
+        accuracy.append(result["accuracy"][0])
+        per_depth.append(result["per_depth"][0])
+        low = low + 1 if accuracy[-1] < FAILED else 0
+        if low == 2:
+            break
+    d50 = longest_accurate_depth(depths, accuracy)
+    return dict(depths=depths, accuracy=accuracy, per_depth=per_depth, d50=d50,
+                extrapolation_factor=d50 / TRAIN_MAX_DEPTH, environment=result["environment"])
+
+
 def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
     import torch
 
-    from state_tracking import evaluate_length_generalization, load_task_from_dir, progress_profile
+    from state_tracking import load_task_from_dir, progress_profile
     from transformers import AutoTokenizer
 
     from modeling_par import ParLoopedQwenForStateTracking
@@ -88,12 +108,10 @@ def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     task = load_task_from_dir(folder)
     common = dict(n_per_depth=256, seed=seed)
-    forced = evaluate_length_generalization(model, tokenizer, task, GRID, mode="forced", train_max_depth=TRAIN_MAX_DEPTH,
-                                            progress=False, **common)
+    forced = grid_accuracy(model, tokenizer, task, "forced", common)
     halting = None
     if model.config.halt_token_ids is not None and "--halting_loss_weight" in RUNS[name][1]:
-        halting = evaluate_length_generalization(model, tokenizer, task, GRID, mode="halting", progress=False,
-                                                 train_max_depth=TRAIN_MAX_DEPTH, **common)
+        halting = grid_accuracy(model, tokenizer, task, "halting", common)
     profile = progress_profile(model, tokenizer, task, PROFILE_DEPTHS, **common)
     control = progress_profile(model, tokenizer, task, PROFILE_DEPTHS, padding_control_depth=TRAIN_MAX_DEPTH, **common)
     row = dict(record or {})
@@ -105,6 +123,7 @@ def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
         G=forced["extrapolation_factor"], profile=profile, padding_control=control,
         halting=None if halting is None else {
             k: halting[k] for k in ("depths", "accuracy", "d50", "extrapolation_factor", "per_depth")},
+        G_is_lower_bound=bool(forced["depths"][-1] == GRID[-1] and forced["accuracy"][-1] >= 0.5),
         environment=forced["environment"],
     )
     (OUT / "runs").mkdir(parents=True, exist_ok=True)
@@ -131,8 +150,15 @@ def collect() -> None:
         by_run.setdefault(r["run"], []).append(r)
     summary = ["| run | seeds | " + " | ".join(f"d={d}" for d in GRID) + " | G |", "|---|---|" + "---|" * len(GRID) + "---|"]
     for name, group in by_run.items():
-        acc = np.array([r["accuracy"] for r in group]) * 100
-        cells = [f"{m:.1f} ± {s:.1f}" if len(group) > 1 else f"{m:.1f}" for m, s in zip(acc.mean(0), acc.std(0, ddof=min(1, len(group) - 1)))]
+        cells = []
+        for d in GRID:
+            values = [100 * dict(zip(r["depths"], r["accuracy"]))[d] for r in group if d in r["depths"]]
+            if len(values) != len(group):
+                cells.append("–")
+            elif len(values) > 1:
+                cells.append(f"{np.mean(values):.1f} ± {np.std(values, ddof=1):.1f}")
+            else:
+                cells.append(f"{values[0]:.1f}")
         g = [r["G"] for r in group]
         summary.append(f"| {name} | {len(group)} | " + " | ".join(cells) + f" | {np.mean(g):.2f} ({', '.join(map(str, g))}) |")
     profiles = []
@@ -149,8 +175,12 @@ def collect() -> None:
             "", "| run | prompts | d | k = 1, 2, … |", "|---|---|---|---|", *profiles, "",
             "Commands, curves, environment: `runs/<run>_s<seed>.json`.", ""]
     (OUT / "README.md").write_text(head_text + marker + "\n\n" + "\n".join(body))
-    plot_accuracy_vs_depth({name: group for name, group in by_run.items()}, OUT / "accuracy_vs_depth.png",
-                           title="swap-S5, train d ≤ 8 (CPU scale)")
+    def padded(r):  # depths a run stopped before count as 0 (two shorter depths were already below FAILED)
+        acc = dict(zip(r["depths"], r["accuracy"]))
+        return {**r, "depths": GRID, "accuracy": [acc.get(d, 0.0) for d in GRID]}
+
+    plot_accuracy_vs_depth({name: [padded(r) for r in group] for name, group in by_run.items()},
+                           OUT / "accuracy_vs_depth.png", title="swap-S5, train d ≤ 8 (CPU scale)")
     best = max(rows, key=lambda r: (r["G"], sum(r["accuracy"])))
     plot_progress_profile({f"{best['run']} s{best['seed']}: random ops": best["profile"],
                            "padding control (8 ops + identity)": best["padding_control"]},
