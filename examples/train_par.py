@@ -1,7 +1,10 @@
 """Train a PAR looped Qwen2 on a state-tracking task, then evaluate length generalization.
 
 The defaults train a small from-scratch model on swap-S5 (depth curriculum up to d = 8) in a few minutes on a
-laptop CPU, then print accuracy at depths up to 4× the training depth and write a table, JSON and plot:
+laptop CPU with the recipe of the length-generalization study (`results/length_generalization_cpu/`: local loop
+view, progress-coupled query positions, bidirectional queries; `--loop_view full --progress_positions false
+--bidirectional_queries false` is the paper's setting), then print accuracy at depths up to 8× the training depth
+and write a table, JSON and plot:
 
     python examples/train_par.py                                  # the defaults (README's main job)
     python examples/train_par.py --max_steps 200 --output_dir runs/quick

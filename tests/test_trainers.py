@@ -92,6 +92,8 @@ def test_halt_labels_flip_at_ck_ge_d():
     labels = halt_labels(torch.tensor([1, 2, 3, 4, 5]), depth, 1)  # 0 = Yes, 1 = No
     assert labels.tolist() == [[1, 1], [1, 1], [0, 1], [0, 1], [0, 0]]
     assert halt_labels(torch.tensor([1, 2, 3]), depth, 2).tolist() == [[1, 1], [0, 1], [0, 0]]
+    # offset 1: Yes only once no operation is left to read (k − 1 ≥ d)
+    assert halt_labels(torch.tensor([2, 3, 4]), torch.tensor([3]), 1, offset=1)[:, 0].tolist() == [1, 1, 0]
 
 
 def test_balanced_halt_loss_weighs_classes_equally():

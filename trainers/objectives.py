@@ -60,9 +60,14 @@ def final_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations: to
     return final[None].expand(iterations.shape[0], -1, -1)
 
 
-def halt_labels(iterations: torch.Tensor, depth: torch.Tensor, step_size: int) -> torch.Tensor:
-    """Learned halting labels: "Yes" (0) when c·k ≥ d, else "No" (1).  (K,), (B,) -> (K, B)"""
-    done = step_size * iterations.to(depth.device)[:, None] >= depth[None, :]
+def halt_labels(iterations: torch.Tensor, depth: torch.Tensor, step_size: int, offset: int = 0) -> torch.Tensor:
+    """Learned halting labels: "Yes" (0) when c·(k − offset) ≥ d, else "No" (1).  (K,), (B,) -> (K, B)
+
+    offset 0 is the paper's rule (Yes from the completing iteration ⌈d/c⌉ on). offset 1 says Yes from the first
+    iteration that reads no operation: under `loop_view="local"` the queries cannot tell that operation k is the last
+    one, but they see when none is left, so the label becomes a function of what the model sees (the readout of
+    that iteration is z_d: a no-op step, trained by the hold schedule)."""
+    done = step_size * (iterations.to(depth.device)[:, None] - offset) >= depth[None, :]
     return torch.where(done, YES, NO)
 
 

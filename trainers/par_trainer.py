@@ -49,6 +49,9 @@ class ParTrainingArguments(TrainingArguments):
     hold_extra_iterations: int | None = field(
         default=None, metadata={"help": "hold: R = ⌈d/c⌉ + X with X ~ U{0..N} (additive) instead of the Pareto tail"}
     )
+    halt_label_offset: int = field(default=0, metadata={
+        "help": "halting labels say Yes when c·(k − offset) ≥ d: 0 is the paper's; 1 (Yes once no operation is left to "
+                "read) suits loop_view=local, whose queries cannot see that an operation is the last"})
     halting_loss_weight: float = field(default=0.0, metadata={"help": "learned halting loss weight (paper: 0.5)"})
     stretch_steps: int = field(default=0, metadata={"help": "positional-stretch phase: the last N steps (0: off)"})
     stretch_max_scale: float = field(default=8.0, metadata={"help": "s_max reached at the end of the phase"})
@@ -93,6 +96,8 @@ class ParTrainingArguments(TrainingArguments):
             fail("hold_max_factor", "≥ 1")
         if self.halting_loss_weight < 0:
             fail("halting_loss_weight", "≥ 0")
+        if self.halt_label_offset < 0:
+            fail("halt_label_offset", "≥ 0")
         if self.stretch_steps < 0:
             fail("stretch_steps", "≥ 0")
         if self.stretch_max_scale < 1:
@@ -204,7 +209,7 @@ class ParTrainer(Trainer):
             if self.args.objective == "final_only":
                 reads = window
             # negatives are the iterations k < ⌈d/c⌉; under `hold` the window may start past them
-            below = min(window[0], iterations_for_depth(depth, self.model.config.step_size))
+            below = min(window[0], iterations_for_depth(depth, self.model.config.step_size) + self.args.halt_label_offset)
             if below > 1:
                 extra = int(self._step_rng("negative").integers(1, below))
         return reads, extra
@@ -250,7 +255,7 @@ class ParTrainer(Trainer):
         if self.args.halting_loss_weight > 0:
             if out.halt_logits is None:
                 raise ValueError("halting_loss_weight > 0 needs ParLoopedQwenConfig.halt_token_ids.")
-            loss_halt = balanced_halt_loss(out.halt_logits, halt_labels(read_index, depth, c))
+            loss_halt = balanced_halt_loss(out.halt_logits, halt_labels(read_index, depth, c, self.args.halt_label_offset))
             loss = loss + self.args.halting_loss_weight * loss_halt
             self._log_value("loss_halt", loss_halt.item())
 

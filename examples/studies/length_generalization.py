@@ -8,6 +8,7 @@ control (8 real ops + identity ops), and learned halting where the run trains it
     python examples/studies/length_generalization.py --run local_bidir --seed 0      # train + evaluate one row
     python examples/studies/length_generalization.py --evaluate local_bidir --seed 0 # re-evaluate its model
     python examples/studies/length_generalization.py --collect                     # table, plot, README
+    python examples/studies/length_generalization.py --export local_bidir_halting  # ship the checkpoint
 
 Writes results/length_generalization_cpu/runs/<run>_s<seed>.json (command, seed, steps, wall time, curve,
 accuracy grid, G, profiles), README.md (one row per run, mean ± sd where there are seeds) and plots.
@@ -56,6 +57,10 @@ RUNS = {  # name -> (what it tests, flags on top of train_par.py's defaults; exp
     "local_bidir_halting": ("local_bidir + learned halting (weight 0.5), additive hold tail X ~ U{0..8}, window 16",
                             LOCAL + ["--depth_schedule", "hold", "--hold_extra_iterations", "8", "--grad_window", "16",
                                      "--halting_loss_weight", "0.5"]),
+    "local_bidir_halting_offset": ("local_bidir_halting with halting labels Yes once no operation is left (offset 1)",
+                                   LOCAL + ["--depth_schedule", "hold", "--hold_extra_iterations", "8",
+                                            "--grad_window", "16", "--halting_loss_weight", "0.5",
+                                            "--halt_label_offset", "1"]),
 }
 
 
@@ -67,7 +72,7 @@ def train(name: str, seed: int) -> dict:
     flags = RUNS[name][1]
     output_dir = run_path(name, seed)
     command = ["python", "examples/train_par.py", "--output_dir", str(output_dir.relative_to(REPO)), "--seed", str(seed),
-               "--eval_depths", "8", "--eval_n", "64", "--max_iterations", "200", *flags]
+               "--eval_depths", "8", "--eval_n", "64", *flags]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1")
     started = time.time()
     subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=env, check=True)
@@ -105,6 +110,8 @@ def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
     folder = run_path(name, seed)
     summary = json.loads((folder / "summary.json").read_text())
     model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
+    # the loop cap is an inference setting: let forced depth reach the grid's end and halting confirm there
+    model.config.max_iterations = max(model.config.max_iterations, GRID[-1] + model.config.halt_window + 8)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     task = load_task_from_dir(folder)
     common = dict(n_per_depth=256, seed=seed)
@@ -193,16 +200,64 @@ def collect() -> None:
     print("\n".join(summary))
 
 
+def export_checkpoint(name: str, seed: int, target: Path = REPO / "checkpoints" / "par-swap-s5-small") -> None:
+    """Ship a study run as the package's small checkpoint: bf16 weights, remote code, tokenizer, task, a card with
+    the recipe, its measured accuracy and training curve, and training_summary.json (commands relative to the repo)."""
+    import shutil
+
+    sys.path.insert(0, str(REPO / "examples"))
+    from push_to_hub import export_for_hub
+
+    row = json.loads((OUT / "runs" / f"{name}_s{seed}.json").read_text())
+    lines = [f"Run `{name}` (seed {seed}) of the CPU length-generalization study "
+             "(`results/length_generalization_cpu/` in the package repository): "
+             f"{row['description']}.", "", f"Training command: `{row['command']}` ({row['steps']} steps, "
+             f"{row['train_seconds']:.0f} s on 2 CPU cores shared by two runs, train d ≤ {TRAIN_MAX_DEPTH}).", "",
+             "Overall state accuracy (all five boxes right), 256 fresh sequences per depth, ordinary positions:", "",
+             "| mode | " + " | ".join(f"d={d}" for d in row["depths"]) + " |", "|---|" + "---|" * len(row["depths"]),
+             "| forced depth | " + " | ".join(f"{100 * a:.1f}" for a in row["accuracy"]) + " |"]
+    if row.get("halting"):
+        h = row["halting"]
+        lines.append("| learned halting (d unknown) | " + " | ".join(f"{100 * a:.1f}" for a in h["accuracy"]) + " |")
+        lines += ["", "Halting: mean iterations " + ", ".join(
+            f"d={p['depth']}: {p['mean_iterations']:.1f}" for p in h["per_depth"]) + "; never halted: " + ", ".join(
+            f"{100 * p['fraction_not_halted']:.1f}%" for p in h["per_depth"]) + "."]
+    curve = row.get("curve") or []
+    lines += ["", "Training curve (every 100 steps: loss, readout accuracy at the last iteration, curriculum depth):", "",
+              "| step | loss | acc (last iteration) | max depth |", "|---|---|---|---|"]
+    lines += [f"| {c['step']} | {c['loss']:.4g} | {c.get('acc_last_iteration', float('nan')):.3f} | "
+              f"{c.get('curriculum_max_depth', '')} |" for c in curve]
+    results = OUT / "runs" / f"{name}_s{seed}_card.md"
+    results.write_text("\n".join(lines) + "\n")
+    if target.exists():
+        shutil.rmtree(target)
+    export_for_hub(run_path(name, seed), target, repo_id="par-swap-s5-small", dtype="bfloat16", results=results,
+                   training_data=(f"swap-S5 word problems (identity start, symbolic prompts), depths 1..{TRAIN_MAX_DEPTH} "
+                                  f"with a depth curriculum; {row['steps']} steps of 64 samples, from scratch."),
+                   limits=f"A CPU-scale from-scratch model trained on d ≤ {TRAIN_MAX_DEPTH}; its length generalization "
+                          "comes from the local loop view (see the study); it reads symbolic prompts only.")
+    results.unlink()
+    summary = {k: row[k] for k in ("run", "seed", "description", "command", "steps", "train_seconds", "depths",
+                                   "accuracy", "d50", "G")}
+    summary["halting"] = None if not row.get("halting") else {k: row["halting"][k] for k in ("depths", "accuracy")}
+    summary["study"] = "python examples/studies/length_generalization.py --run " + f"{name} --seed {seed}"
+    (target / "training_summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"exported {name} seed {seed} to {target}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--run", choices=list(RUNS), help="train and evaluate one run")
     group.add_argument("--evaluate", choices=list(RUNS), help="evaluate a trained run again")
     group.add_argument("--collect", action="store_true", help="rebuild the table, plots and README")
+    group.add_argument("--export", choices=list(RUNS), help="ship this run as checkpoints/par-swap-s5-small")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.collect:
         collect()
+    elif args.export:
+        export_checkpoint(args.export, args.seed)
     elif args.run:
         evaluate(args.run, args.seed, train(args.run, args.seed))
     else:
