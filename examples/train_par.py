@@ -105,6 +105,9 @@ DEFAULT_TRAINING = dict(
 )
 
 
+# Retrofitting a pretrained Qwen2 (--init_from_qwen2): the paper's AdamW schedule, not the from-scratch one above.
+RETROFIT_TRAINING = dict(learning_rate=2e-5, adapter_learning_rate=1e-4, warmup_steps=200)
+
 CURVE_KEYS = ("step", "loss", "loss_halt", "acc_last_iteration", "acc_window_mean", "depth", "iterations",
               "curriculum_max_depth", "stretch_s_max", "learning_rate")
 
@@ -138,10 +141,18 @@ def parse_args(argv=None):
     distill = bool(values.get("self_distillation")) if values is not None else _wants_self_distillation(argv)
     training_cls = SelfDistillationArguments if distill else ParTrainingArguments
     parser = HfArgumentParser((ModelArguments, TaskArguments, training_cls))
-    parser.set_defaults(**DEFAULT_TRAINING)
     if values is not None:
-        return parser.parse_dict(values)
-    return parser.parse_args_into_dataclasses(args=argv)
+        given = set(yaml.safe_load(Path(argv[0]).read_text()))
+        model_args, task_args, train_args = parser.parse_dict(values)
+    else:
+        given = {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
+        parser.set_defaults(**DEFAULT_TRAINING)
+        model_args, task_args, train_args = parser.parse_args_into_dataclasses(args=argv)
+    if model_args.init_from_qwen2:  # the paper's fine-tuning schedule unless the user set one
+        for name, value in RETROFIT_TRAINING.items():
+            if name not in given:
+                setattr(train_args, name, value)
+    return model_args, task_args, train_args
 
 
 def build_task(task_args: TaskArguments):

@@ -102,7 +102,9 @@ def evaluate_length_generalization(
     Returns:
         A JSON-ready dict: ``depths``, ``accuracy`` (overall state accuracy per depth, aligned with
         ``depths``), ``per_depth`` (accuracy, ``per_query_accuracy`` by query name,
-        ``mean_iterations``, ``fraction_not_halted``, ``num_iterations`` (forced R)), ``d50``,
+        ``mean_iterations`` (all samples; never-halted ones count at the limit), ``fraction_not_halted``,
+        ``mean_iterations_halted`` and ``accuracy_halted`` (confirmed halts only; None if none),
+        ``num_iterations`` (forced R)), ``d50``,
         ``extrapolation_factor`` (None without ``train_max_depth``), and everything needed to rerun:
         task spec, n, seed, mode, rendering, model config, tokenizer, versions, date and machine.
     """
@@ -161,13 +163,17 @@ def evaluate_length_generalization(
         if answers.shape != targets.shape:
             raise ValueError(f"model.predict returned answers of shape {answers.shape[1:]} per batch row, expected ({task.num_queries},)")
         accuracy = overall_state_accuracy(answers, targets)
+        halted = halted.astype(bool)
         per_depth.append(
             {
                 "depth": depth,
                 "accuracy": accuracy,
                 "per_query_accuracy": dict(zip(task.query_names, per_query_accuracy(answers, targets).tolist())),
                 "mean_iterations": float(iterations.mean()),
-                "fraction_not_halted": float(1.0 - halted.astype(bool).mean()),
+                "fraction_not_halted": float(1.0 - halted.mean()),
+                # halting: the confirmed samples alone (never-halted ones ran to the limit and are flagged above)
+                "mean_iterations_halted": float(iterations[halted].mean()) if halted.any() else None,
+                "accuracy_halted": overall_state_accuracy(answers[halted], targets[halted]) if halted.any() else None,
                 "num_iterations": num_iterations,
                 "n": n_per_depth,
             }

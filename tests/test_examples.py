@@ -24,12 +24,26 @@ def test_train_par_defaults_are_the_documented_cpu_job():
     assert train_args.max_train_depth == 8 and train_args.curriculum_start_depth == 2
     assert max(int(d) for d in task_args.eval_depths.split(",")) > train_args.max_train_depth
     assert model_args.init_from_qwen2 is None and train_args.report_to == []
+    assert (train_args.learning_rate, train_args.adapter_learning_rate, train_args.warmup_steps) == (1e-3, 2e-3, 100)
+    assert train_par.resolve_view(model_args) == train_par.RECIPE_VIEW
+
+
+def test_retrofit_takes_the_papers_schedule_unless_given(tmp_path):
+    _, _, paper = train_par.parse_args(["--init_from_qwen2", "some/qwen", "--rendering", "text"])
+    assert (paper.learning_rate, paper.adapter_learning_rate, paper.warmup_steps) == (2e-5, 1e-4, 200)
+    model_args, _, mine = train_par.parse_args(["--init_from_qwen2", "q", "--learning-rate", "3e-4", "--warmup_steps", "5"])
+    assert (mine.learning_rate, mine.adapter_learning_rate, mine.warmup_steps) == (3e-4, 1e-4, 5)
+    assert train_par.resolve_view(model_args) == train_par.PAPER_VIEW  # retrofit keeps the parent's causal view
+    config = tmp_path / "c.yaml"
+    config.write_text("init_from_qwen2: q\nlearning_rate: 0.0001\n")
+    _, _, from_file = train_par.parse_args([str(config)])
+    assert (from_file.learning_rate, from_file.adapter_learning_rate) == (1e-4, 1e-4)
 
 
 def test_train_par_end_to_end_writes_model_table_plot(tmp_path):
     out = tmp_path / "run"
     summary = train_par.main(TINY + ["--output_dir", str(out), "--eval_halting", "true",
-                                     "--halting_loss_weight", "0.5"])
+                                     "--halting_loss_weight", "0.5", "--depth_schedule", "hold"])
     for name in ("model.safetensors", "config.json", "modeling_par.py", "tokenizer.json", "state_tracking_task.json",
                  "eval_forced.json", "eval_halting.json", "eval_table.md", "accuracy_vs_depth.png", "summary.json"):
         assert (out / name).is_file(), name

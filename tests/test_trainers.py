@@ -97,10 +97,15 @@ def test_halt_labels_flip_at_ck_ge_d():
 
 
 def test_balanced_halt_loss_weighs_classes_equally():
-    logits = torch.tensor([[[2.0, 0.0]], [[2.0, 0.0]], [[2.0, 0.0]], [[0.0, 2.0]]])  # (K=4, B=1, 2)
-    labels = torch.tensor([[1], [1], [1], [0]])  # 3 × No (all wrong), 1 × Yes (wrong)
-    ce_wrong = torch.nn.functional.cross_entropy(torch.tensor([[0.0, 2.0]]), torch.tensor([0]))
-    torch.testing.assert_close(balanced_halt_loss(logits, labels), ce_wrong)
+    # 3 × No with different CEs, 1 × Yes: each class weighs 1/2, so a plain mean over the 4 terms is wrong
+    logits = torch.tensor([[[2.0, 0.0]], [[1.0, 0.0]], [[0.0, 0.0]], [[0.0, 3.0]]])  # (K=4, B=1, 2)
+    labels = torch.tensor([[1], [1], [1], [0]])
+    ce = torch.nn.functional.cross_entropy(logits[:, 0], labels[:, 0], reduction="none")
+    expected = 0.5 * ce[:3].mean() + 0.5 * ce[3]
+    got = balanced_halt_loss(logits, labels)
+    torch.testing.assert_close(got, expected)
+    assert abs(got - ce.mean()) > 0.1  # the plain mean differs
+    torch.testing.assert_close(balanced_halt_loss(logits[:3], labels[:3]), ce[:3].mean())  # one class: its mean
 
 
 def test_iteration_counts():
@@ -146,36 +151,68 @@ def test_invalid_training_arguments(tmp_path, field, value):
 
 # ---------------------------------------------------------------------------------------------------- training
 def test_loss_falls_within_a_few_dozen_steps(tmp_path):
-    args = tiny_args(tmp_path, max_steps=40, max_train_depth=2, learning_rate=5e-3, warmup_steps=0,
-                     halting_loss_weight=0.5, adapter_learning_rate=1e-2)
+    args = tiny_args(tmp_path, max_steps=60, max_train_depth=2, learning_rate=5e-3, warmup_steps=0,
+                     halting_loss_weight=0.5, adapter_learning_rate=1e-2, depth_schedule="hold", hold_extra_iterations=1)
     trainer = ParTrainer(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
     trainer.train()
-    curve = list(losses(trainer).values())
+    # the loss sums the window's iterations (R varies under hold): compare it per iteration read
+    curve = [e["loss_answer"] / min(e["iterations"], 4) for e in trainer.state.log_history if "loss" in e]
     assert np.mean(curve[-8:]) < 0.8 * np.mean(curve[:8]), curve
-    lrs = sorted(g["lr"] for g in trainer.optimizer.param_groups)
     assert len(trainer.optimizer.param_groups) == 3  # decay, no decay, adapter
-    assert any(is_adapter_parameter(n) for n, _ in trainer.model.named_parameters())
-    assert lrs[-1] > lrs[0] or lrs[-1] == 0.0
+    adapter = {id(p) for n, p in trainer.model.named_parameters() if is_adapter_parameter(n)}
+    for group in trainer.optimizer.param_groups:  # the scheduler keeps each group's starting lr
+        is_adapter = all(id(p) in adapter for p in group["params"])
+        assert is_adapter or not any(id(p) in adapter for p in group["params"])
+        assert group["initial_lr"] == (1e-2 if is_adapter else 5e-3), group["initial_lr"]
 
 
 @pytest.mark.parametrize("objective", ["par", "final_every_iteration", "final_only"])
-def test_every_objective_trains_a_step(tmp_path, objective):
-    args = tiny_args(tmp_path, max_steps=2, objective=objective, depth_schedule="hold", stretch_steps=1)
+def test_every_objective_supervises_its_targets_and_stretch_reaches_the_rotary(tmp_path, objective, monkeypatch):
+    import trainers.par_trainer as par_trainer
+
+    args = tiny_args(tmp_path, max_steps=3, objective=objective, depth_schedule="hold", stretch_steps=3,
+                     stretch_max_scale=4.0)
     trainer = ParTrainer(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
+    seen, positions = [], []
+    real_loss = par_trainer.answer_loss
+    monkeypatch.setattr(par_trainer, "answer_loss", lambda logits, targets: seen.append(targets) or real_loss(logits, targets))
+    batches = []
+    real_compute = trainer.compute_loss
+    monkeypatch.setattr(trainer, "compute_loss", lambda model, inputs, **kw: batches.append(inputs) or real_compute(model, inputs, **kw))
+    rotary = trainer.model.model.rotary_emb
+    real_rotary = rotary.forward
+    monkeypatch.setattr(rotary, "forward", lambda x, pos: positions.append(pos.clone()) or real_rotary(x, pos))
     trainer.train()
-    logs = trainer.state.log_history[0]
-    assert np.isfinite(logs["loss"]) and logs["iterations"] >= logs["depth"]
+    logs = [e for e in trainer.state.log_history if "loss" in e]
+    for inputs, targets, log in zip(batches, seen, logs):
+        labels, depth = inputs["step_labels"], inputs["depth"]
+        d = int(depth[0])
+        final = labels[torch.arange(len(depth)), depth]  # z_d, (B, Q)
+        if objective == "final_only":
+            assert targets.shape[0] == 1 and torch.equal(targets[0], final)
+        elif objective == "final_every_iteration":
+            assert all(torch.equal(t, final) for t in targets)
+        else:  # iteration k of the window reads z_min(k, d)
+            r = targets.shape[0]
+            iterations = list(range(int(log["iterations"]) - r + 1, int(log["iterations"]) + 1))
+            for t, k in zip(targets, iterations):
+                assert torch.equal(t, labels[:, min(k, d)])
+    stretched = [p for p in positions if not torch.equal(p, p.round())]
+    assert stretched, "no stretched (non-integer) position reached the rotary embedding"
 
 
 def test_extra_halting_negative_is_a_no_example(tmp_path):
-    args = tiny_args(tmp_path, halting_loss_weight=0.5, depth_schedule="hold")
+    args = tiny_args(tmp_path, halting_loss_weight=0.5, depth_schedule="hold", hold_tail="pareto")
     trainer = ParTrainer(model=tiny_model(grad_window=2), args=args, train_dataset=DATASET, data_collator=COLLATOR)
+    drawn = set()
     for step in range(40):
         trainer.state.global_step = step
         for r in (3, 6, 12):
             reads, extra = trainer.readout_iterations(r, depth=5)
             assert reads == [r - 1, r]
-            assert extra is None or 1 <= extra < min(r - 1, 5)  # c·k < d: a "No" label
+            assert extra is not None and 1 <= extra < min(r - 1, 5)  # before the window, c·k < d: a "No" label
+            drawn.add(extra)
+    assert drawn == {1, 2, 3, 4}  # every iteration below min(window, d) is drawn
     assert trainer.readout_iterations(2, depth=2)[1] is None  # the window already starts at 1
 
 
@@ -332,3 +369,100 @@ def test_local_view_training_reads_operation_ends(tmp_path):
     trainer.train()
     logs = [e for e in trainer.state.log_history if "loss" in e]
     assert all(np.isfinite(e["loss"]) and e["depth"] <= e["iterations"] <= e["depth"] + 2 for e in logs)
+
+
+# ---------------------------------------------------------------------------------------------------- review fixes
+def test_halting_needs_iterations_past_d(tmp_path):
+    with pytest.raises(ValueError, match=r"halting_loss_weight must be 0 under depth_schedule='forced'"):
+        tiny_args(tmp_path, halting_loss_weight=0.5)
+    with pytest.raises(ValueError, match=r"hold_extra_iterations must be None with hold_tail='pareto'"):
+        tiny_args(tmp_path, depth_schedule="hold", hold_tail="pareto", hold_extra_iterations=3)
+    with pytest.raises(ValueError, match=r"ParTrainingArguments\.hold_tail must be"):
+        tiny_args(tmp_path, depth_schedule="hold", hold_tail="uniform")
+
+
+def test_default_hold_window_always_overlaps_the_progress_region(tmp_path):
+    """Additive tail X ≤ grad_window − 1: the gradient window [R − w + 1, R] always contains iteration d; the Pareto
+    tail puts most windows entirely past d at d = 32."""
+    window = 8
+    assert tiny_args(tmp_path, depth_schedule="hold").hold_tail == "additive"
+    fractions = {}
+    for tail in ("additive", "pareto"):
+        trainer = ParTrainer(model=tiny_model(grad_window=window, max_iterations=512),
+                             args=tiny_args(tmp_path, depth_schedule="hold", hold_tail=tail),
+                             train_dataset=DATASET, data_collator=COLLATOR)
+        past, draws = 0, []
+        for step in range(300):
+            trainer.state.global_step = step
+            r = trainer.num_iterations(32)
+            draws.append(r)
+            past += r - window + 1 > 32
+        fractions[tail] = past / 300
+        if tail == "additive":
+            assert set(draws) == set(range(32, 32 + window))  # X ~ U{0..7}: the halting window d..d+7 is trained
+    assert fractions["additive"] == 0.0 and fractions["pareto"] > 0.5
+
+
+def test_stretch_scales_are_drawn_for_the_global_batch_and_sliced_per_rank(tmp_path, monkeypatch):
+    args = tiny_args(tmp_path, stretch_steps=6, stretch_max_scale=4.0)
+    trainer = ParTrainer(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
+    trainer.state.global_step = 5
+    whole = trainer.position_scale(8, "cpu")  # one process, global batch 8
+    monkeypatch.setattr(ParTrainingArguments, "world_size", property(lambda self: 2))
+    ranks = []
+    for rank in (0, 1):
+        monkeypatch.setattr(ParTrainingArguments, "process_index", property(lambda self, r=rank: r))
+        ranks.append(trainer.position_scale(4, "cpu"))
+    assert not torch.equal(ranks[0], ranks[1])  # ranks no longer draw the same vector
+    torch.testing.assert_close(torch.cat(ranks), whole)
+
+
+def test_stretch_phase_under_a_time_budget_warns(tmp_path):
+    with pytest.warns(UserWarning, match="training may stop before it"):
+        ParTrainer(model=tiny_model(), args=tiny_args(tmp_path, max_steps=100, stretch_steps=20, max_train_seconds=5),
+                   train_dataset=DATASET, data_collator=COLLATOR)
+
+
+def test_sampler_walks_each_depth_without_replacement():
+    depths = np.repeat(np.arange(1, 4), [10, 13, 7])  # pools of 10, 13 and 7 examples
+    sampler = DepthBatchSampler(depths, batch_size=4, num_batches=60, seed=0, min_depth=1, max_depth=3)
+    batches = list(sampler)
+    assert batches == list(sampler)
+    for depth, size in ((1, 10), (2, 13), (3, 7)):
+        stream = [i for b in batches if depths[b[0]] == depth for i in b]
+        assert len(stream) >= 2 * size
+        for start in range(0, len(stream) - size + 1, size):  # every pass covers the pool exactly once
+            assert sorted(stream[start : start + size]) == sorted(np.flatnonzero(depths == depth).tolist())
+
+
+def test_self_distillation_rejects_halting_and_warms_up_its_ema(tmp_path):
+    from trainers.self_distillation import ema_decay_at
+
+    with pytest.raises(ValueError, match="halting_loss_weight must be 0"):
+        tiny_args(tmp_path, cls=SelfDistillationArguments, halting_loss_weight=0.5, depth_schedule="hold")
+    assert ema_decay_at(0, 0.999) == pytest.approx(0.1) and ema_decay_at(90, 0.999) == pytest.approx(0.91)
+    assert ema_decay_at(10**6, 0.999) == 0.999
+    remaining = np.prod([ema_decay_at(t, 0.999) for t in range(1500)])  # share of the initial teacher left
+    assert remaining < 1e-3 < 0.999**1500
+
+
+def test_self_distillation_reads_no_step_label_but_the_final_one(tmp_path, monkeypatch):
+    """Scrambling z_1..z_{d−1} in the batch leaves the self-distillation loss unchanged (z_0 and z_d are kept)."""
+    args = tiny_args(tmp_path, cls=SelfDistillationArguments, max_steps=1, ema_decay=0.5)  # forced: R = d = 5
+    trainer = PrefixSelfDistillationTrainer(model=tiny_model(), args=args, train_dataset=DATASET,
+                                            data_collator=COLLATOR, processing_class=TOKENIZER, task=TASK)
+    rows = [DATASET[i] for i in range(len(DATASET)) if DATASET[i]["depth"] == 5][:6]
+    batch = COLLATOR(rows)
+    scrambled = {k: v.clone() for k, v in batch.items()}
+    g = torch.Generator().manual_seed(0)
+    scrambled["step_labels"][:, 1:5] = torch.randint(0, 5, scrambled["step_labels"][:, 1:5].shape, generator=g)
+    assert not torch.equal(scrambled["step_labels"], batch["step_labels"])
+    trainer.model.train()
+    losses_ = []
+    for inputs in (batch, scrambled):
+        trainer.state.global_step = 0
+        with torch.no_grad():
+            losses_.append(trainer.compute_loss(trainer.model, inputs).item())
+    assert losses_[0] == losses_[1]
+    logged = trainer._logged
+    assert logged["loss_distill"] and logged["loss_final"]  # iterations 2..4 distilled, 5 on z_d

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ from .objectives import (
 from .schedules import DepthBatchSampler, curriculum_max_depth, stretch_max_scale
 
 DEPTH_SCHEDULES = ("forced", "hold")
+HOLD_TAILS = ("additive", "pareto")
 _RNG_PURPOSES = ("iterations", "stretch", "negative", "positions", "stretch_fraction")
 
 
@@ -44,15 +46,21 @@ class ParTrainingArguments(TrainingArguments):
     )
     curriculum_every_steps: int = field(default=40, metadata={"help": "curriculum: steps between increments"})
     curriculum_increment: int = field(default=1, metadata={"help": "curriculum: depth added each time"})
-    hold_tail_alpha: float = field(default=1.5, metadata={"help": "hold: Pareto tail index of the extra iterations"})
-    hold_max_factor: float = field(default=4.0, metadata={"help": "hold: R ≤ factor · ⌈d/c⌉"})
+    hold_tail: str = field(default="additive", metadata={
+        "help": "hold: 'additive' R = ⌈d/c⌉ + X, X ~ U{0..hold_extra_iterations} (the window always overlaps the "
+                "progress region), or 'pareto' R = ⌈d/c⌉·U^(−1/α) (heavy-tailed, grows with d)"})
+    hold_tail_alpha: float = field(default=1.5, metadata={"help": "hold, pareto: tail index of the extra iterations"})
+    hold_max_factor: float = field(default=4.0, metadata={"help": "hold, pareto: R ≤ factor · ⌈d/c⌉"})
     hold_extra_iterations: int | None = field(
-        default=None, metadata={"help": "hold: R = ⌈d/c⌉ + X with X ~ U{0..N} (additive) instead of the Pareto tail"}
+        default=None, metadata={"help": "hold, additive: the most extra iterations (default grad_window − 1)"}
     )
     halt_label_offset: int = field(default=0, metadata={
         "help": "halting labels say Yes when c·(k − offset) ≥ d: 0 is the paper's; 1 (Yes once no operation is left to "
                 "read) suits loop_view=local, whose queries cannot see that an operation is the last"})
-    halting_loss_weight: float = field(default=0.0, metadata={"help": "learned halting loss weight (paper: 0.5)"})
+    halting_loss_weight: float = field(default=0.0, metadata={
+        "help": "learned halting loss weight (paper: 0.5); needs --depth_schedule hold. Scale: the answer loss is a SUM "
+                "of per-iteration CEs over the window (≈ grad_window terms), the halting loss one class-balanced MEAN, "
+                "so at weight 0.5 halting is ~1/16 of the answer loss with an 8-iteration window"})
     stretch_steps: int = field(default=0, metadata={"help": "positional-stretch phase: the last N steps (0: off)"})
     stretch_max_scale: float = field(default=8.0, metadata={"help": "s_max reached at the end of the phase"})
     stretch_fraction: float = field(
@@ -78,6 +86,10 @@ class ParTrainingArguments(TrainingArguments):
             fail("objective", f"one of {OBJECTIVES}")
         if self.depth_schedule not in DEPTH_SCHEDULES:
             fail("depth_schedule", f"one of {DEPTH_SCHEDULES}")
+        if self.hold_tail not in HOLD_TAILS:
+            fail("hold_tail", f"one of {HOLD_TAILS}")
+        if self.hold_tail == "pareto" and self.hold_extra_iterations is not None:
+            fail("hold_extra_iterations", "None with hold_tail='pareto' (it sets the additive tail)")
         if self.min_train_depth < 1:
             fail("min_train_depth", "≥ 1")
         if self.max_train_depth < self.min_train_depth:
@@ -98,6 +110,11 @@ class ParTrainingArguments(TrainingArguments):
             fail("halting_loss_weight", "≥ 0")
         if self.halt_label_offset < 0:
             fail("halt_label_offset", "≥ 0")
+        if self.halting_loss_weight > 0 and self.depth_schedule == "forced":
+            fail("halting_loss_weight", "0 under depth_schedule='forced' (forced depth never runs past d, while the "
+                 "halting rule reads P(Yes) on R..R+m−1): use --depth_schedule hold (additive tail ≥ halt_window − 1)")
+        if self.halting_loss_weight > 0 and self.hold_extra_iterations == 0:
+            fail("hold_extra_iterations", "≥ 1 with the halting loss on (0 never runs past d)")
         if self.stretch_steps < 0:
             fail("stretch_steps", "≥ 0")
         if self.stretch_max_scale < 1:
@@ -139,6 +156,12 @@ class ParTrainer(Trainer):
         self._micro_batch, self._micro_batch_step = 0, -1
         if self.args.max_train_seconds is not None:
             self.add_callback(TimeBudgetCallback(self.args.max_train_seconds))
+            if 0 < self.args.stretch_steps < self.args.max_steps:
+                warnings.warn(
+                    f"the stretch phase starts at step max_steps − stretch_steps = "
+                    f"{self.args.max_steps - self.args.stretch_steps}; with max_train_seconds="
+                    f"{self.args.max_train_seconds} training may stop before it, and then no batch is stretched. "
+                    "Set stretch_steps = max_steps to stretch from the start.", stacklevel=2)
 
     # ------------------------------------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
@@ -167,8 +190,10 @@ class ParTrainer(Trainer):
         c = self.model.config.step_size
         if self.args.depth_schedule == "forced":
             return iterations_for_depth(depth, c)
-        if self.args.hold_extra_iterations is not None:
-            return additive_hold_iterations(depth, c, self._step_rng("iterations"), self.args.hold_extra_iterations,
+        if self.args.hold_tail == "additive":
+            extra = self.args.hold_extra_iterations
+            extra = self.model.config.grad_window - 1 if extra is None else extra
+            return additive_hold_iterations(depth, c, self._step_rng("iterations"), extra,
                                             self.model.config.max_iterations)
         return hold_iterations(depth, c, self._step_rng("iterations"), self.args.hold_tail_alpha,
                                self.args.hold_max_factor, self.model.config.max_iterations)
@@ -180,7 +205,9 @@ class ParTrainer(Trainer):
         self._log_value("stretch_s_max", s_max)
         if s_max <= 1.0 or self._step_rng("stretch_fraction").random() >= a.stretch_fraction:
             return None
-        u = self._step_rng("stretch").random(batch_size)
+        # drawn for the global batch, then this rank's slice (split_batches: rank r holds rows r·b .. (r+1)·b − 1)
+        world, rank = max(1, a.world_size), a.process_index
+        u = self._step_rng("stretch").random(batch_size * world)[rank * batch_size : (rank + 1) * batch_size]
         return torch.tensor(1.0 + (s_max - 1.0) * u, dtype=torch.float32, device=device)
 
     def position_ids(self, attention_mask: torch.Tensor) -> torch.Tensor | None:

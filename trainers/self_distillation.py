@@ -28,7 +28,8 @@ EMA_WEIGHTS_NAME = "ema_teacher.safetensors"
 
 @dataclass
 class SelfDistillationArguments(ParTrainingArguments):
-    ema_decay: float = field(default=0.999, metadata={"help": "EMA teacher: θ_T ← decay · θ_T + (1 − decay) · θ"})
+    ema_decay: float = field(default=0.999, metadata={
+        "help": "EMA teacher: θ_T ← β_t · θ_T + (1 − β_t) · θ with β_t = min(decay, (1 + t) / (10 + t))"})
     distill_temperature: float = field(default=1.0, metadata={"help": "softmax temperature of the KL term"})
 
     def __post_init__(self):
@@ -41,6 +42,19 @@ class SelfDistillationArguments(ParTrainingArguments):
             )
         if self.objective != "par":
             raise ValueError(f"SelfDistillationArguments.objective must be 'par'; got {self.objective!r}.")
+        if self.halting_loss_weight != 0:
+            raise ValueError(
+                "SelfDistillationArguments.halting_loss_weight must be 0: prefix self-distillation does not train the "
+                f"halting head (got {self.halting_loss_weight!r}); train halting with ParTrainer, or evaluate with "
+                "forced depth."
+            )
+
+
+def ema_decay_at(step: int, decay: float) -> float:
+    """EMA decay with the usual warm-up: β_t = min(decay, (1 + t) / (10 + t)) after optimizer step t (0-based), so
+    the teacher forgets its random initialisation within the first few hundred steps instead of keeping
+    decay^t of it (0.999^1500 ≈ 22%)."""
+    return min(decay, (1.0 + step) / (10.0 + step))
 
 
 def ema_update(teacher: torch.nn.Module, student: torch.nn.Module, decay: float) -> None:
@@ -65,7 +79,7 @@ class _EmaCallback(TrainerCallback):
         self.trainer = trainer
 
     def on_step_end(self, args, state, control, **kwargs):
-        ema_update(self.trainer.ema_model, self.trainer.model, args.ema_decay)
+        ema_update(self.trainer.ema_model, self.trainer.model, ema_decay_at(state.global_step - 1, args.ema_decay))
 
 
 class PrefixSelfDistillationTrainer(ParTrainer):

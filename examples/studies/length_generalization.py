@@ -174,6 +174,23 @@ def collect() -> None:
             for d, prof in zip(r[kind]["depths"], r[kind]["profile"]):
                 profiles.append(f"| {r['run']} s{r['seed']} | {'padding' if kind != 'profile' else 'random'} | {d} | "
                                 + " ".join(f"{100 * a:.0f}" for a in prof) + " |")
+    short = [8, 12, 16, 32, 64, 128, 256, 512]  # the columns README.md shows
+    readme = ["| run (seeds) | " + " | ".join(f"d={d}" for d in short) + " | G |", "|---|" + "---|" * (len(short) + 1)]
+    for name, group in by_run.items():
+        cells = []
+        for d in short:
+            values = [100 * dict(zip(r["depths"], r["accuracy"]))[d] for r in group if d in r["depths"]]
+            cells.append("–" if len(values) != len(group) else (
+                f"{np.mean(values):.1f} ± {np.std(values, ddof=1):.1f}" if len(values) > 1 else f"{values[0]:.1f}"))
+        g = [r["G"] for r in group]
+        bound = "≥ " if all(r.get("G_is_lower_bound") for r in group) else ""
+        readme.append(f"| `{name}` ({len(group)}) | " + " | ".join(cells) + f" | {bound}{np.mean(g):.1f} |")
+        if group[0].get("halting"):
+            for r in group:
+                h = dict(zip(r["halting"]["depths"], r["halting"]["accuracy"]))
+                readme.append(f"| `{name}`, learned halting (d unknown) | " + " | ".join(
+                    f"{100 * h[d]:.1f}" if d in h else "–" for d in short) + f" | {r['halting']['extrapolation_factor']:.1f} |")
+    (OUT / "readme_table.md").write_text("\n".join(readme) + "\n")
     text = (OUT / "README.md").read_text() if (OUT / "README.md").exists() else ""
     marker = "<!-- generated below by examples/studies/length_generalization.py --collect -->"
     head_text = text.split(marker)[0] if marker in text else "# Length generalization at CPU scale\n\n"
