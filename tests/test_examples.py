@@ -88,3 +88,17 @@ def test_train_par_fine_tunes_a_par_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="at most one of --init_from_qwen2 and --init_from_par"):
         train_par.main(TINY + ["--output_dir", str(tmp_path / "x"), "--init_from_par", str(first),
                                "--init_from_qwen2", str(first)])
+
+
+def test_every_study_run_parses_into_valid_arguments():
+    """Each row of examples/studies/length_generalization.py is a valid train_par.py command, and the rows that
+    claim a view/option really set it (the flags are explicit, whatever train_par.py's defaults are)."""
+    study = load_example("examples/studies/length_generalization.py")
+    for name, (_, flags) in study.RUNS.items():
+        model_args, _, train_args = train_par.parse_args(flags + ["--output_dir", "x"])
+        view = train_par.resolve_view(model_args)
+        assert view == {k: getattr(model_args, k) for k in view}, name  # no row relies on a default view
+        if name.startswith("local"):
+            assert view["loop_view"] == "local" and view["progress_positions"]
+        if name == "baseline":
+            assert view == train_par.PAPER_VIEW and train_args.stretch_steps == 0

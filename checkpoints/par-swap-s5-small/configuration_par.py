@@ -10,6 +10,8 @@ Every other field is Qwen2's own, so any Qwen2 / Qwen2.5 config is a valid start
 
 from transformers import Qwen2Config
 
+LOOP_VIEWS = ("full", "prefix", "local")
+
 
 def _fail(field, allowed, value):
     raise ValueError(f"ParLoopedQwenConfig.{field} must be {allowed}; got {value!r}.")
@@ -39,6 +41,18 @@ class ParLoopedQwenConfig(Qwen2Config):
         max_iterations (`int`, defaults to 1024): the most core iterations a forward may run.
         max_position_scale (`float`, defaults to 8.0): s_max of the positional-stretch phase.
         checkpoint_core (`bool`, defaults to `False`): activation checkpointing of each core iteration.
+        loop_view (`str`, defaults to `"full"`): what the query region (the tokens after the last operation) sees
+            at iteration k, in the prelude (k = 0), the core and the coda. `"full"`: ordinary causal attention (the
+            paper). `"prefix"`: the preamble, operations 1..min(c·k, d) and the query region. `"local"`: only the
+            operations read at iteration k, c·(k−1)+1..min(c·k, d) (the preamble at k = 0), and the query region;
+            every other token sees only its own operation (or the preamble) and is not iterated (its loop state is
+            reset to the prelude output e before each iteration), so every iteration computes the same map of
+            (query states, operations k). `"prefix"` and `"local"` need `operation_ends` as input.
+        progress_positions (`bool`, defaults to `False`): progress-coupled positions: at iteration k the query region
+            is moved to sit right after operation min(c·k, d) (ordinary positions from iteration ⌈d/c⌉ on); needs
+            `operation_ends`.
+        bidirectional_queries (`bool`, defaults to `False`): the query region attends to itself in both directions
+            (otherwise causally), so every query can read every other query's state within one iteration.
     """
 
     model_type = "par_looped_qwen2"
@@ -59,6 +73,9 @@ class ParLoopedQwenConfig(Qwen2Config):
         max_iterations: int = 1024,
         max_position_scale: float = 8.0,
         checkpoint_core: bool = False,
+        loop_view: str = "full",
+        progress_positions: bool = False,
+        bidirectional_queries: bool = False,
         **kwargs,
     ):
         self.prelude_layers = prelude_layers
@@ -75,6 +92,9 @@ class ParLoopedQwenConfig(Qwen2Config):
         self.max_iterations = max_iterations
         self.max_position_scale = max_position_scale
         self.checkpoint_core = checkpoint_core
+        self.loop_view = loop_view
+        self.progress_positions = progress_positions
+        self.bidirectional_queries = bidirectional_queries
         kwargs.setdefault("num_hidden_layers", prelude_layers + core_layers + coda_layers)
         self._check_layer_split(kwargs["num_hidden_layers"])  # before Qwen2's own layer_types check
         super().__init__(**kwargs)
@@ -102,7 +122,9 @@ class ParLoopedQwenConfig(Qwen2Config):
             value = getattr(self, field)
             if not is_int(value) or value < 1:
                 fail(field, "an integer ≥ 1", value)
-        for field in ("norm_anchoring", "checkpoint_core"):
+        if self.loop_view not in LOOP_VIEWS:
+            fail("loop_view", f"one of {LOOP_VIEWS}", self.loop_view)
+        for field in ("norm_anchoring", "checkpoint_core", "progress_positions", "bidirectional_queries"):
             if not isinstance(getattr(self, field), bool):
                 fail(field, "a bool", getattr(self, field))
         if self.halt_confirm > self.halt_window:
@@ -126,4 +148,4 @@ class ParLoopedQwenConfig(Qwen2Config):
                 fail("halt_token_ids", f"None or two distinct ids (Yes, No) in [0, vocab_size={vocab})", halt)
 
 
-__all__ = ["ParLoopedQwenConfig"]
+__all__ = ["LOOP_VIEWS", "ParLoopedQwenConfig"]

@@ -73,6 +73,15 @@ def stretch_positions(position_ids: torch.Tensor, position_scale: torch.Tensor) 
     return position_ids.float() * position_scale.to(position_ids.device).float()[:, None]  # (b, t)
 
 
+def attention_bias(allowed: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """(b, t, t) boolean -> the layers' mask (b, 1, t, t): boolean for sdpa (`dtype=None`), else additive float."""
+    if dtype is None:
+        return allowed[:, None]
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min
+    )[:, None]
+
+
 def padded_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """Attention mask (b, 1, t, t): query i sees key j iff j ≤ i and key j is a real token.
 
@@ -85,11 +94,80 @@ def padded_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype | None) 
     causal = torch.ones(t, t, dtype=torch.bool, device=attention_mask.device).tril()
     allowed = causal[None] & attention_mask.bool()[:, None, :]
     allowed = allowed | torch.eye(t, dtype=torch.bool, device=attention_mask.device)[None]
-    if dtype is None:
-        return allowed[:, None]
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
-        ~allowed, torch.finfo(dtype).min
-    )[:, None]
+    return attention_bias(allowed, dtype)
+
+
+def token_segments(operation_ends: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Which part of the prompt each token belongs to, from `operation_ends` (b, D+1): the index of the last token
+    of the preamble (entry 0) and of each operation i = 1..d (entries past d_b are −1).
+
+    segment(t) = #{i ≤ d : end_i < t}: 0 = preamble (t ≤ end_0), i = operation i (end_{i−1} < t ≤ end_i),
+    d + 1 = the query region (t > end_d). Returns segments (b, t), depth d (b,), query_region (b, t) bool (real
+    tokens only).
+    """
+    valid = operation_ends >= 0
+    depth = valid.sum(-1) - 1  # (b,)
+    t = torch.arange(attention_mask.shape[-1], device=operation_ends.device)
+    ends = operation_ends.masked_fill(~valid, torch.iinfo(torch.long).max)
+    segments = (ends[:, None, :] < t[None, :, None]).sum(-1)  # (b, t)
+    query_region = (segments == depth[:, None] + 1) & attention_mask.bool()
+    return segments, depth, query_region
+
+
+def operations_read(iteration: int, depth: torch.Tensor, step_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The operations iteration k reads: (c·(k−1), min(c·k, d)], as (exclusive low, inclusive high), each (b,).
+
+    k = 0 is the prelude (low = high = 0: no operation); past ⌈d/c⌉ the range is empty (low ≥ d).
+    """
+    high = torch.clamp(depth, max=step_size * iteration)
+    low = torch.clamp(depth, max=step_size * max(iteration - 1, 0)) if iteration > 0 else high
+    return low, high
+
+
+def progress_shift(operation_end_positions: torch.Tensor, depth: torch.Tensor, iteration: int,
+                   step_size: int) -> torch.Tensor:
+    """Progress-coupled positions: at iteration k the query region's positions move back by
+    Δ_k = pos(end_d) − pos(end_min(c·k, d)), so the queries sit right after the last operation read at iteration k
+    whatever d is (Δ = 0 from k = ⌈d/c⌉ on: ordinary positions; k = 0, the prelude: right after the preamble).
+    operation_end_positions (b, D+1), depth (b,) -> Δ_k (b,)
+    """
+    _, high = operations_read(iteration, depth, step_size)
+    rows = torch.arange(depth.shape[0], device=depth.device)
+    return operation_end_positions[rows, depth] - operation_end_positions[rows, high]
+
+
+def loop_view_mask(base_allowed: torch.Tensor, segments: torch.Tensor, depth: torch.Tensor,
+                   query_region: torch.Tensor, view: str, iteration: int, step_size: int,
+                   bidirectional_queries: bool) -> torch.Tensor:
+    """Keys each token may see at iteration k (k = 0: the prelude), as a boolean (b, t, t).
+
+    `base_allowed` is the padded causal mask (key j ≤ query i, j real; padding sees itself). Rows of the query
+    region Q (the tokens after the last operation) see:
+      full:   the base mask;
+      prefix: segments 0..min(c·k, d) (preamble and operations read so far) and Q;
+      local:  segments in (c·(k−1), min(c·k, d)] (the operations of iteration k; k = 0: the preamble) and Q.
+    Under `local`, every other row sees only its own segment. `bidirectional_queries`: Q sees all of Q.
+    """
+    t = base_allowed.shape[-1]
+    eye = torch.eye(t, dtype=torch.bool, device=base_allowed.device)[None]
+    low, high = operations_read(iteration, depth, step_size)
+    key_segment = segments[:, None, :]  # (b, 1, t)
+    key_query = query_region[:, None, :]  # (b, 1, t)
+    within = base_allowed | (key_query & query_region[:, :, None] & bidirectional_queries)
+    if view == "full":
+        return within
+    if view == "prefix":
+        visible = key_segment <= high[:, None, None]
+    elif iteration == 0:
+        visible = key_segment == 0
+    else:
+        visible = (key_segment > low[:, None, None]) & (key_segment <= high[:, None, None])
+    query_rows = within & (visible | key_query)
+    if view == "prefix":
+        other_rows = base_allowed
+    else:
+        other_rows = base_allowed & (key_segment == segments[:, :, None])
+    return torch.where(query_region[:, :, None], query_rows, other_rows) | eye
 
 
 def halt_confirmed(p_yes_window: torch.Tensor, threshold: float, confirm: int) -> torch.Tensor:
@@ -151,17 +229,90 @@ class ParPrediction(ModelOutput):
 
 
 @dataclass
+class _LoopView:
+    """What the iteration-dependent views (`loop_view`, `progress_positions`) need, per sample."""
+
+    base_allowed: torch.Tensor  # (b, t, t) bool, the padded causal mask
+    segments: torch.Tensor  # (b, t) long, see `token_segments`
+    depth: torch.Tensor  # (b,) long
+    query_region: torch.Tensor  # (b, t) bool
+    positions: torch.Tensor  # (b, t) float, before stretch
+    operation_end_positions: torch.Tensor  # (b, D+1) float
+    position_scale: torch.Tensor | None  # (b,) or None
+    operation_ends: torch.Tensor | None = None  # (b, D+1) token indices
+
+    def select(self, keep: torch.Tensor) -> _LoopView:
+        return _LoopView(*(None if x is None else x[keep] for x in vars(self).values()))
+
+
+@dataclass
 class _Context:
-    """Per-batch tensors shared by every iteration: prelude output, mask, rotary cos/sin, query positions."""
+    """Per-batch tensors shared by every iteration: prelude output, mask, rotary cos/sin, query positions, and
+    (iteration-dependent views only) the `_LoopView` from which each iteration's mask and positions are built."""
 
     prelude_out: torch.Tensor  # (b, t, h)
     mask: torch.Tensor  # (b, 1, t, t)
     cos: torch.Tensor  # (b, t, head_dim)
     sin: torch.Tensor  # (b, t, head_dim)
     query_positions: torch.Tensor  # (b, q)
+    loop: _LoopView | None = None
+    window: _LocalWindow | None = None
 
     def select(self, keep: torch.Tensor) -> _Context:
-        return _Context(*(x[keep] for x in (self.prelude_out, self.mask, self.cos, self.sin, self.query_positions)))
+        fields = (self.prelude_out, self.mask, self.cos, self.sin, self.query_positions)
+        return _Context(*(None if x is None else x[keep] for x in fields),
+                        None if self.loop is None else self.loop.select(keep),
+                        None if self.window is None else self.window.select(keep))
+
+    def initial_state(self) -> torch.Tensor:
+        """s_0 = e: the prelude output (the query region's under the local window)."""
+        return self.prelude_out if self.window is None else self.window.query_e
+
+    def state_valid(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Which rows of the loop state are real tokens, (b, rows) float."""
+        return (attention_mask if self.window is None else self.window.query_valid).float()
+
+
+@dataclass
+class _LocalWindow:
+    """`loop_view="local"` without the rest of the prompt: each iteration runs the core and coda on the tokens of
+    its operations plus the query region only (the only rows the local view lets the queries read), so an
+    iteration costs O(span + queries) instead of O(prompt). The loop state is the query region's (b, Qmax, h).
+
+    Exactly the masked local computation restricted to those rows (tested against it)."""
+
+    query_index: torch.Tensor  # (b, Qmax) token index of each query-region token (padded: last real token)
+    query_valid: torch.Tensor  # (b, Qmax) bool
+    query_e: torch.Tensor  # (b, Qmax, h) prelude output at the query region
+    prelude_out: torch.Tensor  # (b, t, h)
+    operation_ends: torch.Tensor  # (b, D+1)
+    segments: torch.Tensor  # (b, t)
+    depth: torch.Tensor  # (b,)
+    positions: torch.Tensor  # (b, t) float, before stretch
+    operation_end_positions: torch.Tensor  # (b, D+1) float
+    position_scale: torch.Tensor | None  # (b,)
+    readout_columns: torch.Tensor  # (b, q) column of each readout query inside the window's query part
+    ops_out: torch.Tensor | None = None  # (b, S, h) the core output on iteration k's op rows (read by the coda)
+    span: int = 0  # S, op columns of the current window
+
+    def select(self, keep: torch.Tensor) -> _LocalWindow:
+        values = {k: (v[keep] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
+        return _LocalWindow(**values)
+
+
+def local_window_rows(operation_ends: torch.Tensor, depth: torch.Tensor, iteration: int,
+                      step_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token indices of the operations iteration k reads, (end_{c·(k−1)}, end_{min(c·k, d)}], padded to the batch's
+    longest span S. Returns index (b, S) and valid (b, S)."""
+    low, high = operations_read(iteration, depth, step_size)
+    rows = torch.arange(depth.shape[0], device=depth.device)
+    start = operation_ends[rows, low] + 1
+    length = operation_ends[rows, high] - operation_ends[rows, low]  # 0 past ⌈d/c⌉
+    span = max(int(length.max()), 0)
+    offsets = torch.arange(span, device=depth.device)
+    valid = offsets[None] < length[:, None]
+    index = torch.where(valid, start[:, None] + offsets[None], start[:, None].clamp_max(operation_ends.max()))
+    return index.clamp_min(0), valid
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -198,6 +349,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         self.model = Qwen2Model(config)  # embed_tokens, layers, norm, rotary_emb — Qwen2's own modules and names
         self.adapter = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=False)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        # loop_view="local": run each iteration on its operations + the query region only (same result, O(window)
+        # per iteration instead of O(prompt)); False uses the masked full-prompt computation (the reference).
+        self.local_window = True
         self.post_init()
 
     # The three slices of the one decoder stack.
@@ -325,27 +479,143 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 )
         return attention_mask, query_positions, position_scale
 
+    def _check_operation_ends(self, operation_ends, attention_mask, query_positions):
+        """`operation_ends` (b, D+1): per sample the last token index of the preamble and of operations 1..d,
+        strictly increasing, then −1; real tokens; every query after the last operation."""
+        c = self.config
+        needed = c.loop_view != "full" or c.progress_positions
+        if operation_ends is None:
+            if needed:
+                raise ValueError(
+                    f"operation_ends is required with loop_view={c.loop_view!r} / progress_positions="
+                    f"{c.progress_positions}: give (batch, depth + 1) token indices of the end of the preamble and of "
+                    "each operation (the collator builds them from the dataset's 'operation_ends')."
+                )
+            return None
+        if not needed:
+            return None
+        b, t = attention_mask.shape
+        operation_ends = torch.as_tensor(operation_ends, device=attention_mask.device).long()
+        if operation_ends.dim() != 2 or operation_ends.shape[0] != b or operation_ends.shape[1] < 1:
+            raise ValueError(f"operation_ends must have shape (batch={b}, depth + 1); got {tuple(operation_ends.shape)}.")
+        valid = operation_ends >= 0
+        step = operation_ends[:, 1:] - operation_ends[:, :-1]
+        if (not valid[:, 0].all() or (valid[:, 1:] & ~valid[:, :-1]).any() or (operation_ends >= t).any()
+                or (operation_ends < -1).any() or ((step <= 0) & valid[:, 1:]).any()
+                or not attention_mask.gather(1, operation_ends.clamp_min(0)).bool()[valid].all()):
+            raise ValueError(
+                "operation_ends must hold, per sample, strictly increasing indices of real tokens in "
+                f"[0, seq_len={t}) (preamble end, then each operation's end), padded with -1 at the end."
+            )
+        last = operation_ends.gather(1, (valid.sum(-1) - 1)[:, None])
+        if (query_positions <= last).any():
+            raise ValueError("query_positions must lie after the last operation (operation_ends[:, depth]).")
+        return operation_ends
+
     def _check_iterations(self, num_iterations, name="num_iterations"):
         limit = self.config.max_iterations
         if isinstance(num_iterations, bool) or not isinstance(num_iterations, int) or not 1 <= num_iterations <= limit:
             raise ValueError(f"{name} must be an integer in [1, max_iterations={limit}]; got {num_iterations!r}.")
         return num_iterations
 
-    def _prepare(self, input_ids, attention_mask, query_positions, position_scale) -> _Context:
+    def _prepare(self, input_ids, attention_mask, query_positions, position_scale, operation_ends=None,
+                 position_ids=None) -> _Context:
         """Run the prelude once and build what every iteration shares."""
         attention_mask, query_positions, position_scale = self._check_inputs(
             input_ids, attention_mask, query_positions, position_scale
         )
+        operation_ends = self._check_operation_ends(operation_ends, attention_mask, query_positions)
         hidden = self.model.embed_tokens(input_ids)
-        sdpa = self.config._attn_implementation == "sdpa"
-        mask = padded_causal_mask(attention_mask, None if sdpa else hidden.dtype)
-        positions = positions_from_mask(attention_mask)
-        if position_scale is not None:
-            positions = stretch_positions(positions, position_scale)
-        cos, sin = self.model.rotary_emb(hidden, positions)
-        context = _Context(hidden, mask, cos, sin, query_positions)
+        if position_ids is None:
+            positions = positions_from_mask(attention_mask)
+        else:
+            positions = torch.as_tensor(position_ids, device=input_ids.device)
+            if positions.shape != input_ids.shape:
+                raise ValueError(f"position_ids must have the shape of input_ids {tuple(input_ids.shape)}; "
+                                 f"got {tuple(positions.shape)}.")
+        mask_dtype = None if self.config._attn_implementation == "sdpa" else hidden.dtype
+        if operation_ends is None:
+            if position_scale is not None:
+                positions = stretch_positions(positions, position_scale)
+            cos, sin = self.model.rotary_emb(hidden, positions)
+            context = _Context(hidden, padded_causal_mask(attention_mask, mask_dtype), cos, sin, query_positions)
+        else:
+            segments, depth, query_region = token_segments(operation_ends, attention_mask)
+            positions = positions.float()
+            loop = _LoopView(
+                base_allowed=padded_causal_mask(attention_mask, None)[:, 0], segments=segments, depth=depth,
+                query_region=query_region, positions=positions,
+                operation_end_positions=positions.gather(1, operation_ends.clamp_min(0)), position_scale=position_scale,
+                operation_ends=operation_ends,
+            )
+            context = _Context(hidden, None, None, None, query_positions, loop)
+            context.mask, context.cos, context.sin = self._view_at(context, 0, hidden)
         context.prelude_out = self._run_layers(self.prelude, hidden, context)
+        if context.loop is not None and self.config.loop_view == "local" and self.local_window:
+            context.window = self._local_window(context, query_positions)
         return context
+
+    def _local_window(self, context: _Context, query_positions: torch.Tensor) -> _LocalWindow:
+        loop = context.loop
+        b = loop.segments.shape[0]
+        query_start = loop.query_region.float().argmax(-1)  # first query-region token
+        query_length = loop.query_region.sum(-1)
+        width = int(query_length.max())
+        offsets = torch.arange(width, device=query_start.device)
+        query_valid = offsets[None] < query_length[:, None]
+        last = query_start + query_length - 1
+        query_index = torch.minimum(query_start[:, None] + offsets[None], last[:, None])
+        rows = torch.arange(b, device=query_start.device)[:, None]
+        return _LocalWindow(
+            query_index=query_index, query_valid=query_valid, query_e=context.prelude_out[rows, query_index],
+            prelude_out=context.prelude_out, operation_ends=loop.operation_ends, segments=loop.segments,
+            depth=loop.depth,
+            positions=loop.positions, operation_end_positions=loop.operation_end_positions,
+            position_scale=loop.position_scale, readout_columns=query_positions - query_start[:, None],
+        )
+
+    def _window_at(self, window: _LocalWindow, iteration: int, hidden: torch.Tensor):
+        """Token indices, validity, mask and rotary of iteration k's window: [its operations | the query region]."""
+        c = self.config
+        op_index, op_valid = local_window_rows(window.operation_ends, window.depth, iteration, c.step_size)
+        index = torch.cat([op_index, window.query_index], 1)  # (b, w)
+        valid = torch.cat([op_valid, window.query_valid], 1)
+        is_query = torch.cat([torch.zeros_like(op_valid), window.query_valid], 1)
+        segment = window.segments.gather(1, index)
+        earlier = index[:, None, :] <= index[:, :, None]  # key j not after query i
+        key_valid, query_row = valid[:, None, :], is_query[:, :, None]
+        key_op = (valid & ~is_query)[:, None, :]
+        sees_query = is_query[:, None, :] & (earlier | c.bidirectional_queries)
+        allowed = key_valid & torch.where(query_row, key_op | sees_query,
+                                          key_op & earlier & (segment[:, None, :] == segment[:, :, None]))
+        allowed = allowed | torch.eye(index.shape[1], dtype=torch.bool, device=index.device)[None]
+        mask = attention_bias(allowed, None if c._attn_implementation == "sdpa" else hidden.dtype)
+        positions = window.positions.gather(1, index)
+        if c.progress_positions:
+            shift = progress_shift(window.operation_end_positions, window.depth, iteration, c.step_size)
+            positions = positions - shift[:, None] * is_query
+        if window.position_scale is not None:
+            positions = stretch_positions(positions, window.position_scale)
+        cos, sin = self.model.rotary_emb(hidden, positions)
+        return index, mask, cos, sin
+
+    def _view_at(self, context: _Context, iteration: int, hidden: torch.Tensor):
+        """(mask, cos, sin) at iteration k (0: the prelude): `loop_view_mask` and `progress_shift` positions."""
+        loop = context.loop
+        if loop is None:
+            return context.mask, context.cos, context.sin
+        c = self.config
+        allowed = loop_view_mask(loop.base_allowed, loop.segments, loop.depth, loop.query_region, c.loop_view,
+                                 iteration, c.step_size, c.bidirectional_queries)
+        mask = attention_bias(allowed, None if c._attn_implementation == "sdpa" else hidden.dtype)
+        positions = loop.positions
+        if c.progress_positions:
+            shift = progress_shift(loop.operation_end_positions, loop.depth, iteration, c.step_size)
+            positions = positions - shift[:, None] * loop.query_region
+        if loop.position_scale is not None:
+            positions = stretch_positions(positions, loop.position_scale)
+        cos, sin = self.model.rotary_emb(hidden, positions)
+        return mask, cos, sin
 
     @staticmethod
     def _run_layers(layers, hidden, context: _Context) -> torch.Tensor:
@@ -362,8 +632,17 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             x = out[0] if isinstance(out, tuple) else out
         return x
 
-    def core_step(self, state, reference_rms, context: _Context):
-        """One iteration: s_k = anchor(C(W [e ; s_{k−1}])). Returns (s_k, rms before anchoring, reference rms)."""
+    def core_step(self, state, reference_rms, context: _Context, iteration: int = 1):
+        """One iteration: s_k = anchor(C(W [e ; s_{k−1}])). Returns (s_k, rms before anchoring, reference rms).
+
+        With an iteration-dependent view, `context.mask/cos/sin` are set to iteration k's (the readout of k uses
+        them); under `loop_view="local"` only the query region iterates: other rows restart from e.
+        """
+        if context.window is not None:
+            return self._window_core_step(state, reference_rms, context, iteration)
+        context.mask, context.cos, context.sin = self._view_at(context, iteration, state)
+        if context.loop is not None and self.config.loop_view == "local":
+            state = torch.where(context.loop.query_region[..., None], state, context.prelude_out)
         args = (context.prelude_out, state, context.mask, context.cos, context.sin)
         if self.config.checkpoint_core and self.training and torch.is_grad_enabled():
             new_state = checkpoint(self._core_block, *args, use_reentrant=False)
@@ -376,13 +655,46 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             return new_state, raw_rms, raw_rms
         return anchor_state_norm(new_state, reference_rms), raw_rms, reference_rms
 
+    def _window_core_step(self, state, reference_rms, context: _Context, iteration: int):
+        """`core_step` on iteration k's window; `state` is the query region's (b, Qmax, h)."""
+        window = context.window
+        index, context.mask, context.cos, context.sin = self._window_at(window, iteration, state)
+        span = index.shape[1] - state.shape[1]
+        rows = torch.arange(index.shape[0], device=index.device)[:, None]
+        e = window.prelude_out[rows, index]  # (b, w, h); op rows restart from e
+        x = torch.cat([e[:, :span], state], 1)
+        args = (e, x, context.mask, context.cos, context.sin)
+        if self.config.checkpoint_core and self.training and torch.is_grad_enabled():
+            out = checkpoint(self._core_block, *args, use_reentrant=False)
+        else:
+            out = self._core_block(*args)
+        ops_out, new_state = out[:, :span], out[:, span:]
+        raw_rms = state_rms(new_state).detach()
+        window.span = span
+        if not self.config.norm_anchoring:
+            window.ops_out = ops_out
+            return new_state, raw_rms, reference_rms
+        if reference_rms is None:
+            window.ops_out = ops_out
+            return new_state, raw_rms, raw_rms
+        # op rows compute the same value every iteration, so their iteration-1 RMS is their current one
+        window.ops_out = anchor_state_norm(ops_out, state_rms(ops_out).detach())
+        return anchor_state_norm(new_state, reference_rms), raw_rms, reference_rms
+
     def readout(self, state, context: _Context):
-        """y_k = Q(s_k), final norm, LM-head rows of the candidates at the query positions.
+        """y_k = Q(s_k), final norm, LM-head rows of the candidates at the query positions (the coda uses the
+        mask and positions of the iteration `state` comes from, as left in `context` by `core_step`).
 
         Returns answer logits (b, q, candidates) and halt logits (b, 2) of (Yes, No) at the last query, or None.
         """
-        hidden = self.model.norm(self._run_layers(self.coda, state, context))
-        index = context.query_positions[..., None].expand(-1, -1, hidden.shape[-1])
+        if context.window is not None:  # the coda on [iteration k's op rows | query region]
+            window = context.window
+            hidden = self._run_layers(self.coda, torch.cat([window.ops_out, state], 1), context)
+            hidden = self.model.norm(hidden[:, window.span:])
+            index = window.readout_columns[..., None].expand(-1, -1, hidden.shape[-1])
+        else:
+            hidden = self.model.norm(self._run_layers(self.coda, state, context))
+            index = context.query_positions[..., None].expand(-1, -1, hidden.shape[-1])
         at_queries = hidden.gather(1, index)  # (b, q, h)
         weight = self.lm_head.weight
         answer_ids = torch.tensor(self.config.answer_token_ids, device=weight.device)
@@ -403,6 +715,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         readout_iterations: list[int] | None = None,
         position_scale: float | torch.Tensor | None = None,
         output_loop_states: bool = False,
+        operation_ends: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> ParLoopedOutput:
         """Run the prelude once, the core `num_iterations` = R times (default 1) and the coda at the
@@ -411,6 +725,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
 
         input_ids, attention_mask: (b, t), left or right padding. query_positions: (b, q); default the last real
         token. position_scale: positional stretch, a float or (b,) in [1, max_position_scale].
+        operation_ends: (b, D+1) last token index of the preamble and of each operation (−1 past d); needed by
+        `loop_view` "prefix"/"local" and `progress_positions`. position_ids: (b, t) positions to use instead of
+        the ordinary ones (e.g. randomized sorted positions during training).
         """
         num_iterations = self._check_iterations(1 if num_iterations is None else num_iterations)
         reads = [num_iterations] if readout_iterations is None else sorted(set(int(k) for k in readout_iterations))
@@ -419,16 +736,18 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 f"readout_iterations must be a non-empty list of iterations in [1, num_iterations={num_iterations}]; "
                 f"got {readout_iterations!r}."
             )
-        context = self._prepare(input_ids, attention_mask, query_positions, position_scale)
+        context = self._prepare(input_ids, attention_mask, query_positions, position_scale, operation_ends,
+                                position_ids)
         grad_from = grad_window_iterations(num_iterations, self.config.grad_window)[0]
         grad_allowed = torch.is_grad_enabled()
         valid = (attention_mask if attention_mask is not None else torch.ones_like(input_ids)).float()
 
-        state, reference, read_set = context.prelude_out, None, set(reads)
+        valid = context.state_valid(valid)
+        state, reference, read_set = context.initial_state(), None, set(reads)
         answers, halts, rms_trace, states = [], [], [], []
         for k in range(1, num_iterations + 1):
             with torch.set_grad_enabled(grad_allowed and k >= grad_from):
-                state, raw_rms, reference = self.core_step(state, reference, context)
+                state, raw_rms, reference = self.core_step(state, reference, context, k)
             if k in read_set:  # a readout before the window still trains the coda (its state is detached)
                 answer_logits, halt_logits = self.readout(state, context)
                 answers.append(answer_logits)
@@ -455,6 +774,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         halting: bool = False,
         max_iterations: int | None = None,
         position_scale: float | torch.Tensor | None = None,
+        operation_ends: torch.LongTensor | None = None,
     ) -> ParPrediction:
         """Answer each sample with per-sample early exit: a finished sample leaves the batch.
 
@@ -480,7 +800,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             limit = self._check_iterations(int(target.max()), "num_iterations")
             self._check_iterations(int(target.min()), "num_iterations")
 
-        context = self._prepare(input_ids, attention_mask, query_positions, position_scale)
+        context = self._prepare(input_ids, attention_mask, query_positions, position_scale, operation_ends)
         num_queries = context.query_positions.shape[1]
         num_candidates = len(self.config.answer_token_ids)
         answer_out = torch.zeros(batch, num_queries, num_candidates, device=device)
@@ -492,9 +812,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             ring_p_yes = torch.zeros(m, batch, device=device)
 
         active = torch.arange(batch, device=device)
-        state, reference = context.prelude_out, None
+        state, reference = context.initial_state(), None
         for k in range(1, limit + 1):
-            state, _, reference = self.core_step(state, reference, context)
+            state, _, reference = self.core_step(state, reference, context, k)
             if not halting:  # read only the samples whose depth is reached
                 done = target[active] == k
                 if done.any():
@@ -543,7 +863,11 @@ __all__ = [
     "grad_window_iterations",
     "halt_confirmed",
     "halt_iteration",
+    "loop_view_mask",
+    "operations_read",
     "padded_causal_mask",
+    "progress_shift",
+    "token_segments",
     "positions_from_mask",
     "state_rms",
     "stretch_positions",
