@@ -184,16 +184,16 @@ def collect() -> None:
                 f"{np.mean(values):.1f} ± {np.std(values, ddof=1):.1f}" if len(values) > 1 else f"{values[0]:.1f}"))
         g = [r["G"] for r in group]
         bound = "≥ " if all(r.get("G_is_lower_bound") for r in group) else ""
-        readme.append(f"| `{name}` ({len(group)}) | " + " | ".join(cells) + f" | {bound}{np.mean(g):.1f} |")
+        readme.append(f"| `{name}` ({len(group)}) | " + " | ".join(cells) + f" | {bound}{np.mean(g):.2f} |")
         if group[0].get("halting"):
             for r in group:
                 h = dict(zip(r["halting"]["depths"], r["halting"]["accuracy"]))
                 readme.append(f"| `{name}`, learned halting (d unknown) | " + " | ".join(
-                    f"{100 * h[d]:.1f}" if d in h else "–" for d in short) + f" | {r['halting']['extrapolation_factor']:.1f} |")
+                    f"{100 * h[d]:.1f}" if d in h else "–" for d in short) + f" | ≥ {r['halting']['extrapolation_factor']:.2f} |")
     (OUT / "readme_table.md").write_text("\n".join(readme) + "\n")
     text = (OUT / "README.md").read_text() if (OUT / "README.md").exists() else ""
     marker = "<!-- generated below by examples/studies/length_generalization.py --collect -->"
-    head_text = text.split(marker)[0] if marker in text else "# Length generalization at CPU scale\n\n"
+    head_text = text.split(marker)[0] if marker in text else (text or "# Length generalization at CPU scale\n\n")
     body = ["## Mean over seeds (overall state accuracy, %, 256 fresh sequences per depth, forced depth)", "",
             *summary, "", "## Every run", "", *lines, "", "## Progress profiles (accuracy of iteration k vs z_min(k, d), %)",
             "", "| run | prompts | d | k = 1, 2, … |", "|---|---|---|---|", *profiles, "",
