@@ -57,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--step-size", type=int, default=None, help="c for forced R = ceil(d / c); default model.config.step_size")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--dtype", choices=["float32", "auto", "bfloat16"], default="float32",
+                        help="weights at evaluation: float32 (default; fast on CPU), auto (as stored), bfloat16")
     parser.add_argument("--profile", default=None, help="also write the progress profile (JSON) here")
     parser.add_argument("--profile-plot", default=None, help="heatmap PNG of the profile (and padding control)")
     parser.add_argument("--padding-control", type=int, default=None, metavar="D0",
@@ -85,8 +87,9 @@ def resolve_task(model_dir: str, task_arg: str | None):
     return requested
 
 
-def load_model_and_tokenizer(model_dir: str, device: str):
-    model = AutoModel.from_pretrained(model_dir, trust_remote_code=True).to(device)
+def load_model_and_tokenizer(model_dir: str, device: str, dtype: str = "float32"):
+    dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+    model = AutoModel.from_pretrained(model_dir, trust_remote_code=True, dtype=dtype).to(device)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)  # the config names remote code
     return model, tokenizer
 
@@ -112,7 +115,7 @@ def write_profiles(model, tokenizer, task, args) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     task = resolve_task(args.model, args.task)
-    model, tokenizer = load_model_and_tokenizer(args.model, args.device)
+    model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
     results = evaluate_length_generalization(
         model, tokenizer, task, args.depths,
         n_per_depth=args.n, mode=args.mode, seed=args.seed, batch_size=args.batch_size,
