@@ -385,3 +385,36 @@ def test_evaluator_on_a_real_tiny_par_model():
                 assert row["accuracy_halted"] == right[halted].mean()
             else:
                 assert row["mean_iterations_halted"] is None and row["accuracy_halted"] is None
+
+
+def test_cli_profile_and_padding_control_on_a_local_view_checkpoint(tmp_path):
+    """--profile / --padding-control / --profile-plot on a saved local-view PAR model (bf16 weights upcast by
+    --dtype float32): one readout per iteration per depth, the padding control at the depths ≥ D0, a heatmap."""
+    from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking
+
+    task = get_task("swap_s5")
+    tokenizer = build_tokenizer(task, "symbolic")
+    ids = model_token_ids(tokenizer, task)
+    torch.manual_seed(0)
+    model = ParLoopedQwenForStateTracking(ParLoopedQwenConfig(
+        vocab_size=ids["vocab_size"], pad_token_id=ids["pad_token_id"], hidden_size=32, intermediate_size=64,
+        num_attention_heads=2, num_key_value_heads=2, prelude_layers=1, core_layers=1, coda_layers=1,
+        answer_token_ids=ids["answer_token_ids"], halt_token_ids=ids["halt_token_ids"], loop_view="local",
+        progress_positions=True, bidirectional_queries=True))
+    checkpoint = tmp_path / "ckpt"
+    model.to(torch.bfloat16).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    save_task(task, checkpoint)
+    out, profile, png = tmp_path / "r.json", tmp_path / "p.json", tmp_path / "p.png"
+    cli = load_cli()
+    results = cli.main(["--model", str(checkpoint), "--depths", "3,6", "--n", "16", "--out", str(out), "--seed", "5",
+                        "--profile", str(profile), "--profile-plot", str(png), "--padding-control", "3",
+                        "--device", "cpu", "--no-progress", "--dtype", "float32"])
+    assert results["model_config"]["loop_view"] == "local"
+    saved = load_results(profile)["profiles"]
+    main, control = saved["progress profile"], saved["padding control (3 ops + identity)"]
+    assert [len(row) for row in main["profile"]] == [3, 6] and control["depths"] == [3, 6]
+    assert png.stat().st_size > 1000
+    with pytest.raises(ValueError, match="need --profile"):
+        cli.main(["--model", str(checkpoint), "--depths", "3", "--n", "4", "--out", str(out), "--no-progress",
+                  "--padding-control", "3"])
