@@ -237,9 +237,9 @@ class _LoopView:
     depth: torch.Tensor  # (b,) long
     query_region: torch.Tensor  # (b, t) bool
     positions: torch.Tensor  # (b, t) float, before stretch
+    operation_ends: torch.Tensor  # (b, D+1) token indices
     operation_end_positions: torch.Tensor  # (b, D+1) float
     position_scale: torch.Tensor | None  # (b,) or None
-    operation_ends: torch.Tensor | None = None  # (b, D+1) token indices
 
     def select(self, keep: torch.Tensor) -> _LoopView:
         return _LoopView(*(None if x is None else x[keep] for x in vars(self).values()))
@@ -284,13 +284,6 @@ class _LocalWindow:
     query_index: torch.Tensor  # (b, Qmax) token index of each query-region token (padded: last real token)
     query_valid: torch.Tensor  # (b, Qmax) bool
     query_e: torch.Tensor  # (b, Qmax, h) prelude output at the query region
-    prelude_out: torch.Tensor  # (b, t, h)
-    operation_ends: torch.Tensor  # (b, D+1)
-    segments: torch.Tensor  # (b, t)
-    depth: torch.Tensor  # (b,)
-    positions: torch.Tensor  # (b, t) float, before stretch
-    operation_end_positions: torch.Tensor  # (b, D+1) float
-    position_scale: torch.Tensor | None  # (b,)
     readout_columns: torch.Tensor  # (b, q) column of each readout query inside the window's query part
     ops_out: torch.Tensor | None = None  # (b, S, h) the core output on iteration k's op rows (read by the coda)
     span: int = 0  # S, op columns of the current window
@@ -533,20 +526,19 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             if positions.shape != input_ids.shape:
                 raise ValueError(f"position_ids must have the shape of input_ids {tuple(input_ids.shape)}; "
                                  f"got {tuple(positions.shape)}.")
-        mask_dtype = None if self.config._attn_implementation == "sdpa" else hidden.dtype
         if operation_ends is None:
             if position_scale is not None:
                 positions = stretch_positions(positions, position_scale)
             cos, sin = self.model.rotary_emb(hidden, positions)
-            context = _Context(hidden, padded_causal_mask(attention_mask, mask_dtype), cos, sin, query_positions)
+            context = _Context(hidden, padded_causal_mask(attention_mask, self._mask_dtype(hidden)), cos, sin,
+                               query_positions)
         else:
             segments, depth, query_region = token_segments(operation_ends, attention_mask)
             positions = positions.float()
             loop = _LoopView(
                 base_allowed=padded_causal_mask(attention_mask, None)[:, 0], segments=segments, depth=depth,
-                query_region=query_region, positions=positions,
+                query_region=query_region, positions=positions, operation_ends=operation_ends,
                 operation_end_positions=positions.gather(1, operation_ends.clamp_min(0)), position_scale=position_scale,
-                operation_ends=operation_ends,
             )
             context = _Context(hidden, None, None, None, query_positions, loop)
             context.mask, context.cos, context.sin = self._view_at(context, 0, hidden)
@@ -557,31 +549,40 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
 
     def _local_window(self, context: _Context, query_positions: torch.Tensor) -> _LocalWindow:
         loop = context.loop
-        b = loop.segments.shape[0]
         query_start = loop.query_region.float().argmax(-1)  # first query-region token
         query_length = loop.query_region.sum(-1)
-        width = int(query_length.max())
-        offsets = torch.arange(width, device=query_start.device)
-        query_valid = offsets[None] < query_length[:, None]
+        offsets = torch.arange(int(query_length.max()), device=query_start.device)
         last = query_start + query_length - 1
         query_index = torch.minimum(query_start[:, None] + offsets[None], last[:, None])
-        rows = torch.arange(b, device=query_start.device)[:, None]
+        rows = torch.arange(query_index.shape[0], device=query_start.device)[:, None]
         return _LocalWindow(
-            query_index=query_index, query_valid=query_valid, query_e=context.prelude_out[rows, query_index],
-            prelude_out=context.prelude_out, operation_ends=loop.operation_ends, segments=loop.segments,
-            depth=loop.depth,
-            positions=loop.positions, operation_end_positions=loop.operation_end_positions,
-            position_scale=loop.position_scale, readout_columns=query_positions - query_start[:, None],
+            query_index=query_index, query_valid=offsets[None] < query_length[:, None],
+            query_e=context.prelude_out[rows, query_index], readout_columns=query_positions - query_start[:, None],
         )
 
-    def _window_at(self, window: _LocalWindow, iteration: int, hidden: torch.Tensor):
-        """Token indices, validity, mask and rotary of iteration k's window: [its operations | the query region]."""
+    def _mask_dtype(self, hidden: torch.Tensor) -> torch.dtype | None:
+        """None (a boolean mask) for sdpa, else the additive float mask's dtype."""
+        return None if self.config._attn_implementation == "sdpa" else hidden.dtype
+
+    def _rotary_at(self, loop: _LoopView, positions: torch.Tensor, is_query: torch.Tensor, iteration: int,
+                   hidden: torch.Tensor):
+        """cos/sin of iteration k: `progress_shift` on the query rows, then the stretch, then Qwen2's rotary."""
         c = self.config
-        op_index, op_valid = local_window_rows(window.operation_ends, window.depth, iteration, c.step_size)
+        if c.progress_positions:
+            shift = progress_shift(loop.operation_end_positions, loop.depth, iteration, c.step_size)
+            positions = positions - shift[:, None] * is_query
+        if loop.position_scale is not None:
+            positions = stretch_positions(positions, loop.position_scale)
+        return self.model.rotary_emb(hidden, positions)
+
+    def _window_at(self, context: _Context, iteration: int, hidden: torch.Tensor):
+        """Token indices, mask and rotary of iteration k's window: [its operations | the query region]."""
+        c, loop, window = self.config, context.loop, context.window
+        op_index, op_valid = local_window_rows(loop.operation_ends, loop.depth, iteration, c.step_size)
         index = torch.cat([op_index, window.query_index], 1)  # (b, w)
         valid = torch.cat([op_valid, window.query_valid], 1)
         is_query = torch.cat([torch.zeros_like(op_valid), window.query_valid], 1)
-        segment = window.segments.gather(1, index)
+        segment = loop.segments.gather(1, index)
         earlier = index[:, None, :] <= index[:, :, None]  # key j not after query i
         key_valid, query_row = valid[:, None, :], is_query[:, :, None]
         key_op = (valid & ~is_query)[:, None, :]
@@ -589,15 +590,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         allowed = key_valid & torch.where(query_row, key_op | sees_query,
                                           key_op & earlier & (segment[:, None, :] == segment[:, :, None]))
         allowed = allowed | torch.eye(index.shape[1], dtype=torch.bool, device=index.device)[None]
-        mask = attention_bias(allowed, None if c._attn_implementation == "sdpa" else hidden.dtype)
-        positions = window.positions.gather(1, index)
-        if c.progress_positions:
-            shift = progress_shift(window.operation_end_positions, window.depth, iteration, c.step_size)
-            positions = positions - shift[:, None] * is_query
-        if window.position_scale is not None:
-            positions = stretch_positions(positions, window.position_scale)
-        cos, sin = self.model.rotary_emb(hidden, positions)
-        return index, mask, cos, sin
+        cos, sin = self._rotary_at(loop, loop.positions.gather(1, index), is_query, iteration, hidden)
+        return index, attention_bias(allowed, self._mask_dtype(hidden)), cos, sin
 
     def _view_at(self, context: _Context, iteration: int, hidden: torch.Tensor):
         """(mask, cos, sin) at iteration k (0: the prelude): `loop_view_mask` and `progress_shift` positions."""
@@ -607,15 +601,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         c = self.config
         allowed = loop_view_mask(loop.base_allowed, loop.segments, loop.depth, loop.query_region, c.loop_view,
                                  iteration, c.step_size, c.bidirectional_queries)
-        mask = attention_bias(allowed, None if c._attn_implementation == "sdpa" else hidden.dtype)
-        positions = loop.positions
-        if c.progress_positions:
-            shift = progress_shift(loop.operation_end_positions, loop.depth, iteration, c.step_size)
-            positions = positions - shift[:, None] * loop.query_region
-        if loop.position_scale is not None:
-            positions = stretch_positions(positions, loop.position_scale)
-        cos, sin = self.model.rotary_emb(hidden, positions)
-        return mask, cos, sin
+        cos, sin = self._rotary_at(loop, loop.positions, loop.query_region, iteration, hidden)
+        return attention_bias(allowed, self._mask_dtype(hidden)), cos, sin
 
     @staticmethod
     def _run_layers(layers, hidden, context: _Context) -> torch.Tensor:
@@ -636,49 +623,34 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         """One iteration: s_k = anchor(C(W [e ; s_{k−1}])). Returns (s_k, rms before anchoring, reference rms).
 
         With an iteration-dependent view, `context.mask/cos/sin` are set to iteration k's (the readout of k uses
-        them); under `loop_view="local"` only the query region iterates: other rows restart from e.
+        them); under `loop_view="local"` only the query region iterates: other rows restart from e. Under the local
+        window `state` is the query region's (b, Qmax, h) and the core runs on [iteration k's op rows | queries].
         """
-        if context.window is not None:
-            return self._window_core_step(state, reference_rms, context, iteration)
-        context.mask, context.cos, context.sin = self._view_at(context, iteration, state)
-        if context.loop is not None and self.config.loop_view == "local":
-            state = torch.where(context.loop.query_region[..., None], state, context.prelude_out)
-        args = (context.prelude_out, state, context.mask, context.cos, context.sin)
+        window = context.window
+        if window is not None:
+            index, context.mask, context.cos, context.sin = self._window_at(context, iteration, state)
+            span = index.shape[1] - state.shape[1]
+            e = context.prelude_out[torch.arange(index.shape[0], device=index.device)[:, None], index]  # (b, w, h)
+            x = torch.cat([e[:, :span], state], 1)  # op rows restart from e
+        else:
+            context.mask, context.cos, context.sin = self._view_at(context, iteration, state)
+            e, x = context.prelude_out, state
+            if context.loop is not None and self.config.loop_view == "local":
+                x = torch.where(context.loop.query_region[..., None], state, e)
+        args = (e, x, context.mask, context.cos, context.sin)
         if self.config.checkpoint_core and self.training and torch.is_grad_enabled():
             new_state = checkpoint(self._core_block, *args, use_reentrant=False)
         else:
             new_state = self._core_block(*args)
+        if window is not None:
+            window.span, window.ops_out, new_state = span, new_state[:, :span], new_state[:, span:]
         raw_rms = state_rms(new_state).detach()  # (b, t, 1)
         if not self.config.norm_anchoring:
             return new_state, raw_rms, reference_rms
         if reference_rms is None:  # iteration 1 sets the per-token reference (detached)
             return new_state, raw_rms, raw_rms
-        return anchor_state_norm(new_state, reference_rms), raw_rms, reference_rms
-
-    def _window_core_step(self, state, reference_rms, context: _Context, iteration: int):
-        """`core_step` on iteration k's window; `state` is the query region's (b, Qmax, h)."""
-        window = context.window
-        index, context.mask, context.cos, context.sin = self._window_at(window, iteration, state)
-        span = index.shape[1] - state.shape[1]
-        rows = torch.arange(index.shape[0], device=index.device)[:, None]
-        e = window.prelude_out[rows, index]  # (b, w, h); op rows restart from e
-        x = torch.cat([e[:, :span], state], 1)
-        args = (e, x, context.mask, context.cos, context.sin)
-        if self.config.checkpoint_core and self.training and torch.is_grad_enabled():
-            out = checkpoint(self._core_block, *args, use_reentrant=False)
-        else:
-            out = self._core_block(*args)
-        ops_out, new_state = out[:, :span], out[:, span:]
-        raw_rms = state_rms(new_state).detach()
-        window.span = span
-        if not self.config.norm_anchoring:
-            window.ops_out = ops_out
-            return new_state, raw_rms, reference_rms
-        if reference_rms is None:
-            window.ops_out = ops_out
-            return new_state, raw_rms, raw_rms
-        # op rows compute the same value every iteration, so their iteration-1 RMS is their current one
-        window.ops_out = anchor_state_norm(ops_out, state_rms(ops_out).detach())
+        if window is not None:  # op rows compute the same value every iteration: their iteration-1 RMS is today's
+            window.ops_out = anchor_state_norm(window.ops_out, state_rms(window.ops_out).detach())
         return anchor_state_norm(new_state, reference_rms), raw_rms, reference_rms
 
     def readout(self, state, context: _Context):
@@ -740,9 +712,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                                 position_ids)
         grad_from = grad_window_iterations(num_iterations, self.config.grad_window)[0]
         grad_allowed = torch.is_grad_enabled()
-        valid = (attention_mask if attention_mask is not None else torch.ones_like(input_ids)).float()
-
-        valid = context.state_valid(valid)
+        valid = context.state_valid(attention_mask if attention_mask is not None else torch.ones_like(input_ids))
         state, reference, read_set = context.initial_state(), None, set(reads)
         answers, halts, rms_trace, states = [], [], [], []
         for k in range(1, num_iterations + 1):

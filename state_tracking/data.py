@@ -301,8 +301,8 @@ class StateTrackingCollator:
         input_ids = torch.full((batch_size, max_len), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((batch_size, max_len), dtype=torch.long)
         query_positions = torch.stack([torch.as_tensor(_to_numpy(f["query_positions"]), dtype=torch.long) for f in features])
-        for b, row in enumerate(rows):
-            offset = max_len - len(row) if self.padding_side == "left" else 0
+        offsets = [max_len - len(row) if self.padding_side == "left" else 0 for row in rows]  # left pads per row
+        for b, (row, offset) in enumerate(zip(rows, offsets)):
             input_ids[b, offset : offset + len(row)] = torch.as_tensor(row, dtype=torch.long)
             attention_mask[b, offset : offset + len(row)] = 1
             query_positions[b] += offset
@@ -310,8 +310,7 @@ class StateTrackingCollator:
         if "operation_ends" in keys:
             ends = [_to_numpy(f["operation_ends"]).astype(np.int64) for f in features]
             operation_ends = torch.full((batch_size, max(len(e) for e in ends)), -1, dtype=torch.long)
-            for b, (row, e) in enumerate(zip(rows, ends)):
-                offset = max_len - len(row) if self.padding_side == "left" else 0
+            for b, (e, offset) in enumerate(zip(ends, offsets)):
                 operation_ends[b, : len(e)] = torch.as_tensor(e) + offset
             batch["operation_ends"] = operation_ends
 

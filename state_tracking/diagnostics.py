@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .data import StateTrackingCollator, derive_seed
+from .evaluation import check_test_depths
 from .prompts import check_rendering
 from .tasks import Task
 from .tokenization import encode_batch
@@ -80,9 +81,7 @@ def progress_profile(
         (the readout at R = ⌈d/c⌉), ``first_failure`` (per depth the first k below 50%, or None), and the settings.
     """
     check_rendering(rendering)
-    depths = sorted(int(d) for d in depths)
-    if not depths or depths[0] < 1 or len(set(depths)) != len(depths):
-        raise ValueError(f"depths must be distinct integers >= 1, got {depths}")
+    depths = check_test_depths(depths)
     if not isinstance(extra_iterations, int) or extra_iterations < 0:
         raise ValueError(f"extra_iterations must be an integer >= 0, got {extra_iterations!r}")
     if padding_control_depth is not None and not 1 <= padding_control_depth <= depths[0]:

@@ -75,6 +75,14 @@ def _check_curve(depths, accuracies) -> tuple[np.ndarray, np.ndarray]:
     return depths, accuracies
 
 
+def check_test_depths(depths: Sequence[int]) -> list[int]:
+    """Test depths as a sorted list; ValueError unless they are distinct integers >= 1."""
+    depths = sorted(int(d) for d in depths)
+    if not depths or depths[0] < 1 or len(set(depths)) != len(depths):
+        raise ValueError(f"depths must be distinct integers >= 1, got {depths}")
+    return depths
+
+
 def evaluate_length_generalization(
     model: Any,
     tokenizer: PreTrainedTokenizerBase,
@@ -111,9 +119,7 @@ def evaluate_length_generalization(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
     check_rendering(rendering)
-    depths = sorted(int(d) for d in depths)
-    if not depths or depths[0] < 1 or len(set(depths)) != len(depths):
-        raise ValueError(f"depths must be distinct integers >= 1, got {depths}")
+    depths = check_test_depths(depths)
     for name, value in (("n_per_depth", n_per_depth), ("batch_size", batch_size)):
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")

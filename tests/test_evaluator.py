@@ -342,9 +342,9 @@ def test_cli_end_to_end(tmp_path):
     assert results["accuracy"] == [1.0]
 
 
-def test_evaluator_on_a_real_tiny_par_model():
+def tiny_swap_s5_par_model(**overrides):
+    """A random tiny PAR model for swap-S5 with the symbolic tokenizer: (task, tokenizer, ids, model)."""
     from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking
-    from state_tracking import build_tokenizer, model_token_ids
 
     task = get_task("swap_s5")
     tokenizer = build_tokenizer(task, "symbolic")
@@ -353,9 +353,13 @@ def test_evaluator_on_a_real_tiny_par_model():
     model = ParLoopedQwenForStateTracking(ParLoopedQwenConfig(
         vocab_size=ids["vocab_size"], pad_token_id=ids["pad_token_id"], hidden_size=32, intermediate_size=64,
         num_attention_heads=2, num_key_value_heads=2, prelude_layers=1, core_layers=1, coda_layers=1,
-        answer_token_ids=ids["answer_token_ids"], halt_token_ids=ids["halt_token_ids"], step_size=2,
-        halt_confirm=1, halt_window=2, max_iterations=12,
+        answer_token_ids=ids["answer_token_ids"], halt_token_ids=ids["halt_token_ids"], **overrides,
     ))
+    return task, tokenizer, ids, model
+
+
+def test_evaluator_on_a_real_tiny_par_model():
+    task, tokenizer, ids, model = tiny_swap_s5_par_model(step_size=2, halt_confirm=1, halt_window=2, max_iterations=12)
     forced = evaluate_length_generalization(model, tokenizer, task, [1, 3, 5], n_per_depth=20, batch_size=8,
                                             mode="forced", seed=1, train_max_depth=3, progress=False)
     assert [row["num_iterations"] for row in forced["per_depth"]] == [1, 2, 3]  # ⌈d / c⌉ with c = 2
@@ -390,17 +394,8 @@ def test_evaluator_on_a_real_tiny_par_model():
 def test_cli_profile_and_padding_control_on_a_local_view_checkpoint(tmp_path):
     """--profile / --padding-control / --profile-plot on a saved local-view PAR model (bf16 weights upcast by
     --dtype float32): one readout per iteration per depth, the padding control at the depths ≥ D0, a heatmap."""
-    from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking
-
-    task = get_task("swap_s5")
-    tokenizer = build_tokenizer(task, "symbolic")
-    ids = model_token_ids(tokenizer, task)
-    torch.manual_seed(0)
-    model = ParLoopedQwenForStateTracking(ParLoopedQwenConfig(
-        vocab_size=ids["vocab_size"], pad_token_id=ids["pad_token_id"], hidden_size=32, intermediate_size=64,
-        num_attention_heads=2, num_key_value_heads=2, prelude_layers=1, core_layers=1, coda_layers=1,
-        answer_token_ids=ids["answer_token_ids"], halt_token_ids=ids["halt_token_ids"], loop_view="local",
-        progress_positions=True, bidirectional_queries=True))
+    task, tokenizer, _, model = tiny_swap_s5_par_model(loop_view="local", progress_positions=True,
+                                                       bidirectional_queries=True)
     checkpoint = tmp_path / "ckpt"
     model.to(torch.bfloat16).save_pretrained(checkpoint)
     tokenizer.save_pretrained(checkpoint)

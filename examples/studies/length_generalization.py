@@ -82,7 +82,7 @@ def train(name: str, seed: int) -> dict:
 def grid_accuracy(model, tokenizer, task, mode: str, common: dict) -> dict:
     """Accuracy on GRID, depth by depth, stopping after two consecutive depths below FAILED (a full-view loop at
     d = 512 costs ~an hour on CPU, and d50 is already placed)."""
-    from state_tracking import evaluate_length_generalization, longest_accurate_depth
+    from state_tracking import evaluate_length_generalization, extrapolation_factor, longest_accurate_depth
 
     depths, accuracy, per_depth, low = [], [], [], 0
     for depth in GRID:
@@ -93,9 +93,9 @@ def grid_accuracy(model, tokenizer, task, mode: str, common: dict) -> dict:
         low = low + 1 if accuracy[-1] < FAILED else 0
         if low == 2:
             break
-    d50 = longest_accurate_depth(depths, accuracy)
-    return dict(depths=depths, accuracy=accuracy, per_depth=per_depth, d50=d50,
-                extrapolation_factor=d50 / TRAIN_MAX_DEPTH, environment=result["environment"])
+    return dict(depths=depths, accuracy=accuracy, per_depth=per_depth, d50=longest_accurate_depth(depths, accuracy),
+                extrapolation_factor=extrapolation_factor(depths, accuracy, TRAIN_MAX_DEPTH),
+                environment=result["environment"])
 
 
 def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
@@ -140,6 +140,14 @@ def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
     return row
 
 
+def seeds_cell(group: list[dict], depth: int) -> str:
+    """Accuracy (%) at one depth over a run's seeds: 'mean ± sd', the one value, or '–' if a seed stopped before."""
+    values = [100 * dict(zip(r["depths"], r["accuracy"]))[depth] for r in group if depth in r["depths"]]
+    if len(values) != len(group):
+        return "–"
+    return f"{np.mean(values):.1f} ± {np.std(values, ddof=1):.1f}" if len(values) > 1 else f"{values[0]:.1f}"
+
+
 def collect() -> None:
     from state_tracking import plot_accuracy_vs_depth, plot_progress_profile
 
@@ -157,17 +165,9 @@ def collect() -> None:
         by_run.setdefault(r["run"], []).append(r)
     summary = ["| run | seeds | " + " | ".join(f"d={d}" for d in GRID) + " | G |", "|---|---|" + "---|" * len(GRID) + "---|"]
     for name, group in by_run.items():
-        cells = []
-        for d in GRID:
-            values = [100 * dict(zip(r["depths"], r["accuracy"]))[d] for r in group if d in r["depths"]]
-            if len(values) != len(group):
-                cells.append("–")
-            elif len(values) > 1:
-                cells.append(f"{np.mean(values):.1f} ± {np.std(values, ddof=1):.1f}")
-            else:
-                cells.append(f"{values[0]:.1f}")
         g = [r["G"] for r in group]
-        summary.append(f"| {name} | {len(group)} | " + " | ".join(cells) + f" | {np.mean(g):.2f} ({', '.join(map(str, g))}) |")
+        summary.append(f"| {name} | {len(group)} | " + " | ".join(seeds_cell(group, d) for d in GRID)
+                       + f" | {np.mean(g):.2f} ({', '.join(map(str, g))}) |")
     profiles = []
     for r in rows:
         for kind in ("profile", "padding_control"):
@@ -177,19 +177,15 @@ def collect() -> None:
     short = [8, 12, 16, 32, 64, 128, 256, 512]  # the columns README.md shows
     readme = ["| run (seeds) | " + " | ".join(f"d={d}" for d in short) + " | G |", "|---|" + "---|" * (len(short) + 1)]
     for name, group in by_run.items():
-        cells = []
-        for d in short:
-            values = [100 * dict(zip(r["depths"], r["accuracy"]))[d] for r in group if d in r["depths"]]
-            cells.append("–" if len(values) != len(group) else (
-                f"{np.mean(values):.1f} ± {np.std(values, ddof=1):.1f}" if len(values) > 1 else f"{values[0]:.1f}"))
         g = [r["G"] for r in group]
         bound = "≥ " if all(r.get("G_is_lower_bound") for r in group) else ""
-        readme.append(f"| `{name}` ({len(group)}) | " + " | ".join(cells) + f" | {bound}{np.mean(g):.2f} |")
-        if group[0].get("halting"):
-            for r in group:
-                h = dict(zip(r["halting"]["depths"], r["halting"]["accuracy"]))
-                readme.append(f"| `{name}`, learned halting (d unknown) | " + " | ".join(
-                    f"{100 * h[d]:.1f}" if d in h else "–" for d in short) + f" | ≥ {r['halting']['extrapolation_factor']:.2f} |")
+        readme.append(f"| `{name}` ({len(group)}) | " + " | ".join(seeds_cell(group, d) for d in short)
+                      + f" | {bound}{np.mean(g):.2f} |")
+        for r in group if group[0].get("halting") else []:
+            h = r["halting"]
+            bound = "≥ " if h["depths"][-1] == GRID[-1] and h["accuracy"][-1] >= 0.5 else ""
+            readme.append(f"| `{name}`, learned halting (d unknown) | " + " | ".join(seeds_cell([h], d) for d in short)
+                          + f" | {bound}{h['extrapolation_factor']:.2f} |")
     (OUT / "readme_table.md").write_text("\n".join(readme) + "\n")
     text = (OUT / "README.md").read_text() if (OUT / "README.md").exists() else ""
     marker = "<!-- generated below by examples/studies/length_generalization.py --collect -->"
