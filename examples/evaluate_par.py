@@ -59,6 +59,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--dtype", choices=["float32", "auto", "bfloat16"], default="float32",
                         help="weights at evaluation: float32 (default; fast on CPU), auto (as stored), bfloat16")
+    parser.add_argument("--fixed-iterations", type=int, default=None,
+                        help="forced mode: R at every depth (a model trained with a fixed R, e.g. R = 1 plain Transformer)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="run each batch as this many parts at once, one CPU thread each (see benchmarks/bench_speed.py)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the core block (model.compile_core())")
     parser.add_argument("--profile", default=None, help="also write the progress profile (JSON) here")
     parser.add_argument("--profile-plot", default=None, help="heatmap PNG of the profile (and padding control)")
     parser.add_argument("--padding-control", type=int, default=None, metavar="D0",
@@ -116,11 +121,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     task = resolve_task(args.model, args.task)
     model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
+    if args.compile:
+        model.compile_core()
     results = evaluate_length_generalization(
         model, tokenizer, task, args.depths,
         n_per_depth=args.n, mode=args.mode, seed=args.seed, batch_size=args.batch_size,
         rendering=args.rendering, train_max_depth=args.train_max_depth, step_size=args.step_size,
-        random_initial=args.random_initial, device=args.device, progress=not args.no_progress,
+        random_initial=args.random_initial, device=args.device, progress=not args.no_progress, workers=args.workers,
+        fixed_iterations=args.fixed_iterations,
     )
     results["model_dir"] = os.path.abspath(args.model)
     results["command"] = " ".join(sys.argv if argv is None else ["examples/evaluate_par.py", *argv])

@@ -11,7 +11,7 @@ and write a table, JSON and plot:
     python examples/train_par.py config.yaml                      # or config.json: the same fields
     python examples/train_par.py --init_from_qwen2 PATH --rendering text --prelude_layers 8 --core_layers 8 \\
         --coda_layers 8 --peft lora --bf16                        # retrofit a pretrained Qwen2.5
-    torchrun --nproc_per_node 2 examples/train_par.py ...         # DDP (or accelerate launch)
+    torchrun --nproc_per_node 2 examples/train_par.py ...         # DDP (or accelerate launch); on CPU add --use_cpu true
 
 Every field of `ModelArguments`, `TaskArguments` and `ParTrainingArguments` (HF TrainingArguments included) is a
 flag; `--self_distillation` switches to label-free prefix self-distillation (`SelfDistillationArguments`).
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, HfArgumentParser
+from transformers import AutoTokenizer, HfArgumentParser, set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -78,6 +78,9 @@ class ModelArguments:
     bidirectional_queries: bool | None = field(default=None, metadata={
         "help": "the query region attends both ways (default: on from scratch, off when retrofitting)"})
     attn_implementation: str = field(default="sdpa", metadata={"help": "sdpa or eager"})
+    compile_core: bool = field(default=False, metadata={"help": "torch.compile the core block (model.compile_core())"})
+    causal_fast_path: bool = field(default=True, metadata={
+        "help": "full view, sdpa, unpadded batch: sdpa's causal kernel instead of a materialized mask (same result)"})
     peft: str | None = field(default=None, metadata={"help": "'lora': LoRA on the core, adapter trained in full"})
     lora_r: int = field(default=16)
     lora_alpha: int = field(default=32)
@@ -94,6 +97,7 @@ class TaskArguments:
     eval_n: int = field(default=256, metadata={"help": "sequences per test depth (paper protocol: 1024)"})
     eval_batch_size: int = field(default=256)
     eval_halting: bool = field(default=False, metadata={"help": "also evaluate with learned halting (d unknown)"})
+    eval_workers: int = field(default=1, metadata={"help": "evaluation: parts of each batch run at once, one thread each"})
     self_distillation: bool = field(default=False, metadata={"help": "label-free prefix self-distillation"})
 
 
@@ -197,6 +201,9 @@ def build_model(model_args: ModelArguments, token_ids: dict):
             attn_implementation=model_args.attn_implementation, **par_fields,
         )
         model = ParLoopedQwenForStateTracking(config)
+    model.causal_fast_path = model_args.causal_fast_path
+    if model_args.compile_core:
+        model.compile_core()
     if model_args.peft is not None:
         if model_args.peft != "lora":
             raise ValueError(f"--peft must be 'lora' or unset; got {model_args.peft!r}.")
@@ -220,12 +227,16 @@ def build_tokenizer_for(task, task_args: TaskArguments, model_args: ModelArgumen
 def evaluate_and_report(model, tokenizer, task, task_args, train_args, output_dir: Path) -> dict:
     depths = [int(d) for d in task_args.eval_depths.split(",")]
     modes = ["forced"] + (["halting"] if task_args.eval_halting else [])
+    if train_args.depth_schedule == "fixed" and task_args.eval_halting:
+        raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
     results = {}
     for mode in modes:
         results[mode] = evaluate_length_generalization(
             model, tokenizer, task, depths, n_per_depth=task_args.eval_n, mode=mode, seed=train_args.seed,
             batch_size=task_args.eval_batch_size, rendering=task_args.rendering,
             train_max_depth=train_args.max_train_depth, random_initial=task_args.random_initial,
+            workers=task_args.eval_workers,
+            fixed_iterations=train_args.fixed_iterations if mode == "forced" else None,
         )
         save_results(results[mode], output_dir / f"eval_{mode}.json")
     plot_accuracy_vs_depth({f"{task.name} ({m})": [r] for m, r in results.items()}, output_dir / "accuracy_vs_depth.png")
@@ -255,6 +266,7 @@ def main(argv=None):
     dataset = build_dataset(task, tokenizer, task_args.rendering, n=n,
                             depths=(train_args.min_train_depth, train_args.max_train_depth), seed=train_args.seed,
                             random_initial=task_args.random_initial)
+    set_seed(train_args.seed)  # the from-scratch initialisation (and the adapter of a retrofit) follow --seed
     model = build_model(model_args, token_ids)
     collator = StateTrackingCollator(pad_token_id=token_ids["pad_token_id"])
     common = dict(model=model, args=train_args, train_dataset=dataset, data_collator=collator,

@@ -21,6 +21,7 @@ import os
 import platform
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
@@ -83,6 +84,24 @@ def check_test_depths(depths: Sequence[int]) -> list[int]:
     return depths
 
 
+def worker_slices(start: int, stop: int, workers: int) -> list[slice]:
+    """Rows [start, stop) cut into at most `workers` contiguous, near-equal, non-empty parts."""
+    bounds = np.linspace(start, stop, min(workers, stop - start) + 1).round().astype(int)
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _run_threaded(fn, items: list) -> list:
+    """`[fn(x) for x in items]`, one Python thread per item, each op single-threaded (torch's intra-op thread count
+    is process-wide: set to 1 for the call and restored after)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(max_workers=len(items)) as pool:
+            return list(pool.map(fn, items))
+    finally:
+        torch.set_num_threads(threads)
+
+
 def evaluate_length_generalization(
     model: Any,
     tokenizer: PreTrainedTokenizerBase,
@@ -98,6 +117,8 @@ def evaluate_length_generalization(
     random_initial: bool = False,
     device: str | torch.device | None = None,
     progress: bool = True,
+    workers: int = 1,
+    fixed_iterations: int | None = None,
 ) -> dict[str, Any]:
     """Accuracy of ``model`` on fresh problems at each depth.
 
@@ -107,6 +128,11 @@ def evaluate_length_generalization(
         step_size: c; default ``model.config.step_size``.
         train_max_depth: longest training depth; enables ``extrapolation_factor``.
         device: where the batches go; default ``model.device``.
+        fixed_iterations: forced mode only: run R = this at every depth instead of ⌈d / c⌉ (models trained with a
+            fixed R whatever d: the plain Transformer is R = 1; the fixed-depth loop ablation).
+        workers: split each batch into this many parts and run them at once, one Python thread and one intra-op
+            thread each (``torch.set_num_threads(1)`` for the call, restored after). On a small CPU this keeps every
+            core busy where one batch's small matrices leave intra-op threads idle; the answers are the same.
     Returns:
         A JSON-ready dict: ``depths``, ``accuracy`` (overall state accuracy per depth, aligned with
         ``depths``), ``per_depth`` (accuracy, ``per_query_accuracy`` by query name,
@@ -120,9 +146,13 @@ def evaluate_length_generalization(
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
     check_rendering(rendering)
     depths = check_test_depths(depths)
-    for name, value in (("n_per_depth", n_per_depth), ("batch_size", batch_size)):
+    for name, value in (("n_per_depth", n_per_depth), ("batch_size", batch_size), ("workers", workers)):
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if fixed_iterations is not None and (mode != "forced" or isinstance(fixed_iterations, bool)
+                                         or not isinstance(fixed_iterations, (int, np.integer)) or fixed_iterations < 1):
+        raise ValueError(f"fixed_iterations must be None or a positive integer with mode='forced', got "
+                         f"{fixed_iterations!r} (mode={mode!r})")
     step_size = int(model.config.step_size if step_size is None else step_size)
     if step_size < 1:
         raise ValueError(f"step_size must be >= 1, got {step_size}")
@@ -149,9 +179,11 @@ def evaluate_length_generalization(
         targets = task.final_states(ops, initial)  # (n, Q)
         encoded = encode_batch(task, tokenizer, rendering, ops, initial)
         num_iterations = math.ceil(depth / step_size) if mode == "forced" else None
-        answers, iterations, halted = [], [], []
-        for start in range(0, n_per_depth, batch_size):
-            batch = collate({key: column[start : start + batch_size] for key, column in encoded.items()})
+        if fixed_iterations is not None:
+            num_iterations = int(fixed_iterations)
+
+        def predict_rows(rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            batch = collate({key: column[rows] for key, column in encoded.items()})
             batch = {key: value.to(device) for key, value in batch.items()}
             with torch.inference_mode():
                 inputs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"])
@@ -161,11 +193,15 @@ def evaluate_length_generalization(
                     pred = model.predict(batch["input_ids"], **inputs, num_iterations=num_iterations)
                 else:
                     pred = model.predict(batch["input_ids"], **inputs, halting=True)
-            answers.append(pred.answers.cpu().numpy())
-            iterations.append(pred.iterations.cpu().numpy())
-            halted.append(pred.halted.cpu().numpy())
+            return pred.answers.cpu().numpy(), pred.iterations.cpu().numpy(), pred.halted.cpu().numpy()
+
+        parts = []
+        for start in range(0, n_per_depth, batch_size):
+            stop = min(start + batch_size, n_per_depth)
+            slices = worker_slices(start, stop, workers)
+            parts += _run_threaded(predict_rows, slices) if len(slices) > 1 else [predict_rows(slices[0])]
             bar.update(1)
-        answers, iterations, halted = np.concatenate(answers), np.concatenate(iterations), np.concatenate(halted)
+        answers, iterations, halted = (np.concatenate(column) for column in zip(*parts))
         if answers.shape != targets.shape:
             raise ValueError(f"model.predict returned answers of shape {answers.shape[1:]} per batch row, expected ({task.num_queries},)")
         accuracy = overall_state_accuracy(answers, targets)
@@ -198,6 +234,8 @@ def evaluate_length_generalization(
         "seed": seed,
         "n_per_depth": n_per_depth,
         "batch_size": batch_size,
+        "workers": workers,
+        "fixed_iterations": fixed_iterations,
         "step_size": step_size,
         "train_max_depth": train_max_depth,
         "depths": depths,

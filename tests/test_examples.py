@@ -102,3 +102,43 @@ def test_every_study_run_parses_into_valid_arguments():
             assert view["loop_view"] == "local" and view["progress_positions"]
         if name == "baseline":
             assert view == train_par.PAPER_VIEW and train_args.stretch_steps == 0
+
+
+def test_same_seed_same_initialisation_and_run(tmp_path):
+    """--seed fixes the model's initialisation, not only the data: two runs with one seed give the same weights."""
+    from safetensors.torch import load_file
+
+    weights = []
+    for name, seed in (("a", "0"), ("b", "0"), ("c", "1")):
+        train_par.main(TINY + ["--output_dir", str(tmp_path / name), "--max_steps", "2", "--seed", seed,
+                               "--eval_depths", "2", "--eval_n", "4"])
+        weights.append(load_file(tmp_path / name / "model.safetensors"))
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert not all(torch.equal(weights[0][k], weights[2][k]) for k in weights[0])
+
+
+def test_train_par_under_torchrun_counts_both_ranks(tmp_path):
+    """Under torchrun on a CPU machine the run is data-parallel (gloo): the dataset and `samples_seen` cover both
+    ranks. Without --use_cpu, transformers would train each rank alone (NOT_PARALLEL): that is a clear error."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "ddp"
+    env = dict(os.environ, OMP_NUM_THREADS="1", TQDM_DISABLE="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29541",
+         "examples/train_par.py", *TINY, "--max_steps", "2", "--per_device_train_batch_size", "4",
+         "--eval_depths", "2", "--eval_n", "4", "--output_dir", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["samples_seen"] == 2 * 4 * 2
+    if not torch.cuda.is_available():
+        i = TINY.index("--use_cpu")
+        args = TINY[:i] + TINY[i + 2:]  # the same run without --use_cpu true
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29542",
+             "examples/train_par.py", *args, "--max_steps", "2", "--output_dir", str(tmp_path / "alone")],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode != 0 and "use_cpu must be True when 2 processes are launched" in proc.stderr

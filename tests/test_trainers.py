@@ -466,3 +466,37 @@ def test_self_distillation_reads_no_step_label_but_the_final_one(tmp_path, monke
     assert losses_[0] == losses_[1]
     logged = trainer._logged
     assert logged["loss_distill"] and logged["loss_final"]  # iterations 2..4 distilled, 5 on z_d
+
+
+# ---------------------------------------------------------------------------------------------------- ablation schedules
+def test_fixed_and_random_depth_schedules(tmp_path):
+    """fixed: R = fixed_iterations whatever d; random: R ~ U{1..random_max_iterations} whatever d (both ablations)."""
+    fixed = ParTrainer(model=tiny_model(), args=tiny_args(tmp_path, depth_schedule="fixed", fixed_iterations=3),
+                       train_dataset=DATASET, data_collator=COLLATOR)
+    assert {fixed.num_iterations(d) for d in (1, 5, 9)} == {3}
+    random = ParTrainer(model=tiny_model(), args=tiny_args(tmp_path, depth_schedule="random", random_max_iterations=4),
+                        train_dataset=DATASET, data_collator=COLLATOR)
+    draws = set()
+    for step in range(60):
+        random.state.global_step = step
+        draws.add(random.num_iterations(7))
+    assert draws == {1, 2, 3, 4}
+    # a final-answer run with R = 1 (the plain Transformer) trains and logs R = 1 at every depth
+    args = tiny_args(tmp_path, max_steps=3, depth_schedule="fixed", fixed_iterations=1, objective="final_only")
+    trainer = ParTrainer(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
+    trainer.train()
+    logs = [e for e in trainer.state.log_history if "loss" in e]
+    assert logs and all(e["iterations"] == 1 and np.isfinite(e["loss"]) for e in logs)
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (dict(depth_schedule="fixed"), "fixed_iterations"),
+    (dict(fixed_iterations=2), "fixed_iterations"),
+    (dict(depth_schedule="fixed", fixed_iterations=0), "fixed_iterations"),
+    (dict(depth_schedule="random"), "random_max_iterations"),
+    (dict(depth_schedule="random", random_max_iterations=0), "random_max_iterations"),
+    (dict(depth_schedule="fixed", fixed_iterations=2, halting_loss_weight=0.5), "halting_loss_weight"),
+])
+def test_ablation_schedule_arguments_are_validated(tmp_path, overrides, field):
+    with pytest.raises(ValueError, match=rf"ParTrainingArguments\.{field} must be"):
+        tiny_args(tmp_path, **overrides)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from .objectives import (
 )
 from .schedules import DepthBatchSampler, curriculum_max_depth, stretch_max_scale
 
-DEPTH_SCHEDULES = ("forced", "hold")
+DEPTH_SCHEDULES = ("forced", "hold", "fixed", "random")
 HOLD_TAILS = ("additive", "pareto")
 _RNG_PURPOSES = ("iterations", "stretch", "negative", "positions", "stretch_fraction")
 
@@ -38,7 +39,13 @@ class ParTrainingArguments(TrainingArguments):
     """TrainingArguments plus the PAR knobs. `max_steps` must be set: the depth schedule is per optimizer step."""
 
     objective: str = field(default="par", metadata={"help": f"one of {OBJECTIVES}"})
-    depth_schedule: str = field(default="forced", metadata={"help": "forced: R = ⌈d/c⌉; hold: heavy-tailed R ≥ ⌈d/c⌉"})
+    depth_schedule: str = field(default="forced", metadata={
+        "help": "forced: R = ⌈d/c⌉; hold: R ≥ ⌈d/c⌉ (see hold_tail); ablations: fixed: R = fixed_iterations whatever d; "
+                "random: R ~ U{1..random_max_iterations} whatever d"})
+    fixed_iterations: int | None = field(default=None, metadata={
+        "help": "depth_schedule=fixed: the R of every step (evaluate with the same R: train_par.py does)"})
+    random_max_iterations: int | None = field(default=None, metadata={
+        "help": "depth_schedule=random: R is drawn uniformly from 1..this each step"})
     min_train_depth: int = field(default=1, metadata={"help": "smallest depth d trained on"})
     max_train_depth: int = field(default=32, metadata={"help": "largest depth d trained on"})
     curriculum_start_depth: int | None = field(
@@ -77,6 +84,12 @@ class ParTrainingArguments(TrainingArguments):
     remove_unused_columns: bool = field(default=False, metadata={"help": "keep depth/step_labels for the loss"})
 
     def __post_init__(self):
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1 and not self.use_cpu and not torch.cuda.is_available():
+            # transformers then leaves every rank NOT_PARALLEL: each trains alone on its own copy, same output_dir
+            raise ValueError(f"ParTrainingArguments.use_cpu must be True when {launched} processes are launched "
+                             "(torchrun / accelerate) on a machine without CUDA: pass --use_cpu true (gloo DDP); "
+                             "otherwise transformers trains every rank separately instead of data-parallel.")
         super().__post_init__()
 
         def fail(name, allowed):
@@ -86,6 +99,14 @@ class ParTrainingArguments(TrainingArguments):
             fail("objective", f"one of {OBJECTIVES}")
         if self.depth_schedule not in DEPTH_SCHEDULES:
             fail("depth_schedule", f"one of {DEPTH_SCHEDULES}")
+        if (self.depth_schedule == "fixed") != (self.fixed_iterations is not None):
+            fail("fixed_iterations", "an integer ≥ 1 with depth_schedule='fixed', and None otherwise")
+        if self.fixed_iterations is not None and self.fixed_iterations < 1:
+            fail("fixed_iterations", "≥ 1")
+        if (self.depth_schedule == "random") != (self.random_max_iterations is not None):
+            fail("random_max_iterations", "an integer ≥ 1 with depth_schedule='random', and None otherwise")
+        if self.random_max_iterations is not None and self.random_max_iterations < 1:
+            fail("random_max_iterations", "≥ 1")
         if self.hold_tail not in HOLD_TAILS:
             fail("hold_tail", f"one of {HOLD_TAILS}")
         if self.hold_tail == "pareto" and self.hold_extra_iterations is not None:
@@ -110,6 +131,9 @@ class ParTrainingArguments(TrainingArguments):
             fail("halting_loss_weight", "≥ 0")
         if self.halt_label_offset < 0:
             fail("halt_label_offset", "≥ 0")
+        if self.halting_loss_weight > 0 and self.depth_schedule in ("fixed", "random"):
+            fail("halting_loss_weight", f"0 under depth_schedule={self.depth_schedule!r} (R does not follow d, so there "
+                 "is no iteration at which the answer is complete to label)")
         if self.halting_loss_weight > 0 and self.depth_schedule == "forced":
             fail("halting_loss_weight", "0 under depth_schedule='forced' (forced depth never runs past d, while the "
                  "halting rule reads P(Yes) on R..R+m−1): use --depth_schedule hold (additive tail ≥ halt_window − 1)")
@@ -190,6 +214,10 @@ class ParTrainer(Trainer):
         c = self.model.config.step_size
         if self.args.depth_schedule == "forced":
             return iterations_for_depth(depth, c)
+        if self.args.depth_schedule == "fixed":
+            return self.args.fixed_iterations
+        if self.args.depth_schedule == "random":
+            return int(self._step_rng("iterations").integers(1, self.args.random_max_iterations + 1))
         if self.args.hold_tail == "additive":
             extra = self.args.hold_extra_iterations
             extra = self.model.config.grad_window - 1 if extra is None else extra

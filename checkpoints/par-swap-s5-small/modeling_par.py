@@ -345,6 +345,10 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         # loop_view="local": run each iteration on its operations + the query region only (same result, O(window)
         # per iteration instead of O(prompt)); False uses the masked full-prompt computation (the reference).
         self.local_window = True
+        # Full view, sdpa, no padding in the batch: give the layers no mask, so sdpa runs its causal kernel instead
+        # of reading a materialized (b, 1, t, t) mask (same result); False always builds the mask (the reference).
+        self.causal_fast_path = True
+        self._compiled_core = None
         self.post_init()
 
     # The three slices of the one decoder stack.
@@ -530,8 +534,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             if position_scale is not None:
                 positions = stretch_positions(positions, position_scale)
             cos, sin = self.model.rotary_emb(hidden, positions)
-            context = _Context(hidden, padded_causal_mask(attention_mask, self._mask_dtype(hidden)), cos, sin,
-                               query_positions)
+            context = _Context(hidden, self._full_view_mask(attention_mask, hidden), cos, sin, query_positions)
         else:
             segments, depth, query_region = token_segments(operation_ends, attention_mask)
             positions = positions.float()
@@ -559,6 +562,13 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             query_index=query_index, query_valid=offsets[None] < query_length[:, None],
             query_e=context.prelude_out[rows, query_index], readout_columns=query_positions - query_start[:, None],
         )
+
+    def _full_view_mask(self, attention_mask: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor | None:
+        """The full view's mask: `padded_causal_mask`, or None (sdpa's causal kernel, the same mask implicitly) when
+        `causal_fast_path` is on, the layers use sdpa and no token of the batch is padding."""
+        if self.causal_fast_path and self.config._attn_implementation == "sdpa" and bool(attention_mask.bool().all()):
+            return None
+        return padded_causal_mask(attention_mask, self._mask_dtype(hidden))
 
     def _mask_dtype(self, hidden: torch.Tensor) -> torch.dtype | None:
         """None (a boolean mask) for sdpa, else the additive float mask's dtype."""
@@ -611,6 +621,16 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             hidden = out[0] if isinstance(out, tuple) else out
         return hidden
 
+    def compile_core(self, **compile_kwargs) -> ParLoopedQwenForStateTracking:
+        """`torch.compile` the shared core block C(W [e ; s]) (the loop's hot path; prelude, coda and the Python loop
+        stay eager). `compile_kwargs` go to `torch.compile` (default `dynamic=None`: one graph per shape, then dynamic
+        shapes on a recompile). `compile_core(disable=True)` returns to eager. Same result up to kernel rounding."""
+        if compile_kwargs.pop("disable", False):
+            self._compiled_core = None
+        else:
+            self._compiled_core = torch.compile(self._core_block, **compile_kwargs)
+        return self
+
     def _core_block(self, e, s, mask, cos, sin):
         """C(W [e ; s]) — one pass of the shared core."""
         x = self.adapter(torch.cat([e, s], dim=-1))
@@ -638,10 +658,11 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             if context.loop is not None and self.config.loop_view == "local":
                 x = torch.where(context.loop.query_region[..., None], state, e)
         args = (e, x, context.mask, context.cos, context.sin)
+        block = self._core_block if self._compiled_core is None else self._compiled_core
         if self.config.checkpoint_core and self.training and torch.is_grad_enabled():
-            new_state = checkpoint(self._core_block, *args, use_reentrant=False)
+            new_state = checkpoint(block, *args, use_reentrant=False)
         else:
-            new_state = self._core_block(*args)
+            new_state = block(*args)
         if window is not None:
             window.span, window.ops_out, new_state = span, new_state[:, :span], new_state[:, span:]
         raw_rms = state_rms(new_state).detach()  # (b, t, 1)
@@ -668,14 +689,22 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             hidden = self.model.norm(self._run_layers(self.coda, state, context))
             index = context.query_positions[..., None].expand(-1, -1, hidden.shape[-1])
         at_queries = hidden.gather(1, index)  # (b, q, h)
-        weight = self.lm_head.weight
-        answer_ids = torch.tensor(self.config.answer_token_ids, device=weight.device)
-        answer_logits = F.linear(at_queries, weight[answer_ids])
+        answer_rows, halt_rows = self._candidate_rows(self.lm_head.weight.device)
+        answer_logits = F.linear(at_queries, self.lm_head.weight[answer_rows])
         halt_logits = None
-        if self.config.halt_token_ids is not None:
-            halt_ids = torch.tensor(self.config.halt_token_ids, device=weight.device)
-            halt_logits = F.linear(at_queries[:, -1], weight[halt_ids])
+        if halt_rows is not None:
+            halt_logits = F.linear(at_queries[:, -1], self.lm_head.weight[halt_rows])
         return answer_logits, halt_logits
+
+    def _candidate_rows(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """LM-head rows of the answer candidates and of (Yes, No), built once per (ids, device), not per readout."""
+        key = (tuple(self.config.answer_token_ids), self.config.halt_token_ids and tuple(self.config.halt_token_ids),
+               device)
+        cached = getattr(self, "_rows_cache", None)
+        if cached is None or cached[0] != key:
+            halt = None if key[1] is None else torch.tensor(key[1], device=device)
+            self._rows_cache = (key, torch.tensor(key[0], device=device), halt)
+        return self._rows_cache[1], self._rows_cache[2]
 
     # ----------------------------------------------------------------------------------------------------------
     def forward(
