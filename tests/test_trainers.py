@@ -139,7 +139,7 @@ def test_depth_batch_sampler_one_depth_per_batch_and_curriculum():
 
 
 @pytest.mark.parametrize("field,value", [
-    ("objective", "final"), ("depth_schedule", "random"), ("min_train_depth", 0), ("max_train_depth", 0),
+    ("objective", "final"), ("depth_schedule", "uniform"), ("min_train_depth", 0), ("max_train_depth", 0),
     ("curriculum_start_depth", 99), ("hold_tail_alpha", 0.0), ("halting_loss_weight", -1.0),
     ("stretch_max_scale", 0.5), ("adapter_learning_rate", 0.0), ("max_steps", -1), ("stretch_fraction", 0.0),
     ("hold_extra_iterations", -1), ("random_positions_max", 1),
