@@ -190,6 +190,7 @@ def bench_training(args, ceiling_fp32: float) -> list[dict]:
                     model, _ = default_model(view)
                     model.causal_fast_path = path["fast"]
                     if path.get("compile"):
+                        torch._dynamo.reset()  # a fresh cache: earlier paths' graphs must not use up the recompile limit
                         model.compile_core()
                     step = make_step(model, batch, depth, bf16=path.get("bf16", False))
                     warm = seconds_per_call(step, 1, warmup=0)  # compile happens here
@@ -235,6 +236,7 @@ def bench_evaluation(args, ceiling_fp32: float) -> list[dict]:
             if path.get("bf16"):
                 model = model.to(torch.bfloat16)
             if path.get("compile"):
+                torch._dynamo.reset()
                 model.compile_core()
             n = args.bf16_eval_n if path.get("bf16") else args.eval_n
 

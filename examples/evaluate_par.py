@@ -37,7 +37,7 @@ from state_tracking import (
     progress_profile,
     save_results,
 )
-from state_tracking.evaluation import MODES
+from state_tracking.evaluation import MODES, default_workers
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -61,8 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="weights at evaluation: float32 (default; fast on CPU), auto (as stored), bfloat16")
     parser.add_argument("--fixed-iterations", type=int, default=None,
                         help="forced mode: R at every depth (a model trained with a fixed R, e.g. R = 1 plain Transformer)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="run each batch as this many parts at once, one CPU thread each (see benchmarks/bench_speed.py)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="run each batch as this many parts at once, one CPU thread each; 0 (default): one per "
+                             "CPU thread (≤ 4) on a CPU, 1 on an accelerator (benchmarks/bench_speed.py)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the core block (model.compile_core())")
     parser.add_argument("--profile", default=None, help="also write the progress profile (JSON) here")
     parser.add_argument("--profile-plot", default=None, help="heatmap PNG of the profile (and padding control)")
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
         model, tokenizer, task, args.depths,
         n_per_depth=args.n, mode=args.mode, seed=args.seed, batch_size=args.batch_size,
         rendering=args.rendering, train_max_depth=args.train_max_depth, step_size=args.step_size,
-        random_initial=args.random_initial, device=args.device, progress=not args.no_progress, workers=args.workers,
+        random_initial=args.random_initial, device=args.device, progress=not args.no_progress, workers=args.workers or default_workers(args.device),
         fixed_iterations=args.fixed_iterations,
     )
     results["model_dir"] = os.path.abspath(args.model)

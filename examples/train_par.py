@@ -43,6 +43,7 @@ from state_tracking import (  # noqa: E402
     save_results,
     save_task,
 )
+from state_tracking.evaluation import default_workers  # noqa: E402
 from trainers import (  # noqa: E402
     ParTrainer,
     ParTrainingArguments,
@@ -97,7 +98,8 @@ class TaskArguments:
     eval_n: int = field(default=256, metadata={"help": "sequences per test depth (paper protocol: 1024)"})
     eval_batch_size: int = field(default=256)
     eval_halting: bool = field(default=False, metadata={"help": "also evaluate with learned halting (d unknown)"})
-    eval_workers: int = field(default=1, metadata={"help": "evaluation: parts of each batch run at once, one thread each"})
+    eval_workers: int = field(default=0, metadata={
+        "help": "evaluation: parts of each batch run at once, one thread each; 0: one per CPU thread (≤ 4) on a CPU"})
     self_distillation: bool = field(default=False, metadata={"help": "label-free prefix self-distillation"})
 
 
@@ -235,7 +237,7 @@ def evaluate_and_report(model, tokenizer, task, task_args, train_args, output_di
             model, tokenizer, task, depths, n_per_depth=task_args.eval_n, mode=mode, seed=train_args.seed,
             batch_size=task_args.eval_batch_size, rendering=task_args.rendering,
             train_max_depth=train_args.max_train_depth, random_initial=task_args.random_initial,
-            workers=task_args.eval_workers,
+            workers=task_args.eval_workers or default_workers(model.device),
             fixed_iterations=train_args.fixed_iterations if mode == "forced" else None,
         )
         save_results(results[mode], output_dir / f"eval_{mode}.json")

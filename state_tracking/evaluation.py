@@ -90,6 +90,12 @@ def worker_slices(start: int, stop: int, workers: int) -> list[slice]:
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+def default_workers(device: str | torch.device) -> int:
+    """The evaluator's `workers` when the caller says "auto": on a CPU, one per intra-op thread (at most 4: the gain was
+    measured with 2, benchmarks/bench_speed.py); on an accelerator 1."""
+    return max(1, min(4, torch.get_num_threads())) if torch.device(device).type == "cpu" else 1
+
+
 def _run_threaded(fn, items: list) -> list:
     """`[fn(x) for x in items]`, one Python thread per item, each op single-threaded (torch's intra-op thread count
     is process-wide: set to 1 for the call and restored after)."""

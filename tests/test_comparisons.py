@@ -32,8 +32,8 @@ def test_every_comparison_row_parses_into_valid_arguments():
             assert train_args.fixed_iterations == 1
         if name == "random_depth_final":
             assert train_args.depth_schedule == "random" and train_args.random_max_iterations == 16
-        if name == "s5_self_distill":
-            assert task_args.self_distillation and task_args.task == "s5"
+        if name in ("self_distill", "s5_self_distill"):
+            assert task_args.self_distillation and train_args.depth_schedule == "forced"
 
 
 def test_fixed_iterations_evaluation_runs_that_r_at_every_depth():

@@ -101,3 +101,17 @@ def test_compile_core_is_not_saved(tmp_path):
     model.save_pretrained(tmp_path)
     reloaded = ParLoopedQwenForStateTracking.from_pretrained(tmp_path)
     assert reloaded._compiled_core is None
+
+
+def test_default_workers_follow_the_device():
+    from state_tracking.evaluation import default_workers
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert default_workers("cpu") == 2
+        torch.set_num_threads(1)
+        assert default_workers(torch.device("cpu")) == 1
+        assert default_workers("meta") == 1  # not a CPU: one part
+    finally:
+        torch.set_num_threads(threads)

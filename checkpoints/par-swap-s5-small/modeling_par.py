@@ -624,7 +624,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
     def compile_core(self, **compile_kwargs) -> ParLoopedQwenForStateTracking:
         """`torch.compile` the shared core block C(W [e ; s]) (the loop's hot path; prelude, coda and the Python loop
         stay eager). `compile_kwargs` go to `torch.compile` (default `dynamic=None`: one graph per shape, then dynamic
-        shapes on a recompile). `compile_core(disable=True)` returns to eager. Same result up to kernel rounding."""
+        shapes on a recompile). `compile_core(disable=True)` returns to eager. Same result up to kernel rounding.
+        Each new input shape (depth, batch, window) recompiles, up to `torch._dynamo.config.recompile_limit` graphs;
+        past it the block runs eager (pass `dynamic=True` when shapes vary a lot)."""
         if compile_kwargs.pop("disable", False):
             self._compiled_core = None
         else:

@@ -14,8 +14,9 @@ Rows (flags on top of `examples/train_par.py`'s defaults, or the TRL script for 
   * a plain Transformer: the same 4-layer stack, no loop (R = 1), final-answer readout at the query tokens;
   * loop ablations: a fixed R = 8 whatever d, random R ~ U{1..16} with final-answer supervision (tested at R = d),
     an unshared 18-layer stack (prelude + 8 × core + coda, R = 1), no norm anchoring, final answer at every iteration;
-  * S5 and A5 (PAR recipe, forced and learned halting), label-free prefix self-distillation on S5 and the same run with
-    step labels, and a process state machine that is not a group (examples/tasks/batch_process.json).
+  * S5 and A5 (PAR recipe, forced and learned halting; S5 also forced-only with step labels), label-free prefix
+    self-distillation on S5 and on swap-S5, each against the same run with step labels (s5_par_labels, par_recipe),
+    and a process state machine that is not a group (examples/tasks/batch_process.json).
 Runs use one torch thread each (two share the machine's 2 cores).
 """
 
@@ -70,6 +71,9 @@ RUNS = {
                               ["examples/train_par.py", *LOCAL, "--objective", "final_every_iteration", *EVAL]),
     "s5_par_labels": ("S5 / A5", "S5, the recipe, step labels, forced depth (the labelled twin of s5_self_distill)",
                       ["examples/train_par.py", *LOCAL, "--task", "s5", *EVAL]),
+    "self_distill": ("self-distillation", "swap-S5, the recipe, label-free prefix self-distillation (EMA teacher, "
+                     "final answer only); its labelled twin is par_recipe (same flags, step labels)",
+                     ["examples/train_par.py", *LOCAL, "--self_distillation", "true", *EVAL]),
     "s5_self_distill": ("S5 / A5", "S5, the recipe, label-free prefix self-distillation (EMA teacher, final answer only)",
                         ["examples/train_par.py", *LOCAL, "--task", "s5", "--self_distillation", "true", *EVAL]),
     "s5_par_halting": ("S5 / A5", "S5, the recipe + learned halting", ["examples/train_par.py", *LOCAL, "--task", "s5",
@@ -149,6 +153,7 @@ def study_rows() -> list[dict]:
             accuracy = dict(zip(source["depths"], source["accuracy"]))
             rows.append(dict(run=name, group="PAR", description=description, seed=source["seed"],
                              command=source["command"], steps=source["steps"], train_seconds=source["train_seconds"],
+                             curve=source.get("curve"),
                              # the study stops a run's grid after two depths below 2%: later depths are None ("–")
                              depths=DEPTHS, accuracy=[accuracy.get(d) for d in DEPTHS],
                              source=str(path.relative_to(REPO))))
@@ -173,6 +178,7 @@ def collect() -> str:
     lines = ["| row | what | seeds | d = 8 (train) | 16 (2×) | 32 (4×) | 64 (8×) | learned halting 8 / 16 / 32 / 64 | "
              "train min | command |", "|---|---|---|---|---|---|---|---|---|---|"]
     curves = {}
+    compact = ["| row (seeds) | d = 8 (train) | 16 (2×) | 32 (4×) | 64 (8×) |", "|---|---|---|---|---|"]
     for name in order:
         if name not in by_run:
             continue
@@ -190,23 +196,28 @@ def collect() -> str:
         seeds = ",".join(str(r["seed"]) for r in runs)
         lines.append(f"| `{name}` | {runs[0]['description']}{extra} | {seeds} | " + " | ".join(cells)
                      + f" | {halting} | {minutes:.1f} | `{runs[0]['command']}` |")
+        compact.append(f"| `{name}` ({len(runs)}) | " + " | ".join(cells) + " |")
+        if halting:
+            compact.append(f"| `{name}`, learned halting | " + " | ".join(halting.split(" / ")) + " |")
         curves[name] = np.mean([[np.nan if a is None else a for a in r["accuracy"]] for r in runs], axis=0)
     table = "\n".join(lines)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "table.md").write_text(table + "\n")
+    (OUT / "readme_table.md").write_text("\n".join(compact) + "\n")
     readme = OUT / "README.md"
     if readme.exists() and TABLE_START in readme.read_text():  # the README's table is this one, regenerated
         text = readme.read_text()
         head, rest = text.split(TABLE_START, 1)
         readme.write_text(head + TABLE_START + "\n" + table + "\n" + TABLE_END + rest.split(TABLE_END, 1)[1])
     plot(curves)
-    plot_training_curves({name: by_run[name] for name in ("s5_par_labels", "s5_self_distill") if name in by_run})
+    plot_training_curves({name: by_run[name] for name in ("par_recipe", "self_distill", "s5_par_labels",
+                                                          "s5_self_distill") if name in by_run})
     print(table)
     return table
 
 
 def plot_training_curves(runs: dict[str, list[dict]]) -> None:
-    """Loss and last-iteration training accuracy of label-free self-distillation and its labelled twin."""
+    """Loss and last-iteration training accuracy of label-free self-distillation and its labelled twin (seed 0)."""
     if not runs:
         return
     import matplotlib
@@ -216,7 +227,7 @@ def plot_training_curves(runs: dict[str, list[dict]]) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     for name, rows in runs.items():
-        curve = rows[0]["curve"]
+        curve = min(rows, key=lambda r: r["seed"])["curve"]  # seed 0 of each
         steps = [e["step"] for e in curve]
         axes[0].plot(steps, [e["loss"] for e in curve], label=name)
         axes[1].plot(steps, [e.get("acc_last_iteration", np.nan) for e in curve], label=name)
