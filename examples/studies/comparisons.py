@@ -247,17 +247,19 @@ def plot(curves: dict[str, np.ndarray]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for name, accuracy in curves.items():
-        style = "-" if name.startswith("par") else "--"
-        ax.plot(DEPTHS, 100 * accuracy, style, marker="o", label=name)
+    fig, ax = plt.subplots(figsize=(9.5, 4.8))
+    colors = plt.cm.tab20(np.linspace(0, 1, 20))
+    markers = "osD^v<>ph*"
+    for i, (name, accuracy) in enumerate(curves.items()):
+        style = "-" if name.startswith("par") or name == "self_distill" else "--"
+        ax.plot(DEPTHS, 100 * accuracy, style, marker=markers[i % len(markers)], color=colors[i % 20], label=name)
     ax.axvline(TRAIN_MAX_DEPTH, color="grey", lw=0.8, ls=":")
     ax.set_xscale("log", base=2)
     ax.set_xticks(DEPTHS, [str(d) for d in DEPTHS])
     ax.set_xlabel("test depth d (trained on d ≤ 8)")
     ax.set_ylabel("overall state accuracy (%)")
     ax.set_ylim(-2, 102)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title("Comparisons at CPU scale (mean over seeds)")
     fig.tight_layout()
     fig.savefig(OUT / "accuracy_vs_depth.png", dpi=120)
