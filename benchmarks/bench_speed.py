@@ -97,9 +97,10 @@ def training_batch(depth: int, batch_size: int, ids: dict) -> dict:
 
 def make_step(model, batch: dict, depth: int, bf16: bool = False):
     """One optimizer step of the PAR loss over the gradient window, as `ParTrainer` runs it (forced depth)."""
+    config = getattr(model, "module", model).config  # a DistributedDataParallel wrapper keeps it on .module
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    window = list(range(max(1, depth - model.config.grad_window + 1), depth + 1))
-    ends = batch["operation_ends"] if model.config.loop_view != "full" else None
+    window = list(range(max(1, depth - config.grad_window + 1), depth + 1))
+    ends = batch["operation_ends"] if config.loop_view != "full" else None
 
     def step():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -128,9 +129,7 @@ def _ddp_worker(rank: int, world: int, view: dict, depth: int, batch_size: int, 
     model, ids = default_model(view)
     batch = training_batch(depth, batch_size, ids)
     half = {k: v[rank * batch_size // world : (rank + 1) * batch_size // world] for k, v in batch.items()}
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    ddp.config = model.config  # make_step reads the config
-    step = make_step(ddp, half, depth)
+    step = make_step(torch.nn.parallel.DistributedDataParallel(model), half, depth)
     dist.barrier()
     seconds = seconds_per_call(step, repeats)
     if rank == 0:

@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> dict:
         model, tokenizer, task, args.depths,
         n_per_depth=args.n, mode=args.mode, seed=args.seed, batch_size=args.batch_size,
         rendering=args.rendering, train_max_depth=args.train_max_depth, step_size=args.step_size,
-        random_initial=args.random_initial, device=args.device, progress=not args.no_progress, workers=args.workers or default_workers(args.device),
-        fixed_iterations=args.fixed_iterations,
+        random_initial=args.random_initial, device=args.device, progress=not args.no_progress,
+        workers=args.workers or default_workers(args.device), fixed_iterations=args.fixed_iterations,
     )
     results["model_dir"] = os.path.abspath(args.model)
     results["command"] = " ".join(sys.argv if argv is None else ["examples/evaluate_par.py", *argv])

@@ -229,8 +229,6 @@ def build_tokenizer_for(task, task_args: TaskArguments, model_args: ModelArgumen
 def evaluate_and_report(model, tokenizer, task, task_args, train_args, output_dir: Path) -> dict:
     depths = [int(d) for d in task_args.eval_depths.split(",")]
     modes = ["forced"] + (["halting"] if task_args.eval_halting else [])
-    if train_args.depth_schedule == "fixed" and task_args.eval_halting:
-        raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
     results = {}
     for mode in modes:
         results[mode] = evaluate_length_generalization(
@@ -258,6 +256,8 @@ def main(argv=None):
     model_args, task_args, train_args = parse_args(argv)
     if model_args.init_from_qwen2 and model_args.init_from_par:
         raise ValueError("give at most one of --init_from_qwen2 and --init_from_par.")
+    if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it
+        raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
     output_dir = Path(train_args.output_dir)
     task = build_task(task_args)
     tokenizer = build_tokenizer_for(task, task_args, model_args)

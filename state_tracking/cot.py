@@ -24,7 +24,6 @@ so both methods are scored on identical test sequences.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -36,8 +35,15 @@ from datasets.table import InMemoryTable
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from .accuracy import overall_state_accuracy, per_query_accuracy
-from .data import build_dataset, derive_seed
-from .evaluation import environment_info, extrapolation_factor, longest_accurate_depth
+from .data import build_dataset
+from .evaluation import (
+    _to_json,
+    check_test_depths,
+    draw_test_problems,
+    environment_info,
+    extrapolation_factor,
+    longest_accurate_depth,
+)
 from .prompts import NO_TOKEN, YES_TOKEN, symbolic_tokens
 from .tasks import Task
 from .tokenization import build_tokenizer, encode_batch
@@ -283,16 +289,6 @@ def parse_cot_answer(generated: Sequence[int] | np.ndarray | torch.Tensor, token
 # ---------------------------------------------------------------------------------------------
 # Evaluation
 # ---------------------------------------------------------------------------------------------
-def cot_test_problems(task: Task, depth: int, n: int, seed: int, random_initial: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-    """The test problems at ``depth``: drawn exactly as the package evaluator draws them, from
-    ``derive_seed("eval", seed, depth)`` (ops first, then start states), apart from training data.
-    Returns ops (n, d) and initial (n, Q) or None."""
-    rng = np.random.default_rng(derive_seed("eval", seed, depth))
-    ops = task.sample_ops(rng, n, depth)
-    initial = task.sample_initial(rng, n) if random_initial else None
-    return ops, initial
-
-
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad id rows -> input_ids (B, T), attention_mask (B, T)."""
     width = max(len(r) for r in rows)
@@ -339,7 +335,7 @@ def evaluate_cot(
 
     Args:
         depths: test depths, distinct integers >= 1, evaluated in ascending order.
-        n_per_depth: problems per depth, drawn by :func:`cot_test_problems` (same as PAR's evaluator).
+        n_per_depth: problems per depth, drawn by :func:`~state_tracking.evaluation.draw_test_problems` (PAR's too).
         extra_new_tokens: generation budget beyond a well-formed completion
             (``max_new_tokens = cot_completion_length + extra``); default Q + 1, room for one extra state.
         train_max_depth: longest training depth; enables ``extrapolation_factor``.
@@ -365,7 +361,7 @@ def evaluate_cot(
 
     per_depth = []
     for depth in depths:
-        ops, initial = cot_test_problems(task, depth, n_per_depth, seed, random_initial)
+        ops, initial = draw_test_problems(task, depth, n_per_depth, seed, random_initial)
         states = task.prefix_states(ops, initial)  # (n, d + 1, Q)
         prompts = encode_batch(task, tokenizer, "symbolic", ops, initial)["input_ids"]
         max_new_tokens = cot_completion_length(task, depth) + int(extra_new_tokens)
@@ -421,10 +417,6 @@ def score_cot(generated: Sequence[np.ndarray], states: np.ndarray, ids: CotToken
     }
 
 
-def _to_json(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=lambda x: x.item() if hasattr(x, "item") else str(x)))
-
-
 # ---------------------------------------------------------------------------------------------
 # Argument checks
 # ---------------------------------------------------------------------------------------------
@@ -439,20 +431,17 @@ def _check_seed(seed: Any) -> None:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
 
 
-def _check_depths(depths: Sequence[int]) -> list[int]:
-    if isinstance(depths, (int, np.integer)):
-        depths = [depths]
-    values = list(depths)
-    if not values or any(not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1 for d in values):
+def _check_depths(depths: Sequence[int] | int) -> list[int]:
+    """A depth or depths, each an integer (not a bool or float), then `check_test_depths` (distinct, >= 1, sorted)."""
+    values = [depths] if isinstance(depths, (int, np.integer)) else list(depths)
+    if any(not isinstance(d, (int, np.integer)) or isinstance(d, bool) for d in values):
         raise ValueError(f"depths must be a non-empty list of integers >= 1, got {values!r}")
-    if len(set(int(d) for d in values)) != len(values):
-        raise ValueError(f"depths must be distinct, got {values!r}")
-    return sorted(int(d) for d in values)
+    return check_test_depths(values)
 
 
 __all__ = [
     "ANSWER_TOKEN", "EOS_TOKEN", "SEPARATOR_TOKEN", "CotParse", "CotTokenIds", "build_cot_dataset",
     "build_cot_tokenizer", "cot_completion_ids", "cot_completion_length", "cot_completion_tokens",
-    "cot_test_problems", "cot_token_ids", "evaluate_cot", "generate_cot", "left_pad", "parse_cot_answer",
+    "cot_token_ids", "evaluate_cot", "generate_cot", "left_pad", "parse_cot_answer",
     "parse_cot_completion", "render_cot", "score_cot",
 ]

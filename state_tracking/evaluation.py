@@ -84,6 +84,16 @@ def check_test_depths(depths: Sequence[int]) -> list[int]:
     return depths
 
 
+def draw_test_problems(task: Task, depth: int, n: int, seed: int,
+                       random_initial: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """The test problems at `depth`: ops (n, d) then, with `random_initial`, start states (n, Q), from
+    `derive_seed("eval", seed, depth)` (apart from training data). Every method is scored on these."""
+    rng = np.random.default_rng(derive_seed("eval", seed, depth))
+    ops = task.sample_ops(rng, n, depth)  # (n, d)
+    initial = task.sample_initial(rng, n) if random_initial else None
+    return ops, initial
+
+
 def worker_slices(start: int, stop: int, workers: int) -> list[slice]:
     """Rows [start, stop) cut into at most `workers` contiguous, near-equal, non-empty parts."""
     bounds = np.linspace(start, stop, min(workers, stop - start) + 1).round().astype(int)
@@ -179,9 +189,7 @@ def evaluate_length_generalization(
     batches_per_depth = math.ceil(n_per_depth / batch_size)
     bar = tqdm(total=batches_per_depth * len(depths), desc=f"eval {task.name} ({mode})", disable=not progress)
     for depth in depths:
-        rng = np.random.default_rng(derive_seed("eval", seed, depth))
-        ops = task.sample_ops(rng, n_per_depth, depth)  # (n, d)
-        initial = task.sample_initial(rng, n_per_depth) if random_initial else None
+        ops, initial = draw_test_problems(task, depth, n_per_depth, seed, random_initial)
         targets = task.final_states(ops, initial)  # (n, Q)
         encoded = encode_batch(task, tokenizer, rendering, ops, initial)
         num_iterations = math.ceil(depth / step_size) if mode == "forced" else None

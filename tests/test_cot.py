@@ -15,7 +15,6 @@ from state_tracking.cot import (
     cot_completion_ids,
     cot_completion_length,
     cot_completion_tokens,
-    cot_test_problems,
     cot_token_ids,
     evaluate_cot,
     generate_cot,
@@ -24,6 +23,7 @@ from state_tracking.cot import (
     parse_cot_completion,
     render_cot,
 )
+from state_tracking.evaluation import draw_test_problems
 
 from .conftest import load_example
 
@@ -205,7 +205,7 @@ def test_evaluate_cot_matches_direct_recomputation(trained):
     assert len(result["accuracy"]) == len(result["per_depth"]) == 2
     json.dumps(result)  # JSON-ready
     for depth, row in zip(result["depths"], result["per_depth"]):
-        ops, initial = cot_test_problems(task, depth, 12, 5)
+        ops, initial = draw_test_problems(task, depth, 12, 5)
         rng = np.random.default_rng(derive_seed("eval", 5, depth))  # the package evaluator's test problems
         np.testing.assert_array_equal(ops, task.sample_ops(rng, 12, depth))
         states = task.prefix_states(ops)

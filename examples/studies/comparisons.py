@@ -34,6 +34,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from length_generalization import seeds_cell  # noqa: E402 (one 'mean ± sd' / '–' cell for both studies' tables)
 
 OUT = REPO / "results" / "comparisons_cpu"
 RUN_DIR = REPO / "runs" / "comparisons"
@@ -154,19 +157,11 @@ def study_rows() -> list[dict]:
             rows.append(dict(run=name, group="PAR", description=description, seed=source["seed"],
                              command=source["command"], steps=source["steps"], train_seconds=source["train_seconds"],
                              curve=source.get("curve"),
-                             # the study stops a run's grid after two depths below 2%: later depths are None ("–")
-                             depths=DEPTHS, accuracy=[accuracy.get(d) for d in DEPTHS],
+                             # the study stops a run's grid after two depths below 2%: those depths are absent ("–")
+                             depths=[d for d in DEPTHS if d in accuracy], accuracy=[accuracy[d] for d in DEPTHS
+                                                                                    if d in accuracy],
                              source=str(path.relative_to(REPO))))
     return rows
-
-
-def mean_sd(values: list[float | None]) -> str:
-    if any(v is None for v in values):
-        return "–"
-    values = 100 * np.asarray(values)
-    if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{values.mean():.1f} ± {values.std(ddof=1):.1f}"
 
 
 def collect() -> str:
@@ -183,11 +178,10 @@ def collect() -> str:
         if name not in by_run:
             continue
         runs = by_run[name]
-        cells = [mean_sd([r["accuracy"][r["depths"].index(d)] for r in runs]) for d in DEPTHS]
+        cells = [seeds_cell(runs, d) for d in DEPTHS]
         halting = ""
         if all("halting" in r for r in runs):
-            halting = " / ".join(mean_sd([r["halting"]["accuracy"][r["halting"]["depths"].index(d)] for r in runs])
-                                 for d in DEPTHS)
+            halting = " / ".join(seeds_cell([r["halting"] for r in runs], d) for d in DEPTHS)
         extra = ""
         if "tokens_per_problem" in runs[0]:
             tokens = np.mean([r["tokens_per_problem"] for r in runs], axis=0)
@@ -199,7 +193,8 @@ def collect() -> str:
         compact.append(f"| `{name}` ({len(runs)}) | " + " | ".join(cells) + " |")
         if halting:
             compact.append(f"| `{name}`, learned halting | " + " | ".join(halting.split(" / ")) + " |")
-        curves[name] = np.mean([[np.nan if a is None else a for a in r["accuracy"]] for r in runs], axis=0)
+        curves[name] = np.mean([[dict(zip(r["depths"], r["accuracy"])).get(d, np.nan) for d in DEPTHS] for r in runs],
+                               axis=0)
     table = "\n".join(lines)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "table.md").write_text(table + "\n")
