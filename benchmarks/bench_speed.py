@@ -1,6 +1,6 @@
 """Speed of every training and evaluation path, side by side, against this machine's matmul ceiling.
 
-    python benchmarks/bench_speed.py [--repeats 3] [--out results/speed_cpu/bench_speed.json]
+    python benchmarks/bench_speed.py [--repeats 5] [--out results/speed_cpu/bench_speed.json]
 
 One run measures, on the same machine and in the same process tree:
   * the ceiling: GFLOP/s of a plain matmul (n = 2048, and the model's own (rows × 128) @ (128 × 256) shape) in fp32
@@ -8,13 +8,17 @@ One run measures, on the same machine and in the same process tree:
   * training samples/s (one optimizer step of the default `train_par.py` model: hidden 128, 1 + 2 + 1 layers,
     batch 64, the PAR loss over the 8-iteration gradient window) at d = 8 and d = 32, for the recipe view
     (`loop_view="local"` on its window path, the from-scratch default) and the paper's full view (the retrofit
-    default), on each path: eager fp32 with mask as before this work (`before`), the sdpa causal fast path,
-    bf16 autocast, `compile_core()`, and 2 processes × 1 thread (DDP, gloo);
+    default), on each path of TRAIN_PATHS: `before` is the code as it was when issue 11 was filed (sdpa with a
+    materialized mask, the local window rebuilt op by op every iteration: `window_plan_iterations=1`); then one
+    thread, the sdpa causal fast path, bf16 autocast, `compile_core()`, eager attention, eager attention +
+    `compile_core()` (the CPU default of `train_par.py` for the recipe), and 2 processes × 1 thread (DDP, gloo);
   * evaluation sequences/s at d = 64 (256 sequences, forced depth and learned halting) of the shipped checkpoint, and
     forced depth of the full view (a random model of the same size: speed does not depend on the weights), on each
-    path: eager fp32 (`before`), bf16 weights, `compile_core()`, `workers=2` (two halves at once, one thread each);
+    path of EVAL_PATHS;
   * achieved GFLOP/s of each path from a FLOP count of the same step (`torch.utils.flop_counter`: matmuls and
     attention), its fraction of the fp32 ceiling, and its ratio to `before`.
+In-process paths are timed in interleaved rounds (median of --repeats; the machine's run-to-run drift reaches
+±30%, so every path sees the same drift); compiled paths are warmed up first and their first calls reported.
 Printed as tables and written to --out as JSON. Nothing is asserted: speed is a benchmark, not a test.
 """
 
@@ -25,6 +29,8 @@ import datetime
 import json
 import os
 import platform
+import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -78,14 +84,14 @@ def matmul_ceiling(threads: int, dtype: torch.dtype, n: int, m: int, k: int, bud
     return 2 * n * m * k / seconds_per_call(lambda: a @ b, repeats, warmup=0) / 1e9
 
 
-def default_model(view: dict, seed: int = 0) -> tuple[ParLoopedQwenForStateTracking, dict]:
+def default_model(view: dict, seed: int = 0, attn: str = "sdpa") -> tuple[ParLoopedQwenForStateTracking, dict]:
     task = get_task("swap_s5")
     ids = model_token_ids(build_tokenizer(task, "symbolic"), task)
     torch.manual_seed(seed)
     config = ParLoopedQwenConfig(
         vocab_size=ids["vocab_size"], pad_token_id=ids["pad_token_id"], hidden_size=128, intermediate_size=256,
         num_attention_heads=4, num_key_value_heads=4, prelude_layers=1, core_layers=2, coda_layers=1,
-        answer_token_ids=ids["answer_token_ids"], halt_token_ids=ids["halt_token_ids"], **view)
+        answer_token_ids=ids["answer_token_ids"], halt_token_ids=ids["halt_token_ids"], attn_implementation=attn, **view)
     return ParLoopedQwenForStateTracking(config).train(), ids
 
 
@@ -98,7 +104,7 @@ def training_batch(depth: int, batch_size: int, ids: dict) -> dict:
 def make_step(model, batch: dict, depth: int, bf16: bool = False):
     """One optimizer step of the PAR loss over the gradient window, as `ParTrainer` runs it (forced depth)."""
     config = getattr(model, "module", model).config  # a DistributedDataParallel wrapper keeps it on .module
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)  # the Trainer's default (adamw_torch_fused)
     window = list(range(max(1, depth - config.grad_window + 1), depth + 1))
     ends = batch["operation_ends"] if config.loop_view != "full" else None
 
@@ -122,26 +128,52 @@ def counted_flops(fn) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- DDP worker
-def _ddp_worker(rank: int, world: int, view: dict, depth: int, batch_size: int, repeats: int, port: int, out: str):
+def _ddp_worker(rank: int, world: int, view: dict, depth: int, batch_size: int, repeats: int, port: int, out: str,
+                attn: str = "sdpa", compile_core: bool = False):
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    model, ids = default_model(view)
+    model, ids = default_model(view, attn=attn)
+    if compile_core:
+        model.compile_core()
     batch = training_batch(depth, batch_size, ids)
     half = {k: v[rank * batch_size // world : (rank + 1) * batch_size // world] for k, v in batch.items()}
     step = make_step(torch.nn.parallel.DistributedDataParallel(model), half, depth)
     dist.barrier()
-    seconds = seconds_per_call(step, repeats)
+    seconds = seconds_per_call(step, repeats, warmup=3 if compile_core else 1)
     if rank == 0:
         Path(out).write_text(json.dumps({"seconds": seconds}))
+    dist.barrier()  # tear down together: a rank leaving early aborted gloo here now and then (the run then hung)
     dist.destroy_process_group()
 
 
-def ddp_step_seconds(view: dict, depth: int, batch_size: int, repeats: int, port: int) -> float:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "ddp.json")
-        mp.spawn(_ddp_worker, args=(2, view, depth, batch_size, repeats, port, out), nprocs=2, join=True)
-        return json.loads(Path(out).read_text())["seconds"]
+def free_port() -> int:
+    """A TCP port free right now (a fixed port can hang gloo's rendezvous when an earlier run left it in use)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def ddp_step_seconds(view: dict, depth: int, batch_size: int, repeats: int, attn: str = "sdpa",
+                     compile_core: bool = False, timeout_s: float = 300.0, tries: int = 2) -> float | None:
+    """Seconds per step of 2 processes × 1 thread (gloo). A run that has not finished within `timeout_s` (gloo's
+    rendezvous occasionally hung on this machine) is killed and tried again on a fresh port; None if all tries hang."""
+    for _ in range(tries):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "ddp.json")
+            context = mp.start_processes(
+                _ddp_worker, args=(2, view, depth, batch_size, repeats, free_port(), out, attn, compile_core),
+                nprocs=2, join=False, start_method="spawn")
+            deadline = time.monotonic() + timeout_s
+            while not context.join(timeout=5):
+                if time.monotonic() > deadline:
+                    for process in context.processes:
+                        process.kill()
+                    print(f"  DDP run hung for {timeout_s:.0f} s: killed", flush=True)
+                    break
+            else:
+                return json.loads(Path(out).read_text())["seconds"]
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------- sections
@@ -159,55 +191,113 @@ def bench_ceiling() -> dict:
     return rows
 
 
+def interleaved_seconds(calls: dict, rounds: int) -> dict:
+    """Median seconds of each call over `rounds` rounds that run every call once in turn, so that drift of a shared
+    machine (run-to-run noise here reaches ±30%) falls on every path alike. calls: name -> (fn, threads)."""
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, (fn, threads) in calls.items():
+            torch.set_num_threads(threads)
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    torch.set_num_threads(THREADS)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def prepare_model(model, path: dict):
+    """Apply a path's options to a freshly built model: the pre-issue-11 per-iteration window construction
+    (`window_plan_iterations=1`) and explicit mask for `before`, then compile."""
+    model.causal_fast_path = path.get("fast", True)
+    if path.get("before"):
+        model.window_plan_iterations = 1
+    if path.get("compile"):
+        model.compile_core()
+    return model
+
+
+TRAIN_PATHS = [
+    ("before: eager fp32, sdpa, mask", dict(fast=False, before=True)),
+    ("eager fp32, 1 thread", dict(fast=False, before=True, threads=1)),
+    ("sdpa causal fast path", dict(full_view_only=True)),
+    ("bf16 autocast", dict(bf16=True)),
+    ("compile_core() (sdpa)", dict(compile=True)),
+    ("eager attention", dict(attn="eager")),
+    ("eager attention + compile_core()", dict(attn="eager", compile=True)),
+    ("DDP 2 processes × 1 thread (sdpa)", dict(ddp=True)),
+    ("DDP 2 × 1 + eager attention + compile_core()", dict(ddp=True, attn="eager", compile=True)),
+]
+
+
 def bench_training(args, ceiling_fp32: float) -> list[dict]:
     rows = []
     for view_name, view in VIEWS.items():
         for depth in (8, 32):
+            torch._dynamo.reset()  # a fresh compile cache per group
             model, ids = default_model(view)
             batch = training_batch(depth, args.batch_size, ids)
-            model.causal_fast_path = False
-            flops = counted_flops(make_step(model, batch, depth))
-            paths = [("before: eager fp32, mask", dict(fast=False, threads=THREADS)),
-                     ("eager fp32, 1 thread", dict(fast=False, threads=1))]
-            if not view:
-                paths.append(("sdpa causal fast path", dict(fast=True, threads=THREADS)))
-            paths += [("bf16 autocast", dict(fast=True, threads=THREADS, bf16=True)),
-                      ("compile_core()", dict(fast=True, threads=THREADS, compile=True)),
-                      ("DDP 2 processes × 1 thread", dict(fast=True, ddp=True))]
-            before = None
-            for name, path in paths:
+            flops = counted_flops(make_step(prepare_model(model, dict(fast=False, before=True)), batch, depth))
+            calls, seconds, first = {}, {}, {}
+            for name, path in TRAIN_PATHS:
+                if path.get("full_view_only") and view:
+                    continue
                 if path.get("bf16") and depth > args.bf16_max_depth:
                     rows.append(dict(section="train", view=view_name, depth=depth, path=name, skipped=(
                         f"bf16 matmul here runs at a small fraction of fp32 (see ceiling); measured at d ≤ "
                         f"{args.bf16_max_depth} only")))
-                    print(f"  train {view_name} d={depth} {name}: skipped", flush=True)
                     continue
                 if path.get("ddp"):
-                    seconds = ddp_step_seconds(view, depth, args.batch_size, args.repeats, args.port + depth)
+                    ddp = ddp_step_seconds(view, depth, args.batch_size, args.repeats, path.get("attn", "sdpa"),
+                                           path.get("compile", False))
+                    if ddp is None:
+                        rows.append(dict(section="train", view=view_name, depth=depth, path=name,
+                                         skipped="both DDP runs hung (gloo rendezvous); killed after 300 s"))
+                    else:
+                        seconds[name] = ddp
+                    continue
+                threads = path.get("threads", THREADS)
+                torch.set_num_threads(threads)
+                model = prepare_model(default_model(view, attn=path.get("attn", "sdpa"))[0], path)
+                step = make_step(model, batch, depth, bf16=path.get("bf16", False))
+                start = time.perf_counter()
+                for _ in range(3 if path.get("compile") else 1):  # compile (grad, no-grad, first iteration) here
+                    step()
+                first[name] = time.perf_counter() - start
+                if path.get("bf16"):  # ~10× slower here: timed once, outside the rounds
+                    seconds[name] = seconds_per_call(step, 1, warmup=0)
                 else:
-                    torch.set_num_threads(path["threads"])
-                    model, _ = default_model(view)
-                    model.causal_fast_path = path["fast"]
-                    if path.get("compile"):
-                        torch._dynamo.reset()  # a fresh cache: earlier paths' graphs must not use up the recompile limit
-                        model.compile_core()
-                    step = make_step(model, batch, depth, bf16=path.get("bf16", False))
-                    warm = seconds_per_call(step, 1, warmup=0)  # compile happens here
-                    seconds = seconds_per_call(step, 1 if path.get("bf16") else args.repeats,
-                                               warmup=2 if path.get("compile") else 0)
-                    torch.set_num_threads(THREADS)
-                before = seconds if before is None else before
-                row = dict(section="train", view=view_name, depth=depth, path=name, ms_per_step=1000 * seconds,
-                           samples_per_s=args.batch_size / seconds, gflop_per_step=flops / 1e9,
-                           gflop_per_s=flops / seconds / 1e9, fraction_of_fp32_ceiling=flops / seconds / 1e9 / ceiling_fp32,
-                           speedup_vs_before=before / seconds)
-                if path.get("compile"):
-                    row["first_step_s"] = warm
+                    calls[name] = (step, threads)
+            torch.set_num_threads(THREADS)
+            seconds.update(interleaved_seconds(calls, args.repeats))
+            before = seconds[TRAIN_PATHS[0][0]]
+            for name, _ in TRAIN_PATHS:
+                if name not in seconds:
+                    continue
+                sec = seconds[name]
+                row = dict(section="train", view=view_name, depth=depth, path=name, ms_per_step=1000 * sec,
+                           samples_per_s=args.batch_size / sec, gflop_per_step=flops / 1e9,
+                           gflop_per_s=flops / sec / 1e9, fraction_of_fp32_ceiling=flops / sec / 1e9 / ceiling_fp32,
+                           speedup_vs_before=before / sec)
+                if name in first and "compile" in name:
+                    row["first_3_steps_s"] = first[name]
                 rows.append(row)
-                print(f"  train {view_name} d={depth} {name}: {1000 * seconds:.0f} ms/step, "
+                print(f"  train {view_name} d={depth} {name}: {1000 * sec:.0f} ms/step, "
                       f"{row['samples_per_s']:.0f} samples/s, {row['gflop_per_s']:.1f} GFLOP/s, "
                       f"×{row['speedup_vs_before']:.2f}", flush=True)
     return rows
+
+
+EVAL_PATHS = [
+    ("before: eager fp32, sdpa", dict(fast=False, before=True)),
+    ("eager fp32, 1 thread", dict(fast=False, before=True, threads=1)),
+    ("sdpa causal fast path", dict(full_view_only=True)),
+    ("bf16 weights", dict(bf16=True)),
+    ("compile_core() (sdpa)", dict(compile=True, forced_only=True)),
+    ("workers=2 (sdpa)", dict(workers=2)),
+    ("eager attention", dict(attn="eager")),
+    ("eager attention + compile_core()", dict(attn="eager", compile=True)),
+    ("eager attention + workers=2", dict(attn="eager", workers=2)),
+]
 
 
 def bench_evaluation(args, ceiling_fp32: float) -> list[dict]:
@@ -217,26 +307,21 @@ def bench_evaluation(args, ceiling_fp32: float) -> list[dict]:
     cases = [("recipe (shipped checkpoint)", "forced"), ("recipe (shipped checkpoint)", "halting"),
              ("paper (full view, random weights)", "forced")]
     for model_name, mode in cases:
-        paths = [("before: eager fp32", dict(fast=False)), ("eager fp32, 1 thread", dict(fast=False, threads=1)),
-                 ("bf16 weights", dict(bf16=True)), ("compile_core()", dict(compile=True)),
-                 ("workers=2 (1 thread each)", dict(workers=2))]
-        if model_name.startswith("paper"):
-            paths.insert(2, ("sdpa causal fast path", {}))
-        before = flops = None
-        for name, path in paths:
-            if path.get("compile") and mode != "forced":
-                continue  # one compiled case per model is enough to place it (compiling costs ~a minute)
-            torch.set_num_threads(path.get("threads", THREADS))
+        torch._dynamo.reset()
+        calls, seconds, first, flops = {}, {}, {}, None
+        for name, path in EVAL_PATHS:
+            if (path.get("full_view_only") and not model_name.startswith("paper")) or (
+                    path.get("forced_only") and mode != "forced"):
+                continue
+            attn = path.get("attn", "sdpa")
             if model_name.startswith("recipe"):
-                model = ParLoopedQwenForStateTracking.from_pretrained(CHECKPOINT, dtype=torch.float32).eval()
+                model = ParLoopedQwenForStateTracking.from_pretrained(CHECKPOINT, dtype=torch.float32,
+                                                                      attn_implementation=attn).eval()
             else:
-                model = default_model({})[0].eval()
-            model.causal_fast_path = path.get("fast", True)
+                model = default_model({}, attn=attn)[0].eval()
+            model = prepare_model(model, path)
             if path.get("bf16"):
                 model = model.to(torch.bfloat16)
-            if path.get("compile"):
-                torch._dynamo.reset()
-                model.compile_core()
             n = args.bf16_eval_n if path.get("bf16") else args.eval_n
 
             def run(n=n, model=model, path=path):
@@ -244,15 +329,31 @@ def bench_evaluation(args, ceiling_fp32: float) -> list[dict]:
                                                       mode=mode, batch_size=args.eval_n, progress=False,
                                                       workers=path.get("workers", 1))
 
+            threads = path.get("threads", THREADS)
+            torch.set_num_threads(threads)
             if flops is None:  # the same work on every path: counted once, on the reference
                 flops = counted_flops(run)
-            seconds = seconds_per_call(run, 1, warmup=1 if path.get("compile") else 0) * args.eval_n / n
-            torch.set_num_threads(THREADS)
-            before = seconds if before is None else before
-            row = dict(section="eval", model=model_name, mode=mode, depth=args.eval_depth, n=n, path=name,
-                       seconds_per_256=seconds, sequences_per_s=args.eval_n / seconds, gflop=flops / 1e9,
-                       gflop_per_s=flops / seconds / 1e9, fraction_of_fp32_ceiling=flops / seconds / 1e9 / ceiling_fp32,
-                       speedup_vs_before=before / seconds)
+            start = time.perf_counter()
+            run()  # compiles on the compiled paths
+            first[name] = time.perf_counter() - start
+            if path.get("bf16"):
+                seconds[name] = seconds_per_call(run, 1, warmup=0) * args.eval_n / n
+            else:
+                calls[name] = (run, threads)
+        torch.set_num_threads(THREADS)
+        seconds.update(interleaved_seconds(calls, args.repeats))
+        before = seconds[EVAL_PATHS[0][0]]
+        for name, _ in EVAL_PATHS:
+            if name not in seconds:
+                continue
+            sec = seconds[name]
+            row = dict(section="eval", model=model_name, mode=mode, depth=args.eval_depth,
+                       n=args.bf16_eval_n if name == "bf16 weights" else args.eval_n, path=name,
+                       seconds_per_256=sec, sequences_per_s=args.eval_n / sec, gflop=flops / 1e9,
+                       gflop_per_s=flops / sec / 1e9, fraction_of_fp32_ceiling=flops / sec / 1e9 / ceiling_fp32,
+                       speedup_vs_before=before / sec)
+            if "compile" in name:
+                row["first_call_s"] = first[name]
             rows.append(row)
             print(f"  eval {model_name} {mode} d={args.eval_depth} {name}: {row['sequences_per_s']:.1f} sequences/s, "
                   f"{row['gflop_per_s']:.1f} GFLOP/s, ×{row['speedup_vs_before']:.2f}", flush=True)
@@ -278,18 +379,50 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+DEFAULT_PATH = "eager attention + compile_core()"  # train_par.py's CPU default for the recipe (see README)
+
+
+def summary(report: dict) -> str:
+    """One row per (section, view, depth, mode): `before`, the CPU default path of the recipe, the fastest path, and
+    the fraction of the fp32 ceiling each reaches."""
+    lines = ["| what | before | eager attention + compile_core() | × | fastest path | × | of ceiling: before → default |",
+             "|---|---|---|---|---|---|---|"]
+    groups: dict[tuple, list[dict]] = {}
+    for r in report["training"] + report["evaluation"]:
+        if "skipped" not in r:
+            key = (r["section"], r.get("view") or r.get("model"), r["depth"], r.get("mode", "forced"))
+            groups.setdefault(key, []).append(r)
+    for (section, name, depth, mode), rows in groups.items():
+        unit, field = ("samples/s", "samples_per_s") if section == "train" else ("seq/s", "sequences_per_s")
+        before, default = rows[0], next((r for r in rows if r["path"] == DEFAULT_PATH), None)
+        best = max(rows, key=lambda r: r["speedup_vs_before"])
+        cell = (lambda r: f"{r[field]:.0f} {unit}") if section == "train" else (lambda r: f"{r[field]:.1f} {unit}")
+        lines.append(
+            f"| {section}, {name}, {mode}, d = {depth} | {cell(before)} | "
+            f"{cell(default) if default else '–'} | {default['speedup_vs_before']:.2f} | {best['path']}: {cell(best)} | "
+            f"{best['speedup_vs_before']:.2f} | {100 * before['fraction_of_fp32_ceiling']:.0f}% → "
+            f"{100 * default['fraction_of_fp32_ceiling']:.0f}% |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (median reported)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--eval-depth", type=int, default=64)
     parser.add_argument("--eval-n", type=int, default=256)
     parser.add_argument("--bf16-eval-n", type=int, default=16, help="bf16 is slow on CPUs without bf16 matmul units")
     parser.add_argument("--bf16-max-depth", type=int, default=8)
-    parser.add_argument("--port", type=int, default=29611)
     parser.add_argument("--sections", default="ceiling,train,eval")
     parser.add_argument("--out", default=None, help="JSON report (and a .md table beside it)")
+    parser.add_argument("--summary-from", default=None, metavar="JSON",
+                        help="print the summary table of an existing report and exit")
     args = parser.parse_args(argv)
+    if args.summary_from:
+        print(summary(json.loads(Path(args.summary_from).read_text())))
+        return
+    # every compiled path keeps its own graphs (grad / no-grad / first iteration, core and coda) alive at once
+    torch._dynamo.config.recompile_limit, torch._dynamo.config.accumulated_recompile_limit = 64, 512
     sections = set(args.sections.split(","))
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
@@ -307,7 +440,7 @@ def main(argv=None):
         report["training"] = bench_training(args, ceiling_fp32)
     if "eval" in sections:
         report["evaluation"] = bench_evaluation(args, ceiling_fp32)
-    table = markdown(report)
+    table = markdown(report) + "\n\n" + summary(report)
     print(table)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

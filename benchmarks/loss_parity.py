@@ -28,19 +28,24 @@ COMMON = ["--max_steps", "200", "--logging_steps", "10", "--seed", "0", "--eval_
 LOCAL = ["--loop_view", "local", "--progress_positions", "true", "--bidirectional_queries", "true"]
 FULL = ["--loop_view", "full", "--progress_positions", "false", "--bidirectional_queries", "false"]
 SMALL = ["--hidden_size", "64", "--intermediate_size", "128"]
+SDPA = ["--attn_implementation", "sdpa", "--compile_core", "false"]  # the pre-issue-11 path (the CPU default is now
+# eager attention + compile_core for the recipe; these runs name the path they measure)
 TRAIN = ["examples/train_par.py"]
 DDP = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29577", "examples/train_par.py",
        "--use_cpu", "true"]
 
 # path -> (group, reference path of the group, python args)
 PATHS = {
-    "recipe_eager": ("recipe", "recipe_eager", TRAIN + LOCAL),
-    "recipe_compile": ("recipe", "recipe_eager", TRAIN + LOCAL + ["--compile_core", "true"]),
-    "recipe_ddp_2x1": ("recipe", "recipe_eager", DDP + LOCAL + ["--per_device_train_batch_size", "32"]),
-    "paper_masked": ("paper", "paper_masked", TRAIN + FULL + ["--causal_fast_path", "false"]),
-    "paper_causal_fast_path": ("paper", "paper_masked", TRAIN + FULL + ["--causal_fast_path", "true"]),
-    "small_fp32": ("small (hidden 64)", "small_fp32", TRAIN + LOCAL + SMALL + ["--use_cpu", "true"]),
-    "small_bf16_autocast": ("small (hidden 64)", "small_fp32", TRAIN + LOCAL + SMALL + ["--use_cpu", "true", "--bf16", "true"]),
+    "recipe_eager": ("recipe", "recipe_eager", TRAIN + LOCAL + SDPA),
+    "recipe_compile": ("recipe", "recipe_eager", TRAIN + LOCAL + ["--attn_implementation", "sdpa", "--compile_core", "true"]),
+    "recipe_ddp_2x1": ("recipe", "recipe_eager", DDP + LOCAL + SDPA + ["--per_device_train_batch_size", "32"]),
+    "recipe_eager_attention_compile": ("recipe", "recipe_eager", TRAIN + LOCAL + ["--attn_implementation", "eager",
+                                                                                  "--compile_core", "true"]),
+    "paper_masked": ("paper", "paper_masked", TRAIN + FULL + SDPA + ["--causal_fast_path", "false"]),
+    "paper_causal_fast_path": ("paper", "paper_masked", TRAIN + FULL + SDPA + ["--causal_fast_path", "true"]),
+    "small_fp32": ("small (hidden 64)", "small_fp32", TRAIN + LOCAL + SMALL + SDPA + ["--use_cpu", "true"]),
+    "small_bf16_autocast": ("small (hidden 64)", "small_fp32", TRAIN + LOCAL + SMALL + SDPA + ["--use_cpu", "true",
+                                                                                             "--bf16", "true"]),
 }
 
 

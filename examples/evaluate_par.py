@@ -37,7 +37,12 @@ from state_tracking import (
     progress_profile,
     save_results,
 )
-from state_tracking.evaluation import MODES, default_workers
+from state_tracking.evaluation import (
+    ATTN_IMPLEMENTATIONS,
+    MODES,
+    default_attn_implementation,
+    default_workers,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,8 +68,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="forced mode: R at every depth (a model trained with a fixed R, e.g. R = 1 plain Transformer)")
     parser.add_argument("--workers", type=int, default=0,
                         help="run each batch as this many parts at once, one CPU thread each; 0 (default): one per "
-                             "CPU thread (≤ 4) on a CPU, 1 on an accelerator (benchmarks/bench_speed.py)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the core block (model.compile_core())")
+                             "CPU thread (≤ 4) on a CPU (1 with eager attention), 1 on an accelerator "
+                             "(benchmarks/bench_speed.py)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the core update and the coda (model.compile_core()); pays back only on "
+                             "long evaluations (compiling costs ~20-50 s)")
+    parser.add_argument("--attn-implementation", default="auto", choices=list(ATTN_IMPLEMENTATIONS),
+                        help="auto (default): eager on a CPU for the local view's few-row windows, else sdpa "
+                             "(benchmarks/bench_speed.py)")
     parser.add_argument("--profile", default=None, help="also write the progress profile (JSON) here")
     parser.add_argument("--profile-plot", default=None, help="heatmap PNG of the profile (and padding control)")
     parser.add_argument("--padding-control", type=int, default=None, metavar="D0",
@@ -93,9 +104,15 @@ def resolve_task(model_dir: str, task_arg: str | None):
     return requested
 
 
-def load_model_and_tokenizer(model_dir: str, device: str, dtype: str = "float32"):
+def load_model_and_tokenizer(model_dir: str, device: str, dtype: str = "float32", attn_implementation: str = "auto"):
     dtype = dtype if dtype == "auto" else getattr(torch, dtype)
     model = AutoModel.from_pretrained(model_dir, trust_remote_code=True, dtype=dtype).to(device)
+    if attn_implementation == "auto":  # only switches to eager where it measured faster; else keeps what loaded
+        auto = default_attn_implementation(getattr(model.config, "loop_view", "full"), device,
+                                           getattr(model, "local_window", False))
+        attn_implementation = auto if auto == "eager" else model.config._attn_implementation
+    if model.config._attn_implementation != attn_implementation:
+        model.set_attn_implementation(attn_implementation)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)  # the config names remote code
     return model, tokenizer
 
@@ -121,7 +138,7 @@ def write_profiles(model, tokenizer, task, args) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     task = resolve_task(args.model, args.task)
-    model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype)
+    model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype, args.attn_implementation)
     if args.compile:
         model.compile_core()
     results = evaluate_length_generalization(
@@ -129,7 +146,8 @@ def main(argv: list[str] | None = None) -> dict:
         n_per_depth=args.n, mode=args.mode, seed=args.seed, batch_size=args.batch_size,
         rendering=args.rendering, train_max_depth=args.train_max_depth, step_size=args.step_size,
         random_initial=args.random_initial, device=args.device, progress=not args.no_progress,
-        workers=args.workers or default_workers(args.device), fixed_iterations=args.fixed_iterations,
+        workers=args.workers or default_workers(args.device, model.config._attn_implementation),
+        fixed_iterations=args.fixed_iterations,
     )
     results["model_dir"] = os.path.abspath(args.model)
     results["command"] = " ".join(sys.argv if argv is None else ["examples/evaluate_par.py", *argv])

@@ -20,6 +20,9 @@ flag; `--self_distillation` switches to label-free prefix self-distillation (`Se
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -43,7 +46,11 @@ from state_tracking import (  # noqa: E402
     save_results,
     save_task,
 )
-from state_tracking.evaluation import default_workers  # noqa: E402
+from state_tracking.evaluation import (  # noqa: E402
+    check_attn_implementation,
+    default_attn_implementation,
+    default_workers,
+)
 from trainers import (  # noqa: E402
     ParTrainer,
     ParTrainingArguments,
@@ -51,6 +58,13 @@ from trainers import (  # noqa: E402
     SelfDistillationArguments,
     apply_core_lora,
 )
+
+logger = logging.getLogger(__name__)
+
+
+# --compile_core auto compiles from this many steps on: compiling costs ~1-2 min on a cold inductor cache (seconds once
+# cached), a d = 32 step of the default model saves ~0.25 s (results/speed_cpu)
+AUTO_COMPILE_MIN_STEPS = 500
 
 
 @dataclass
@@ -78,8 +92,13 @@ class ModelArguments:
         "help": "queries sit right after the ops of iteration k (default: on from scratch, off when retrofitting)"})
     bidirectional_queries: bool | None = field(default=None, metadata={
         "help": "the query region attends both ways (default: on from scratch, off when retrofitting)"})
-    attn_implementation: str = field(default="sdpa", metadata={"help": "sdpa or eager"})
-    compile_core: bool = field(default=False, metadata={"help": "torch.compile the core block (model.compile_core())"})
+    attn_implementation: str = field(default="auto", metadata={
+        "help": "auto | sdpa | eager (auto: eager on a CPU for the local view's few-row windows, else sdpa; "
+                "benchmarks/bench_speed.py)"})
+    compile_core: str = field(default="auto", metadata={
+        "help": "auto | true | false: torch.compile the core update and the coda (model.compile_core()); auto: on "
+                f"a CPU, for the local view's window path, when max_steps >= {AUTO_COMPILE_MIN_STEPS} (compiling "
+                "costs ~1-2 min on a cold cache)"})
     causal_fast_path: bool = field(default=True, metadata={
         "help": "full view, sdpa, unpadded batch: sdpa's causal kernel instead of a materialized mask (same result)"})
     peft: str | None = field(default=None, metadata={"help": "'lora': LoRA on the core, adapter trained in full"})
@@ -99,7 +118,8 @@ class TaskArguments:
     eval_batch_size: int = field(default=256)
     eval_halting: bool = field(default=False, metadata={"help": "also evaluate with learned halting (d unknown)"})
     eval_workers: int = field(default=0, metadata={
-        "help": "evaluation: parts of each batch run at once, one thread each; 0: one per CPU thread (≤ 4) on a CPU"})
+        "help": "evaluation: parts of each batch run at once, one thread each; 0: one per CPU thread (≤ 4) on a CPU, "
+                "1 with eager attention"})
     self_distillation: bool = field(default=False, metadata={"help": "label-free prefix self-distillation"})
 
 
@@ -176,7 +196,34 @@ def resolve_view(model_args: ModelArguments) -> dict:
     return {k: v if (v := getattr(model_args, k)) is not None else defaults[k] for k in defaults}
 
 
-def build_model(model_args: ModelArguments, token_ids: dict):
+def speed_options(model_args: ModelArguments, train_args, loop_view: str) -> tuple[str, bool]:
+    """(attention implementation, compile?) for this run: given values win, "auto" follows the measured defaults."""
+    check_attn_implementation(model_args.attn_implementation, "--attn_implementation")
+    if model_args.compile_core not in ("auto", "true", "false"):
+        raise ValueError(f"--compile_core must be auto, true or false; got {model_args.compile_core!r}.")
+    device = train_args.device if train_args is not None else torch.device("cpu")
+    attn = model_args.attn_implementation
+    if attn == "auto":
+        attn = default_attn_implementation(loop_view, device)
+    compile_core = model_args.compile_core == "true"
+    if model_args.compile_core == "auto":
+        compile_core = (device.type == "cpu" and loop_view == "local" and train_args is not None
+                        and train_args.max_steps >= AUTO_COMPILE_MIN_STEPS and inductor_can_compile_for_cpu())
+    return attn, compile_core
+
+
+def inductor_can_compile_for_cpu() -> bool:
+    """Whether `--compile_core auto` may compile here: torch.compile's CPU backend builds C++ kernels, tested on Linux
+    with a C++ compiler on PATH (elsewhere auto stays eager and says so; `--compile_core true` still forces it)."""
+    compiler = os.environ.get("CXX") or "c++"
+    if sys.platform.startswith("linux") and (shutil.which(compiler) or shutil.which("g++") or shutil.which("clang++")):
+        return True
+    logger.warning("--compile_core auto: no C++ compiler on PATH or not Linux; training eager "
+                   "(set --compile_core true to force torch.compile).")
+    return False
+
+
+def build_model(model_args: ModelArguments, token_ids: dict, train_args=None):
     par_fields = dict(
         step_size=model_args.step_size, norm_anchoring=model_args.norm_anchoring, grad_window=model_args.grad_window,
         max_iterations=model_args.max_iterations, checkpoint_core=model_args.checkpoint_core,
@@ -200,11 +247,14 @@ def build_model(model_args: ModelArguments, token_ids: dict):
             prelude_layers=model_args.prelude_layers, core_layers=model_args.core_layers,
             coda_layers=model_args.coda_layers, max_position_embeddings=4096,
             answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"],
-            attn_implementation=model_args.attn_implementation, **par_fields,
+            **par_fields,
         )
         model = ParLoopedQwenForStateTracking(config)
     model.causal_fast_path = model_args.causal_fast_path
-    if model_args.compile_core:
+    attn, compile_core = speed_options(model_args, train_args, model.config.loop_view)
+    if model.config._attn_implementation != attn:
+        model.set_attn_implementation(attn)
+    if compile_core:
         model.compile_core()
     if model_args.peft is not None:
         if model_args.peft != "lora":
@@ -235,7 +285,7 @@ def evaluate_and_report(model, tokenizer, task, task_args, train_args, output_di
             model, tokenizer, task, depths, n_per_depth=task_args.eval_n, mode=mode, seed=train_args.seed,
             batch_size=task_args.eval_batch_size, rendering=task_args.rendering,
             train_max_depth=train_args.max_train_depth, random_initial=task_args.random_initial,
-            workers=task_args.eval_workers or default_workers(model.device),
+            workers=task_args.eval_workers or default_workers(model.device, model.config._attn_implementation),
             fixed_iterations=train_args.fixed_iterations if mode == "forced" else None,
         )
         save_results(results[mode], output_dir / f"eval_{mode}.json")
@@ -250,6 +300,14 @@ def evaluate_and_report(model, tokenizer, task, task_args, train_args, output_di
     (output_dir / "eval_table.md").write_text(table + "\n")
     print(table)
     return results
+
+
+def finish_distributed() -> None:
+    """Under torchrun: every rank meets, then the process group is torn down together (one rank exiting while
+    another still works aborted gloo here now and then: 'terminate called without an active exception')."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 def main(argv=None):
@@ -269,7 +327,7 @@ def main(argv=None):
                             depths=(train_args.min_train_depth, train_args.max_train_depth), seed=train_args.seed,
                             random_initial=task_args.random_initial)
     set_seed(train_args.seed)  # the from-scratch initialisation (and the adapter of a retrofit) follow --seed
-    model = build_model(model_args, token_ids)
+    model = build_model(model_args, token_ids, train_args)
     collator = StateTrackingCollator(pad_token_id=token_ids["pad_token_id"])
     common = dict(model=model, args=train_args, train_dataset=dataset, data_collator=collator,
                   processing_class=tokenizer)
@@ -281,6 +339,7 @@ def main(argv=None):
     trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)
     train_seconds = time.time() - started
     if not trainer.is_world_process_zero():
+        finish_distributed()  # wait for rank 0's save and evaluation: a rank leaving early can abort gloo's teardown
         return None
     trainer.save_model(str(output_dir))
     save_task(task, output_dir)
@@ -301,6 +360,7 @@ def main(argv=None):
         "command": "python " + " ".join([_repo_relative(sys.argv[0])] + (sys.argv[1:] if argv is None else [str(a) for a in argv])),
     }
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    finish_distributed()
     return summary
 
 

@@ -100,10 +100,32 @@ def worker_slices(start: int, stop: int, workers: int) -> list[slice]:
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def default_workers(device: str | torch.device) -> int:
+def default_workers(device: str | torch.device, attn_implementation: str | None = None) -> int:
     """The evaluator's `workers` when the caller says "auto": on a CPU, one per intra-op thread (at most 4: the gain was
-    measured with 2, benchmarks/bench_speed.py); on an accelerator 1."""
-    return max(1, min(4, torch.get_num_threads())) if torch.device(device).type == "cpu" else 1
+    measured with 2), except with eager attention (the local window's CPU default), where two workers measured
+    0.94-1.02× of one in two runs (no gain: their many small ops contend for the GIL); on an accelerator 1.
+    benchmarks/bench_speed.py, results/speed_cpu."""
+    if torch.device(device).type != "cpu" or attn_implementation == "eager":
+        return 1
+    return max(1, min(4, torch.get_num_threads()))
+
+
+ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager")
+
+
+def default_attn_implementation(loop_view: str, device: str | torch.device, local_window: bool = True) -> str:
+    """The attention kernel "auto" picks: on a CPU, "eager" (matmul, softmax, matmul) for the local view's window
+    path, whose attention blocks are a few rows each (span + query region) and where sdpa's CPU flash kernel costs
+    more than the whole MLP; "sdpa" otherwise (its causal kernel never materializes a full view's (t × t) scores).
+    Measured in benchmarks/bench_speed.py (results/speed_cpu)."""
+    window = loop_view == "local" and local_window
+    return "eager" if window and torch.device(device).type == "cpu" else "sdpa"
+
+
+def check_attn_implementation(value: str, name: str = "attn_implementation") -> str:
+    if value not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(f"{name} must be one of {list(ATTN_IMPLEMENTATIONS)}; got {value!r}.")
+    return value
 
 
 def _run_threaded(fn, items: list) -> list:

@@ -113,5 +113,160 @@ def test_default_workers_follow_the_device():
         torch.set_num_threads(1)
         assert default_workers(torch.device("cpu")) == 1
         assert default_workers("meta") == 1  # not a CPU: one part
+        torch.set_num_threads(2)
+        assert default_workers("cpu", "eager") == 1  # eager attention: one part measured faster
+        assert default_workers("cpu", "sdpa") == 2
     finally:
         torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------------------------------- the local window's paths
+from types import SimpleNamespace  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from state_tracking import StateTrackingCollator, encode_batch  # noqa: E402
+from state_tracking.evaluation import check_attn_implementation, default_attn_implementation  # noqa: E402
+from tests.conftest import load_example  # noqa: E402
+from tests.test_loop_views import OPS, SWAP, readouts, task_model  # noqa: E402
+
+RECIPE = dict(loop_view="local", progress_positions=True, bidirectional_queries=True)
+
+
+def window_batch(tokenizer, ops, rendering="symbolic"):
+    return StateTrackingCollator(tokenizer.pad_token_id)(encode_batch(SWAP, tokenizer, rendering, ops))
+
+
+def window_run_and_grads(model, batch, iterations=6, reads=(2, 4, 6)):
+    model.zero_grad()
+    out = model(batch["input_ids"], attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
+                operation_ends=batch["operation_ends"], num_iterations=iterations, readout_iterations=list(reads))
+    (out.answer_logits.square().sum() + out.halt_logits.square().sum()).backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return out.answer_logits.detach(), grads
+
+
+@pytest.mark.parametrize("plan_iterations, rendering", [(1, "symbolic"), (3, "text"), (5, "symbolic")])
+def test_window_plans_of_any_block_size_equal_the_masked_computation(plan_iterations, rendering):
+    """Windows built a block of iterations at a time (blocks straddling d = 9 and iterations past it, ops of
+    varying token spans in the text rendering) compute what the masked full-prompt local view computes."""
+    model, tokenizer = task_model(rendering=rendering, **RECIPE)
+    model.window_plan_iterations = plan_iterations
+    fast = readouts(model, tokenizer, OPS[:, :9], rendering, iterations=13)
+    model.local_window = False
+    masked = readouts(model, tokenizer, OPS[:, :9], rendering, iterations=13)
+    torch.testing.assert_close(fast, masked, atol=2e-5, rtol=0)
+
+
+def test_window_plans_follow_per_sample_early_exit():
+    """predict drops finished samples mid-block: the plan is cut with them, and answers match one-iteration plans.
+    Samples of different depths (so different windows and progress shifts) share the batch."""
+    model, tokenizer = task_model(**RECIPE)
+    ops = [OPS[:1, :3], OPS[1:2, :9], OPS[2:, :5]]
+    rows = {k: sum((encode_batch(SWAP, tokenizer, "symbolic", o)[k] for o in ops), []) for k in
+            ("input_ids", "query_positions", "operation_ends")}
+    batch = StateTrackingCollator(tokenizer.pad_token_id)(rows)
+    kwargs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
+                  operation_ends=batch["operation_ends"], num_iterations=torch.tensor([3, 9, 5]))
+    answers = {}
+    for plan_iterations in (1, 4, 16):
+        model.window_plan_iterations = plan_iterations
+        with torch.no_grad():
+            answers[plan_iterations] = model.predict(batch["input_ids"], **kwargs).answer_logits
+    torch.testing.assert_close(answers[4], answers[1], atol=2e-5, rtol=0)
+    torch.testing.assert_close(answers[16], answers[1], atol=2e-5, rtol=0)
+
+
+def test_eager_attention_equals_sdpa_on_the_local_window():
+    model, tokenizer = task_model(**RECIPE)
+    batch = window_batch(tokenizer, OPS[:, :6])
+    sdpa = window_run_and_grads(model, batch)
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
+    eager = window_run_and_grads(model, batch)
+    torch.testing.assert_close(eager[0], sdpa[0], atol=1e-5, rtol=0)
+    assert eager[1].keys() == sdpa[1].keys() and len(eager[1]) > 5
+    for name in sdpa[1]:
+        torch.testing.assert_close(eager[1][name], sdpa[1][name], atol=1e-5, rtol=1e-4)
+
+
+def test_compile_core_on_the_local_window_matches_eager():
+    """The default CPU training path: eager attention, the core update and the coda compiled, on the window."""
+    torch._dynamo.reset()
+    model, tokenizer = task_model(**RECIPE)
+    model.set_attn_implementation("eager")
+    batch = window_batch(tokenizer, OPS[:, :6])
+    reference = window_run_and_grads(model, batch)
+    model.compile_core(dynamic=False)
+    assert model._compiled_core is not None and model._compiled_coda is not None
+    compiled = window_run_and_grads(model, batch)
+    torch.testing.assert_close(compiled[0], reference[0], atol=1e-5, rtol=1e-5)
+    for name in reference[1]:
+        torch.testing.assert_close(compiled[1][name], reference[1][name], atol=1e-5, rtol=1e-4)
+    torch._dynamo.reset()
+
+
+def test_default_attn_implementation_follows_the_view_and_device():
+    assert default_attn_implementation("local", "cpu") == "eager"
+    assert default_attn_implementation("local", "cpu", local_window=False) == "sdpa"
+    assert default_attn_implementation("full", "cpu") == "sdpa"
+    assert default_attn_implementation("local", "cuda") == "sdpa"
+    assert check_attn_implementation("auto") == "auto"
+    with pytest.raises(ValueError, match="attn_implementation must be one of"):
+        check_attn_implementation("flash_attention_2")
+
+
+def test_train_par_speed_options_resolve_auto_and_reject_bad_values(monkeypatch):
+    train_par = load_example("examples/train_par.py")
+    monkeypatch.setattr(train_par, "inductor_can_compile_for_cpu", lambda: True)
+    cpu = lambda steps: SimpleNamespace(device=torch.device("cpu"), max_steps=steps)  # noqa: E731
+    model_args, _, _ = train_par.parse_args([])
+    assert (model_args.attn_implementation, model_args.compile_core) == ("auto", "auto")
+    long_run = cpu(train_par.AUTO_COMPILE_MIN_STEPS)
+    assert train_par.speed_options(model_args, long_run, "local") == ("eager", True)
+    assert train_par.speed_options(model_args, cpu(10), "local") == ("eager", False)  # compiling would not pay back
+    assert train_par.speed_options(model_args, long_run, "full") == ("sdpa", False)
+    gpu = SimpleNamespace(device=torch.device("cuda"), max_steps=10_000)
+    assert train_par.speed_options(model_args, gpu, "local") == ("sdpa", False)
+    monkeypatch.setattr(train_par, "inductor_can_compile_for_cpu", lambda: False)  # no C++ compiler: auto stays eager
+    assert train_par.speed_options(model_args, long_run, "local") == ("eager", False)
+    given, _, _ = train_par.parse_args(["--attn_implementation", "sdpa", "--compile_core", "false"])
+    assert train_par.speed_options(given, long_run, "local") == ("sdpa", False)
+    for flag, value, message in (("--attn_implementation", "flash", "--attn_implementation must be one of"),
+                                 ("--compile_core", "yes", "--compile_core must be auto, true or false")):
+        bad, _, _ = train_par.parse_args([flag, value])
+        with pytest.raises(ValueError, match=message):
+            train_par.speed_options(bad, long_run, "local")
+
+
+def test_evaluate_par_picks_eager_attention_for_the_shipped_recipe_on_cpu():
+    evaluate_par = load_example("examples/evaluate_par.py")
+    from pathlib import Path
+    shipped = Path(__file__).resolve().parents[1] / "checkpoints" / "par-swap-s5-small"
+    model, _ = evaluate_par.load_model_and_tokenizer(str(shipped), "cpu")
+    assert model.config.loop_view == "local" and model.config._attn_implementation == "eager"
+    model, _ = evaluate_par.load_model_and_tokenizer(str(shipped), "cpu", attn_implementation="sdpa")
+    assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("view", [RECIPE, {}])
+def test_batched_readouts_equal_one_coda_call_per_iteration(view):
+    """forward stacks the readouts of up to `readout_batch_iterations` iterations into one coda call: the same
+    logits and gradients as one call per iteration (the window's span changes between plans on the way)."""
+    model, tokenizer = task_model(**view)
+    model.window_plan_iterations = 4
+    batch = window_batch(tokenizer, OPS[:, :7])
+    runs = []
+    for batched in (1, 8):
+        model.readout_batch_iterations = batched
+        model.zero_grad()
+        out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                    query_positions=batch["query_positions"], operation_ends=batch["operation_ends"],
+                    num_iterations=10, readout_iterations=[1, 2, 3, 5, 6, 7, 8, 9, 10])
+        (out.answer_logits.square().sum() + out.halt_logits.square().sum()).backward()
+        runs.append((out.answer_logits.detach(), out.halt_logits.detach(),
+                     {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}))
+    torch.testing.assert_close(runs[1][0], runs[0][0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(runs[1][1], runs[0][1], atol=1e-5, rtol=0)
+    for name in runs[0][2]:
+        torch.testing.assert_close(runs[1][2][name], runs[0][2][name], atol=1e-5, rtol=1e-4)

@@ -114,17 +114,23 @@ def token_segments(operation_ends: torch.Tensor, attention_mask: torch.Tensor) -
     return segments, depth, query_region
 
 
-def operations_read(iteration: int, depth: torch.Tensor, step_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def operations_read(iteration: int | torch.Tensor, depth: torch.Tensor,
+                    step_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The operations iteration k reads: (c·(k−1), min(c·k, d)], as (exclusive low, inclusive high), each (b,).
 
-    k = 0 is the prelude (low = high = 0: no operation); past ⌈d/c⌉ the range is empty (low ≥ d).
+    k = 0 is the prelude (low = high = 0: no operation); past ⌈d/c⌉ the range is empty (low ≥ d). `iteration` is an
+    int or a tensor of one k per sample (b,).
     """
+    if isinstance(iteration, torch.Tensor):
+        high = torch.minimum(depth, step_size * iteration)
+        low = torch.minimum(depth, step_size * (iteration - 1).clamp_min(0))
+        return torch.where(iteration > 0, low, high), high
     high = torch.clamp(depth, max=step_size * iteration)
     low = torch.clamp(depth, max=step_size * max(iteration - 1, 0)) if iteration > 0 else high
     return low, high
 
 
-def progress_shift(operation_end_positions: torch.Tensor, depth: torch.Tensor, iteration: int,
+def progress_shift(operation_end_positions: torch.Tensor, depth: torch.Tensor, iteration: int | torch.Tensor,
                    step_size: int) -> torch.Tensor:
     """Progress-coupled positions: at iteration k the query region's positions move back by
     Δ_k = pos(end_d) − pos(end_min(c·k, d)), so the queries sit right after the last operation read at iteration k
@@ -244,6 +250,12 @@ class _LoopView:
     def select(self, keep: torch.Tensor) -> _LoopView:
         return _LoopView(*(None if x is None else x[keep] for x in vars(self).values()))
 
+    def repeat(self, times: int) -> _LoopView:
+        """The batch `times` times over, (times · b, ...): sample i of copy j is row j · b + i. The (b, t, t) base
+        mask and the query region are left out (None): the window plans that use this read neither."""
+        return _LoopView(*(None if x is None or name in ("base_allowed", "query_region")
+                           else x.repeat(times, *([1] * (x.dim() - 1))) for name, x in vars(self).items()))
+
 
 @dataclass
 class _Context:
@@ -274,6 +286,30 @@ class _Context:
 
 
 @dataclass
+class _WindowPlan:
+    """Iterations first..first+K−1 of the local window, built in one vectorized pass (instead of ~30 small tensor
+    operations per iteration): token index (K, b, w), mask (K, b, 1, w, w), rotary cos/sin (K, b, w, head_dim), and
+    the op columns S shared by the K windows (the longest span among them; shorter spans are padding rows)."""
+
+    first: int
+    index: torch.Tensor
+    mask: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    span: int
+
+    def covers(self, iteration: int) -> bool:
+        return self.first <= iteration < self.first + self.index.shape[0]
+
+    def at(self, iteration: int) -> tuple[torch.Tensor, ...]:
+        i = iteration - self.first
+        return self.index[i], self.mask[i], self.cos[i], self.sin[i]
+
+    def select(self, keep: torch.Tensor) -> _WindowPlan:
+        return _WindowPlan(self.first, *(x[:, keep] for x in (self.index, self.mask, self.cos, self.sin)), self.span)
+
+
+@dataclass
 class _LocalWindow:
     """`loop_view="local"` without the rest of the prompt: each iteration runs the core and coda on the tokens of
     its operations plus the query region only (the only rows the local view lets the queries read), so an
@@ -287,13 +323,15 @@ class _LocalWindow:
     readout_columns: torch.Tensor  # (b, q) column of each readout query inside the window's query part
     ops_out: torch.Tensor | None = None  # (b, S, h) the core output on iteration k's op rows (read by the coda)
     span: int = 0  # S, op columns of the current window
+    plan: _WindowPlan | None = None  # the windows of the current block of iterations
 
     def select(self, keep: torch.Tensor) -> _LocalWindow:
         values = {k: (v[keep] if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
+        values["plan"] = None if self.plan is None else self.plan.select(keep)
         return _LocalWindow(**values)
 
 
-def local_window_rows(operation_ends: torch.Tensor, depth: torch.Tensor, iteration: int,
+def local_window_rows(operation_ends: torch.Tensor, depth: torch.Tensor, iteration: int | torch.Tensor,
                       step_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Token indices of the operations iteration k reads, (end_{c·(k−1)}, end_{min(c·k, d)}], padded to the batch's
     longest span S. Returns index (b, S) and valid (b, S)."""
@@ -345,10 +383,12 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         # loop_view="local": run each iteration on its operations + the query region only (same result, O(window)
         # per iteration instead of O(prompt)); False uses the masked full-prompt computation (the reference).
         self.local_window = True
+        self.window_plan_iterations = 16  # local window: iterations whose windows are built in one vectorized pass
+        self.readout_batch_iterations = 8  # forward: readouts of up to this many iterations share one coda call
         # Full view, sdpa, no padding in the batch: give the layers no mask, so sdpa runs its causal kernel instead
         # of reading a materialized (b, 1, t, t) mask (same result); False always builds the mask (the reference).
         self.causal_fast_path = True
-        self._compiled_core = None
+        self._compiled_core = self._compiled_coda = self._compiled_prelude = None
         self.post_init()
 
     # The three slices of the one decoder stack.
@@ -545,7 +585,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             )
             context = _Context(hidden, None, None, None, query_positions, loop)
             context.mask, context.cos, context.sin = self._view_at(context, 0, hidden)
-        context.prelude_out = self._run_layers(self.prelude, hidden, context)
+        prelude = self._prelude_block if self._compiled_prelude is None else self._compiled_prelude
+        context.prelude_out = prelude(hidden, context.mask, context.cos, context.sin)
         if context.loop is not None and self.config.loop_view == "local" and self.local_window:
             context.window = self._local_window(context, query_positions)
         return context
@@ -574,8 +615,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         """None (a boolean mask) for sdpa, else the additive float mask's dtype."""
         return None if self.config._attn_implementation == "sdpa" else hidden.dtype
 
-    def _rotary_at(self, loop: _LoopView, positions: torch.Tensor, is_query: torch.Tensor, iteration: int,
-                   hidden: torch.Tensor):
+    def _rotary_at(self, loop: _LoopView, positions: torch.Tensor, is_query: torch.Tensor,
+                   iteration: int | torch.Tensor, hidden: torch.Tensor):
         """cos/sin of iteration k: `progress_shift` on the query rows, then the stretch, then Qwen2's rotary."""
         c = self.config
         if c.progress_positions:
@@ -586,12 +627,24 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         return self.model.rotary_emb(hidden, positions)
 
     def _window_at(self, context: _Context, iteration: int, hidden: torch.Tensor):
-        """Token indices, mask and rotary of iteration k's window: [its operations | the query region]."""
-        c, loop, window = self.config, context.loop, context.window
+        """Token indices, mask and rotary of iteration k's window: [its operations | the query region], read from
+        the plan of its block of `window_plan_iterations` iterations (built when k leaves the current one)."""
+        window = context.window
+        if window.plan is None or not window.plan.covers(iteration):
+            window.plan = self._window_plan(context, iteration, self.window_plan_iterations, hidden)
+        return window.plan.at(iteration)
+
+    def _window_plan(self, context: _Context, first: int, count: int, hidden: torch.Tensor) -> _WindowPlan:
+        """The windows of iterations first..first+count−1, computed on the batch repeated `count` times."""
+        c, window = self.config, context.window
+        b = window.query_index.shape[0]
+        loop = context.loop.repeat(count)
+        iteration = torch.arange(first, first + count, device=loop.depth.device).repeat_interleave(b)  # (count·b,)
+        query_index, query_valid = window.query_index.repeat(count, 1), window.query_valid.repeat(count, 1)
         op_index, op_valid = local_window_rows(loop.operation_ends, loop.depth, iteration, c.step_size)
-        index = torch.cat([op_index, window.query_index], 1)  # (b, w)
-        valid = torch.cat([op_valid, window.query_valid], 1)
-        is_query = torch.cat([torch.zeros_like(op_valid), window.query_valid], 1)
+        index = torch.cat([op_index, query_index], 1)  # (count·b, w)
+        valid = torch.cat([op_valid, query_valid], 1)
+        is_query = torch.cat([torch.zeros_like(op_valid), query_valid], 1)
         segment = loop.segments.gather(1, index)
         earlier = index[:, None, :] <= index[:, :, None]  # key j not after query i
         key_valid, query_row = valid[:, None, :], is_query[:, :, None]
@@ -601,7 +654,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                                           key_op & earlier & (segment[:, None, :] == segment[:, :, None]))
         allowed = allowed | torch.eye(index.shape[1], dtype=torch.bool, device=index.device)[None]
         cos, sin = self._rotary_at(loop, loop.positions.gather(1, index), is_query, iteration, hidden)
-        return index, attention_bias(allowed, self._mask_dtype(hidden)), cos, sin
+        mask = attention_bias(allowed, self._mask_dtype(hidden))
+        return _WindowPlan(first, *(x.reshape(count, b, *x.shape[1:]) for x in (index, mask, cos, sin)),
+                           span=op_index.shape[1])
 
     def _view_at(self, context: _Context, iteration: int, hidden: torch.Tensor):
         """(mask, cos, sin) at iteration k (0: the prelude): `loop_view_mask` and `progress_shift` positions."""
@@ -615,31 +670,39 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         return attention_bias(allowed, self._mask_dtype(hidden)), cos, sin
 
     @staticmethod
-    def _run_layers(layers, hidden, context: _Context) -> torch.Tensor:
+    def _run_layers(layers, hidden, mask, cos, sin) -> torch.Tensor:
         for layer in layers:
-            out = layer(hidden, attention_mask=context.mask, position_embeddings=(context.cos, context.sin))
+            out = layer(hidden, attention_mask=mask, position_embeddings=(cos, sin))
             hidden = out[0] if isinstance(out, tuple) else out
         return hidden
 
     def compile_core(self, **compile_kwargs) -> ParLoopedQwenForStateTracking:
-        """`torch.compile` the shared core block C(W [e ; s]) (the loop's hot path; prelude, coda and the Python loop
-        stay eager). `compile_kwargs` go to `torch.compile` (default `dynamic=None`: one graph per shape, then dynamic
-        shapes on a recompile). `compile_core(disable=True)` returns to eager. Same result up to kernel rounding.
+        """`torch.compile` the loop's hot path: the core update (C(W [e ; s]) and the anchoring), the coda + final norm,
+        and the prelude (the Python loop and the mask/position bookkeeping stay eager). `compile_kwargs` go to
+        `torch.compile` (default `dynamic=None`: one graph per shape, then dynamic shapes on a recompile).
+        `compile_core(disable=True)` returns to eager. Same result up to kernel rounding.
         Each new input shape (depth, batch, window) recompiles, up to `torch._dynamo.config.recompile_limit` graphs;
-        past it the block runs eager (pass `dynamic=True` when shapes vary a lot)."""
+        past it the block runs eager (pass `dynamic=True` when shapes vary a lot). On a CPU, pair it with
+        `attn_implementation="eager"` for the local window's few-row attention (see benchmarks/bench_speed.py)."""
         if compile_kwargs.pop("disable", False):
-            self._compiled_core = None
+            self._compiled_core = self._compiled_coda = self._compiled_prelude = None
         else:
-            self._compiled_core = torch.compile(self._core_block, **compile_kwargs)
+            self._compiled_core = torch.compile(self._core_update, **compile_kwargs)
+            self._compiled_coda = torch.compile(self._coda_block, **compile_kwargs)
+            self._compiled_prelude = torch.compile(self._prelude_block, **compile_kwargs)
         return self
 
     def _core_block(self, e, s, mask, cos, sin):
         """C(W [e ; s]) — one pass of the shared core."""
-        x = self.adapter(torch.cat([e, s], dim=-1))
-        for layer in self.core:
-            out = layer(x, attention_mask=mask, position_embeddings=(cos, sin))
-            x = out[0] if isinstance(out, tuple) else out
-        return x
+        return self._run_layers(self.core, self.adapter(torch.cat([e, s], dim=-1)), mask, cos, sin)
+
+    def _prelude_block(self, hidden, mask, cos, sin):
+        """e = P(x): the prelude layers on the embedded prompt."""
+        return self._run_layers(self.prelude, hidden, mask, cos, sin)
+
+    def _coda_block(self, hidden, mask, cos, sin):
+        """Q(s): the coda layers, then the final norm."""
+        return self.model.norm(self._run_layers(self.coda, hidden, mask, cos, sin))
 
     def core_step(self, state, reference_rms, context: _Context, iteration: int = 1):
         """One iteration: s_k = anchor(C(W [e ; s_{k−1}])). Returns (s_k, rms before anchoring, reference rms).
@@ -652,29 +715,45 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         if window is not None:
             index, context.mask, context.cos, context.sin = self._window_at(context, iteration, state)
             span = index.shape[1] - state.shape[1]
-            e = context.prelude_out[torch.arange(index.shape[0], device=index.device)[:, None], index]  # (b, w, h)
-            x = torch.cat([e[:, :span], state], 1)  # op rows restart from e
+            rows = torch.arange(index.shape[0], device=index.device)[:, None]
+            e_ops = context.prelude_out[rows, index[:, :span]]  # (b, S, h): op rows restart from e
+            e, x = window.query_e, state
         else:
             context.mask, context.cos, context.sin = self._view_at(context, iteration, state)
-            e, x = context.prelude_out, state
+            e, x, e_ops = context.prelude_out, state, None
             if context.loop is not None and self.config.loop_view == "local":
                 x = torch.where(context.loop.query_region[..., None], state, e)
-        args = (e, x, context.mask, context.cos, context.sin)
-        block = self._core_block if self._compiled_core is None else self._compiled_core
+        args = (e, x, context.mask, context.cos, context.sin, reference_rms, e_ops)
+        update = self._core_update if self._compiled_core is None else self._compiled_core
         if self.config.checkpoint_core and self.training and torch.is_grad_enabled():
-            new_state = checkpoint(block, *args, use_reentrant=False)
+            ops_out, new_state, raw_rms = checkpoint(update, *args, use_reentrant=False)
         else:
-            new_state = block(*args)
+            ops_out, new_state, raw_rms = update(*args)
         if window is not None:
-            window.span, window.ops_out, new_state = span, new_state[:, :span], new_state[:, span:]
-        raw_rms = state_rms(new_state).detach()  # (b, t, 1)
-        if not self.config.norm_anchoring:
-            return new_state, raw_rms, reference_rms
-        if reference_rms is None:  # iteration 1 sets the per-token reference (detached)
-            return new_state, raw_rms, raw_rms
-        if window is not None:  # op rows compute the same value every iteration: their iteration-1 RMS is today's
-            window.ops_out = anchor_state_norm(window.ops_out, state_rms(window.ops_out).detach())
-        return anchor_state_norm(new_state, reference_rms), raw_rms, reference_rms
+            window.span, window.ops_out = e_ops.shape[1], ops_out
+        if self.config.norm_anchoring and reference_rms is None:  # iteration 1 sets the per-token reference
+            reference_rms = raw_rms
+        return new_state, raw_rms, reference_rms
+
+    def _core_update(self, e, x, mask, cos, sin, reference_rms, e_ops=None):
+        """The core block, then the anchoring: s_k = anchor(C(W [e ; s_{k−1}])), with `anchor_state_norm` against
+        rms(s_1) (iteration 1, `reference_rms` None, is not anchored). Under the local window, `e_ops` (b, S, h) are
+        iteration k's op rows, prepended to both e and s (they restart from e) and anchored to their own rms: they
+        compute the same value every iteration, so their iteration-1 RMS is today's. One unit, so `compile_core`
+        fuses it whole.
+
+        Returns (op rows' output (b, S, h) or None, s_k, rms(s_k) before anchoring (detached))."""
+        span = 0 if e_ops is None else e_ops.shape[1]
+        if span:
+            e, x = torch.cat([e_ops, e], 1), torch.cat([e_ops, x], 1)
+        new_state = self._core_block(e, x, mask, cos, sin)
+        ops_out, new_state = new_state[:, :span], new_state[:, span:]
+        raw_rms = state_rms(new_state).detach()  # (b, rows, 1)
+        if self.config.norm_anchoring and reference_rms is not None:
+            new_state = anchor_state_norm(new_state, reference_rms)
+            if span:
+                ops_out = anchor_state_norm(ops_out, state_rms(ops_out).detach())
+        return ops_out, new_state, raw_rms
 
     def readout(self, state, context: _Context):
         """y_k = Q(s_k), final norm, LM-head rows of the candidates at the query positions (the coda uses the
@@ -682,21 +761,46 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
 
         Returns answer logits (b, q, candidates) and halt logits (b, 2) of (Yes, No) at the last query, or None.
         """
-        if context.window is not None:  # the coda on [iteration k's op rows | query region]
-            window = context.window
-            hidden = self._run_layers(self.coda, torch.cat([window.ops_out, state], 1), context)
-            hidden = self.model.norm(hidden[:, window.span:])
-            index = window.readout_columns[..., None].expand(-1, -1, hidden.shape[-1])
-        else:
-            hidden = self.model.norm(self._run_layers(self.coda, state, context))
-            index = context.query_positions[..., None].expand(-1, -1, hidden.shape[-1])
-        at_queries = hidden.gather(1, index)  # (b, q, h)
+        return self._readout_batch([self._readout_input(state, context)])[0]
+
+    @staticmethod
+    def _readout_input(state, context: _Context) -> tuple:
+        """What the readout of this iteration reads: (coda input, mask, cos, sin, rows before the queries' part,
+        readout columns). Under the local window the coda runs on [iteration k's op rows | query region]."""
+        window = context.window
+        if window is not None:
+            return (torch.cat([window.ops_out, state], 1), context.mask, context.cos, context.sin, window.span,
+                    window.readout_columns)
+        return state, context.mask, context.cos, context.sin, 0, context.query_positions
+
+    def _readout_batch(self, inputs: list[tuple]) -> list[tuple]:
+        """The readouts of several iterations in one coda call: their inputs (`_readout_input`, same shapes) are
+        stacked along the batch, which computes per row exactly what separate calls compute (tested)."""
+        x, mask, cos, sin, span, columns = inputs[0]
+        if len(inputs) > 1:
+            x, cos, sin, columns = (torch.cat([item[i] for item in inputs]) for i in (0, 2, 3, 5))
+            mask = None if mask is None else torch.cat([item[1] for item in inputs])
+        coda = self._coda_block if self._compiled_coda is None else self._compiled_coda
+        hidden = coda(x, mask, cos, sin)[:, span:]
+        at_queries = hidden.gather(1, columns[..., None].expand(-1, -1, hidden.shape[-1]))  # (n·b, q, h)
         answer_rows, halt_rows = self._candidate_rows(self.lm_head.weight.device)
-        answer_logits = F.linear(at_queries, self.lm_head.weight[answer_rows])
-        halt_logits = None
-        if halt_rows is not None:
-            halt_logits = F.linear(at_queries[:, -1], self.lm_head.weight[halt_rows])
-        return answer_logits, halt_logits
+        answers = F.linear(at_queries, self.lm_head.weight[answer_rows]).chunk(len(inputs))
+        if halt_rows is None:
+            return [(a, None) for a in answers]
+        halts = F.linear(at_queries[:, -1], self.lm_head.weight[halt_rows]).chunk(len(inputs))
+        return list(zip(answers, halts))
+
+    def _readouts(self, pending: list[tuple]) -> list[tuple]:
+        """Readouts of the pending iterations, batched by shape (the window's span may change between plans)."""
+        groups: dict[tuple, list[int]] = {}
+        for n, item in enumerate(pending):
+            key = (tuple(item[0].shape), None if item[1] is None else tuple(item[1].shape), item[4])
+            groups.setdefault(key, []).append(n)
+        out = [None] * len(pending)
+        for members in groups.values():
+            for n, result in zip(members, self._readout_batch([pending[n] for n in members])):
+                out[n] = result
+        return out
 
     def _candidate_rows(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
         """LM-head rows of the answer candidates and of (Yes, No), built once per (ids, device), not per readout."""
@@ -745,23 +849,25 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         grad_allowed = torch.is_grad_enabled()
         valid = context.state_valid(attention_mask if attention_mask is not None else torch.ones_like(input_ids))
         state, reference, read_set = context.initial_state(), None, set(reads)
-        answers, halts, rms_trace, states = [], [], [], []
+        readouts, pending, rms_trace, states = [], [], [], []
         for k in range(1, num_iterations + 1):
             with torch.set_grad_enabled(grad_allowed and k >= grad_from):
                 state, raw_rms, reference = self.core_step(state, reference, context, k)
             if k in read_set:  # a readout before the window still trains the coda (its state is detached)
-                answer_logits, halt_logits = self.readout(state, context)
-                answers.append(answer_logits)
-                halts.append(halt_logits)
-            rms_trace.append((raw_rms[..., 0] * valid).sum(-1) / valid.sum(-1))
+                pending.append(self._readout_input(state, context))
+                if len(pending) == self.readout_batch_iterations or k == reads[-1]:
+                    readouts += self._readouts(pending)  # one coda call for up to `readout_batch_iterations`
+                    pending = []
+            rms_trace.append(raw_rms[..., 0])
             if output_loop_states:
                 states.append(state)
 
+        answers, halts = zip(*readouts)
         return ParLoopedOutput(
             answer_logits=torch.stack(answers),
             halt_logits=torch.stack(halts) if halts[0] is not None else None,
             readout_iterations=torch.tensor(reads, device=input_ids.device),
-            state_rms=torch.stack(rms_trace),
+            state_rms=(torch.stack(rms_trace) * valid).sum(-1) / valid.sum(-1),
             loop_states=tuple(states) if output_loop_states else None,
         )
 
