@@ -65,6 +65,7 @@ logger = logging.getLogger(__name__)
 # --compile_core auto compiles from this many steps on: compiling costs ~1-2 min on a cold inductor cache (seconds once
 # cached), a d = 32 step of the default model saves ~0.25 s (results/speed_cpu)
 AUTO_COMPILE_MIN_STEPS = 500
+AUTO_COMPILE_MIN_SECONDS = 600  # ... and not under a shorter --max_train_seconds budget
 
 
 @dataclass
@@ -207,8 +208,10 @@ def speed_options(model_args: ModelArguments, train_args, loop_view: str) -> tup
         attn = default_attn_implementation(loop_view, device)
     compile_core = model_args.compile_core == "true"
     if model_args.compile_core == "auto":
+        budget = getattr(train_args, "max_train_seconds", None)
         compile_core = (device.type == "cpu" and loop_view == "local" and train_args is not None
-                        and train_args.max_steps >= AUTO_COMPILE_MIN_STEPS and inductor_can_compile_for_cpu())
+                        and train_args.max_steps >= AUTO_COMPILE_MIN_STEPS
+                        and (budget is None or budget >= AUTO_COMPILE_MIN_SECONDS) and inductor_can_compile_for_cpu())
     return attn, compile_core
 
 

@@ -219,12 +219,14 @@ def test_default_attn_implementation_follows_the_view_and_device():
 def test_train_par_speed_options_resolve_auto_and_reject_bad_values(monkeypatch):
     train_par = load_example("examples/train_par.py")
     monkeypatch.setattr(train_par, "inductor_can_compile_for_cpu", lambda: True)
-    cpu = lambda steps: SimpleNamespace(device=torch.device("cpu"), max_steps=steps)  # noqa: E731
+    cpu = lambda steps, budget=None: SimpleNamespace(device=torch.device("cpu"), max_steps=steps,  # noqa: E731
+                                                      max_train_seconds=budget)
     model_args, _, _ = train_par.parse_args([])
     assert (model_args.attn_implementation, model_args.compile_core) == ("auto", "auto")
     long_run = cpu(train_par.AUTO_COMPILE_MIN_STEPS)
     assert train_par.speed_options(model_args, long_run, "local") == ("eager", True)
     assert train_par.speed_options(model_args, cpu(10), "local") == ("eager", False)  # compiling would not pay back
+    assert train_par.speed_options(model_args, cpu(5000, budget=3), "local") == ("eager", False)  # nor in 3 s
     assert train_par.speed_options(model_args, long_run, "full") == ("sdpa", False)
     gpu = SimpleNamespace(device=torch.device("cuda"), max_steps=10_000)
     assert train_par.speed_options(model_args, gpu, "local") == ("sdpa", False)
