@@ -205,6 +205,13 @@ def interleaved_seconds(calls: dict, rounds: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def rate_fields(flops: int, seconds: float, before: float, ceiling_fp32: float) -> dict:
+    """Achieved GFLOP/s, its fraction of the fp32 ceiling, and the ratio to `before` (seconds of the reference)."""
+    gflop_per_s = flops / seconds / 1e9
+    return dict(gflop_per_s=gflop_per_s, fraction_of_fp32_ceiling=gflop_per_s / ceiling_fp32,
+                speedup_vs_before=before / seconds)
+
+
 def prepare_model(model, path: dict):
     """Apply a path's options to a freshly built model: the pre-issue-11 per-iteration window construction
     (`window_plan_iterations=1`) and explicit mask for `before`, then compile."""
@@ -276,8 +283,7 @@ def bench_training(args, ceiling_fp32: float) -> list[dict]:
                 sec = seconds[name]
                 row = dict(section="train", view=view_name, depth=depth, path=name, ms_per_step=1000 * sec,
                            samples_per_s=args.batch_size / sec, gflop_per_step=flops / 1e9,
-                           gflop_per_s=flops / sec / 1e9, fraction_of_fp32_ceiling=flops / sec / 1e9 / ceiling_fp32,
-                           speedup_vs_before=before / sec)
+                           **rate_fields(flops, sec, before, ceiling_fp32))
                 if name in first and "compile" in name:
                     row["first_3_steps_s"] = first[name]
                 rows.append(row)
@@ -350,8 +356,7 @@ def bench_evaluation(args, ceiling_fp32: float) -> list[dict]:
             row = dict(section="eval", model=model_name, mode=mode, depth=args.eval_depth,
                        n=args.bf16_eval_n if name == "bf16 weights" else args.eval_n, path=name,
                        seconds_per_256=sec, sequences_per_s=args.eval_n / sec, gflop=flops / 1e9,
-                       gflop_per_s=flops / sec / 1e9, fraction_of_fp32_ceiling=flops / sec / 1e9 / ceiling_fp32,
-                       speedup_vs_before=before / sec)
+                       **rate_fields(flops, sec, before, ceiling_fp32))
             if "compile" in name:
                 row["first_call_s"] = first[name]
             rows.append(row)

@@ -288,15 +288,14 @@ class _Context:
 @dataclass
 class _WindowPlan:
     """Iterations first..first+K−1 of the local window, built in one vectorized pass (instead of ~30 small tensor
-    operations per iteration): token index (K, b, w), mask (K, b, 1, w, w), rotary cos/sin (K, b, w, head_dim), and
-    the op columns S shared by the K windows (the longest span among them; shorter spans are padding rows)."""
+    operations per iteration): token index (K, b, w), mask (K, b, 1, w, w), rotary cos/sin (K, b, w, head_dim); the
+    K windows share their op columns S (the longest span among them; shorter spans are padding rows)."""
 
     first: int
     index: torch.Tensor
     mask: torch.Tensor
     cos: torch.Tensor
     sin: torch.Tensor
-    span: int
 
     def covers(self, iteration: int) -> bool:
         return self.first <= iteration < self.first + self.index.shape[0]
@@ -306,7 +305,7 @@ class _WindowPlan:
         return self.index[i], self.mask[i], self.cos[i], self.sin[i]
 
     def select(self, keep: torch.Tensor) -> _WindowPlan:
-        return _WindowPlan(self.first, *(x[:, keep] for x in (self.index, self.mask, self.cos, self.sin)), self.span)
+        return _WindowPlan(self.first, *(x[:, keep] for x in (self.index, self.mask, self.cos, self.sin)))
 
 
 @dataclass
@@ -655,8 +654,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         allowed = allowed | torch.eye(index.shape[1], dtype=torch.bool, device=index.device)[None]
         cos, sin = self._rotary_at(loop, loop.positions.gather(1, index), is_query, iteration, hidden)
         mask = attention_bias(allowed, self._mask_dtype(hidden))
-        return _WindowPlan(first, *(x.reshape(count, b, *x.shape[1:]) for x in (index, mask, cos, sin)),
-                           span=op_index.shape[1])
+        return _WindowPlan(first, *(x.reshape(count, b, *x.shape[1:]) for x in (index, mask, cos, sin)))
 
     def _view_at(self, context: _Context, iteration: int, hidden: torch.Tensor):
         """(mask, cos, sin) at iteration k (0: the prelude): `loop_view_mask` and `progress_shift` positions."""
