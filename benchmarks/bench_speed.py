@@ -9,9 +9,11 @@ One run measures, on the same machine and in the same process tree:
     batch 64, the PAR loss over the 8-iteration gradient window) at d = 8 and d = 32, for the recipe view
     (`loop_view="local"` on its window path, the from-scratch default) and the paper's full view (the retrofit
     default), on each path of TRAIN_PATHS: `before` is the code as it was when issue 11 was filed (sdpa with a
-    materialized mask, the local window rebuilt op by op every iteration: `window_plan_iterations=1`); then one
-    thread, the sdpa causal fast path, bf16 autocast, `compile_core()`, eager attention, eager attention +
-    `compile_core()` (the CPU default of `train_par.py` for the recipe), and 2 processes × 1 thread (DDP, gloo);
+    materialized mask, the local window rebuilt op by op every iteration: `window_plan_iterations=1`, the adapter
+    run on [e ; s] every iteration: `split_adapter=False`); then one thread, the sdpa causal fast path, bf16
+    autocast, `compile_core()`, eager attention, eager attention + `compile_core()` with inductor's Python wrapper
+    (round 2's default) and with its C++ wrapper (the CPU default of `train_par.py` for the recipe), and 2 processes
+    × 1 thread (DDP, gloo);
   * evaluation sequences/s at d = 64 (256 sequences, forced depth and learned halting) of the shipped checkpoint, and
     forced depth of the full view (a random model of the same size: speed does not depend on the weights), on each
     path of EVAL_PATHS;
@@ -214,12 +216,14 @@ def rate_fields(flops: int, seconds: float, before: float, ceiling_fp32: float) 
 
 def prepare_model(model, path: dict):
     """Apply a path's options to a freshly built model: the pre-issue-11 per-iteration window construction
-    (`window_plan_iterations=1`) and explicit mask for `before`, then compile."""
+    (`window_plan_iterations=1`), explicit mask and whole adapter for `before`, then compile (with the path's
+    inductor `options`, if any)."""
     model.causal_fast_path = path.get("fast", True)
     if path.get("before"):
         model.window_plan_iterations = 1
+        model.split_adapter = False
     if path.get("compile"):
-        model.compile_core()
+        model.compile_core(**({"options": path["options"]} if "options" in path else {}))
     return model
 
 
@@ -230,6 +234,8 @@ TRAIN_PATHS = [
     ("bf16 autocast", dict(bf16=True)),
     ("compile_core() (sdpa)", dict(compile=True)),
     ("eager attention", dict(attn="eager")),
+    ("eager attention + compile_core(), Python wrapper", dict(attn="eager", compile=True,
+                                                               options={"cpp_wrapper": False})),
     ("eager attention + compile_core()", dict(attn="eager", compile=True)),
     ("DDP 2 processes × 1 thread (sdpa)", dict(ddp=True)),
     ("DDP 2 × 1 + eager attention + compile_core()", dict(ddp=True, attn="eager", compile=True)),
@@ -301,6 +307,8 @@ EVAL_PATHS = [
     ("compile_core() (sdpa)", dict(compile=True, forced_only=True)),
     ("workers=2 (sdpa)", dict(workers=2)),
     ("eager attention", dict(attn="eager")),
+    ("eager attention + compile_core(), Python wrapper", dict(attn="eager", compile=True,
+                                                               options={"cpp_wrapper": False})),
     ("eager attention + compile_core()", dict(attn="eager", compile=True)),
     ("eager attention + workers=2", dict(attn="eager", workers=2)),
 ]

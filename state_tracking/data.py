@@ -297,22 +297,16 @@ class StateTrackingCollator:
             raise ValueError("examples with step_labels or ops also need 'depth'")
 
         rows = [_to_numpy(f["input_ids"]) for f in features]
-        batch_size, max_len = len(rows), max(len(row) for row in rows)
-        input_ids = torch.full((batch_size, max_len), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((batch_size, max_len), dtype=torch.long)
-        query_positions = torch.stack([torch.as_tensor(_to_numpy(f["query_positions"]), dtype=torch.long) for f in features])
-        offsets = [max_len - len(row) if self.padding_side == "left" else 0 for row in rows]  # left pads per row
-        for b, (row, offset) in enumerate(zip(rows, offsets)):
-            input_ids[b, offset : offset + len(row)] = torch.as_tensor(row, dtype=torch.long)
-            attention_mask[b, offset : offset + len(row)] = 1
-            query_positions[b] += offset
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "query_positions": query_positions}
+        lengths = np.array([len(row) for row in rows], dtype=np.int64)
+        max_len = int(lengths.max())
+        offsets = max_len - lengths if self.padding_side == "left" else np.zeros_like(lengths)  # left pads per row
+        input_ids, real = _pad_ragged(rows, max_len, self.pad_token_id, offsets)
+        query_positions = np.stack([_to_numpy(f["query_positions"]) for f in features]).astype(np.int64)
+        batch = {"input_ids": input_ids, "attention_mask": torch.from_numpy(real.astype(np.int64)),
+                 "query_positions": torch.from_numpy(query_positions + offsets[:, None])}
         if "operation_ends" in keys:
-            ends = [_to_numpy(f["operation_ends"]).astype(np.int64) for f in features]
-            operation_ends = torch.full((batch_size, max(len(e) for e in ends)), -1, dtype=torch.long)
-            for b, (e, offset) in enumerate(zip(ends, offsets)):
-                operation_ends[b, : len(e)] = torch.as_tensor(e) + offset
-            batch["operation_ends"] = operation_ends
+            ends = [_to_numpy(f["operation_ends"]).astype(np.int64) + offset for f, offset in zip(features, offsets)]
+            batch["operation_ends"] = _pad_ragged(ends, max(len(e) for e in ends), -1)[0]
 
         if "depth" in keys:
             depth = [int(_to_numpy(f["depth"])) for f in features]
@@ -321,16 +315,26 @@ class StateTrackingCollator:
                 labels = [_to_numpy(f["step_labels"]) for f in features]
                 if any(len(row) != d + 1 for row, d in zip(labels, depth)):
                     raise ValueError("each example's step_labels must have depth + 1 rows (z_0..z_d)")
-                batch["step_labels"] = self._pad([row for row in labels], (max(depth) + 1, labels[0].shape[-1]))
+                batch["step_labels"] = _pad_ragged(labels, max(depth) + 1, self.label_pad_id)[0]
             if "ops" in keys:
                 ops = [_to_numpy(f["ops"]) for f in features]
                 if any(len(row) != d for row, d in zip(ops, depth)):
                     raise ValueError("each example must have depth ops")
-                batch["ops"] = self._pad(ops, (max(depth),))
+                batch["ops"] = _pad_ragged(ops, max(depth), self.label_pad_id)[0]
         return batch
 
-    def _pad(self, rows: list[np.ndarray], shape: tuple[int, ...]) -> torch.Tensor:
-        padded = torch.full((len(rows), *shape), self.label_pad_id, dtype=torch.long)
-        for b, row in enumerate(rows):
-            padded[b, : len(row)] = torch.as_tensor(row, dtype=torch.long).reshape(len(row), *shape[1:])
-        return padded
+
+def _pad_ragged(rows: list[np.ndarray], length: int, fill: int,
+                offsets: np.ndarray | None = None) -> tuple[torch.Tensor, np.ndarray]:
+    """Rows of shape (len_b, *tail) into one (B, length, *tail) long tensor filled with ``fill``, row b starting at
+    column ``offsets[b]`` (default 0), in one vectorised copy. Returns the tensor and the (B, length) mask of the
+    real entries."""
+    lengths = np.array([len(row) for row in rows], dtype=np.int64)
+    starts = np.zeros_like(lengths) if offsets is None else offsets
+    columns = np.arange(length)[None]
+    real = (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])
+    tail = np.shape(rows[0])[1:]
+    padded = np.full((len(rows), length, *tail), fill, dtype=np.int64)
+    if lengths.sum():
+        padded[real] = np.concatenate([np.asarray(row, dtype=np.int64).reshape(-1, *tail) for row in rows])
+    return torch.from_numpy(padded), real

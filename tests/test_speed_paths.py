@@ -272,3 +272,40 @@ def test_batched_readouts_equal_one_coda_call_per_iteration(view):
     torch.testing.assert_close(runs[1][1], runs[0][1], atol=1e-5, rtol=0)
     for name in runs[0][2]:
         torch.testing.assert_close(runs[1][2][name], runs[0][2][name], atol=1e-5, rtol=1e-4)
+
+
+class _WrappedAdapter(torch.nn.Module):
+    """Stands in for a wrapper such as PEFT's modules_to_save: not a plain nn.Linear, so it is called whole."""
+
+    def __init__(self, linear):
+        super().__init__()
+        self.inner = linear
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("view, local_window", [(RECIPE, True), (RECIPE, False), ({}, True)])
+def test_split_adapter_equals_the_whole_adapter(view, local_window):
+    """W [e ; s] as W_e e (once per batch) + W_s s (each iteration): the same logits and gradients as the adapter
+    run on [e ; s] every iteration, on the window, the masked local view and the full view; a wrapped adapter is
+    called whole."""
+    model, tokenizer = task_model(**view)
+    model.local_window = local_window
+    with torch.no_grad():  # W_e and W_s both matter (the identity-style init leaves W_e e small)
+        model.adapter.weight.add_(0.1 * torch.randn_like(model.adapter.weight))
+    batch = window_batch(tokenizer, OPS[:, :7])
+    runs = {}
+    for split in (True, False):
+        model.split_adapter = split
+        assert (model._adapter_halves() is None) is (not split)
+        runs[split] = window_run_and_grads(model, batch, iterations=8, reads=(1, 3, 8))
+    torch.testing.assert_close(runs[True][0], runs[False][0], atol=1e-5, rtol=0)
+    assert "adapter.weight" in runs[False][1] and runs[False][1]["adapter.weight"].abs().sum() > 0
+    for name in runs[False][1]:
+        torch.testing.assert_close(runs[True][1][name], runs[False][1][name], atol=1e-5, rtol=1e-4)
+    model.split_adapter = True
+    model.adapter = _WrappedAdapter(model.adapter)
+    assert model._adapter_halves() is None
+    wrapped = window_run_and_grads(model, batch, iterations=8, reads=(1, 3, 8))
+    torch.testing.assert_close(wrapped[0], runs[False][0], atol=1e-5, rtol=0)

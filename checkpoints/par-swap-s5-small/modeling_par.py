@@ -176,6 +176,16 @@ def loop_view_mask(base_allowed: torch.Tensor, segments: torch.Tensor, depth: to
     return torch.where(query_region[:, :, None], query_rows, other_rows) | eye
 
 
+def default_compile_options(compile_kwargs: dict, device: torch.device) -> dict:
+    """`torch.compile` keyword arguments for `compile_core`: on a CPU with the inductor backend, `cpp_wrapper=True`
+    (the compiled graph is called through C++ instead of a Python wrapper: ~0.3–0.5 ms less per call of the loop,
+    see benchmarks/bench_speed.py) unless the caller passes `mode` or sets `cpp_wrapper` in `options`."""
+    kwargs = dict(compile_kwargs)
+    if torch.device(device).type == "cpu" and kwargs.get("backend", "inductor") == "inductor" and "mode" not in kwargs:
+        kwargs["options"] = {"cpp_wrapper": True, **(kwargs.get("options") or {})}
+    return kwargs
+
+
 def halt_confirmed(p_yes_window: torch.Tensor, threshold: float, confirm: int) -> torch.Tensor:
     """The halting rule on one window of iterations R..R+m−1, for a batch.
 
@@ -269,12 +279,14 @@ class _Context:
     query_positions: torch.Tensor  # (b, q)
     loop: _LoopView | None = None
     window: _LocalWindow | None = None
+    e_half: torch.Tensor | None = None  # (b, rows, h) the adapter's e half of the loop-state rows (`adapter_e_half`)
 
     def select(self, keep: torch.Tensor) -> _Context:
         fields = (self.prelude_out, self.mask, self.cos, self.sin, self.query_positions)
         return _Context(*(None if x is None else x[keep] for x in fields),
                         None if self.loop is None else self.loop.select(keep),
-                        None if self.window is None else self.window.select(keep))
+                        None if self.window is None else self.window.select(keep),
+                        None if self.e_half is None else self.e_half[keep])
 
     def initial_state(self) -> torch.Tensor:
         """s_0 = e: the prelude output (the query region's under the local window)."""
@@ -387,6 +399,10 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         # Full view, sdpa, no padding in the batch: give the layers no mask, so sdpa runs its causal kernel instead
         # of reading a materialized (b, 1, t, t) mask (same result); False always builds the mask (the reference).
         self.causal_fast_path = True
+        # W [e ; s] = W_e e + W_s s: W_e e is computed once per batch, each iteration multiplies only s (half the
+        # adapter's work); False runs the adapter on [e ; s] every iteration (the reference). A wrapped adapter (e.g.
+        # PEFT's modules_to_save) is always called whole.
+        self.split_adapter = True
         self._compiled_core = self._compiled_coda = self._compiled_prelude = None
         self.post_init()
 
@@ -588,6 +604,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         context.prelude_out = prelude(hidden, context.mask, context.cos, context.sin)
         if context.loop is not None and self.config.loop_view == "local" and self.local_window:
             context.window = self._local_window(context, query_positions)
+        context.e_half = self.adapter_e_half(context.initial_state())
         return context
 
     def _local_window(self, context: _Context, query_positions: torch.Tensor) -> _LocalWindow:
@@ -678,21 +695,45 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         """`torch.compile` the loop's hot path: the core update (C(W [e ; s]) and the anchoring), the coda + final norm,
         and the prelude (the Python loop and the mask/position bookkeeping stay eager). `compile_kwargs` go to
         `torch.compile` (default `dynamic=None`: one graph per shape, then dynamic shapes on a recompile).
-        `compile_core(disable=True)` returns to eager. Same result up to kernel rounding.
+        `compile_core(disable=True)` returns to eager. Same result up to kernel rounding. On a CPU, inductor's C++
+        wrapper is on unless `options`/`mode` say otherwise (`default_compile_options`).
         Each new input shape (depth, batch, window) recompiles, up to `torch._dynamo.config.recompile_limit` graphs;
         past it the block runs eager (pass `dynamic=True` when shapes vary a lot). On a CPU, pair it with
         `attn_implementation="eager"` for the local window's few-row attention (see benchmarks/bench_speed.py)."""
         if compile_kwargs.pop("disable", False):
             self._compiled_core = self._compiled_coda = self._compiled_prelude = None
         else:
+            compile_kwargs = default_compile_options(compile_kwargs, self.device)
             self._compiled_core = torch.compile(self._core_update, **compile_kwargs)
             self._compiled_coda = torch.compile(self._coda_block, **compile_kwargs)
             self._compiled_prelude = torch.compile(self._prelude_block, **compile_kwargs)
         return self
 
-    def _core_block(self, e, s, mask, cos, sin):
-        """C(W [e ; s]) — one pass of the shared core."""
-        return self._run_layers(self.core, self.adapter(torch.cat([e, s], dim=-1)), mask, cos, sin)
+    def _adapter_halves(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(W_e, W_s), the adapter's weight cut at its input, W = [W_e | W_s]; None when the adapter is called whole
+        (`split_adapter` off, or an adapter that is not a plain bias-free `nn.Linear`, e.g. wrapped by PEFT)."""
+        adapter = self.adapter
+        if not self.split_adapter or type(adapter) is not nn.Linear or adapter.bias is not None:
+            return None
+        return adapter.weight.split(self.config.hidden_size, dim=1)
+
+    def adapter_e_half(self, e: torch.Tensor) -> torch.Tensor:
+        """The part of the adapter that depends on e alone, W_e e: computed once per batch, since e does not change
+        across iterations. (e itself when the adapter is called whole.)"""
+        halves = self._adapter_halves()
+        return e if halves is None else F.linear(e, halves[0])
+
+    def adapter_input(self, e_half: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """W [e ; s] = W_e e + W_s s, from e's half (`adapter_e_half`): one product of s per iteration instead of one
+        of [e ; s]. Same value up to the order of the sum (tested against the whole adapter)."""
+        halves = self._adapter_halves()
+        if halves is None:
+            return self.adapter(torch.cat([e_half, s], dim=-1))
+        return e_half + F.linear(s, halves[1])
+
+    def _core_block(self, e_half, s, mask, cos, sin):
+        """C(W [e ; s]) — one pass of the shared core, from e's half of the adapter (`adapter_e_half`)."""
+        return self._run_layers(self.core, self.adapter_input(e_half, s), mask, cos, sin)
 
     def _prelude_block(self, hidden, mask, cos, sin):
         """e = P(x): the prelude layers on the embedded prompt."""
@@ -715,12 +756,12 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             span = index.shape[1] - state.shape[1]
             rows = torch.arange(index.shape[0], device=index.device)[:, None]
             e_ops = context.prelude_out[rows, index[:, :span]]  # (b, S, h): op rows restart from e
-            e, x = window.query_e, state
+            e, x = context.e_half, state
         else:
             context.mask, context.cos, context.sin = self._view_at(context, iteration, state)
-            e, x, e_ops = context.prelude_out, state, None
+            e, x, e_ops = context.e_half, state, None
             if context.loop is not None and self.config.loop_view == "local":
-                x = torch.where(context.loop.query_region[..., None], state, e)
+                x = torch.where(context.loop.query_region[..., None], state, context.prelude_out)
         args = (e, x, context.mask, context.cos, context.sin, reference_rms, e_ops)
         update = self._core_update if self._compiled_core is None else self._compiled_core
         if self.config.checkpoint_core and self.training and torch.is_grad_enabled():
@@ -733,18 +774,18 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             reference_rms = raw_rms
         return new_state, raw_rms, reference_rms
 
-    def _core_update(self, e, x, mask, cos, sin, reference_rms, e_ops=None):
+    def _core_update(self, e_half, x, mask, cos, sin, reference_rms, e_ops=None):
         """The core block, then the anchoring: s_k = anchor(C(W [e ; s_{k−1}])), with `anchor_state_norm` against
-        rms(s_1) (iteration 1, `reference_rms` None, is not anchored). Under the local window, `e_ops` (b, S, h) are
-        iteration k's op rows, prepended to both e and s (they restart from e) and anchored to their own rms: they
-        compute the same value every iteration, so their iteration-1 RMS is today's. One unit, so `compile_core`
-        fuses it whole.
+        rms(s_1) (iteration 1, `reference_rms` None, is not anchored); `e_half` is W_e e (`adapter_e_half`). Under the
+        local window, `e_ops` (b, S, h) are iteration k's op rows, prepended to both e and s (they restart from e) and
+        anchored to their own rms: they compute the same value every iteration, so their iteration-1 RMS is today's.
+        One unit, so `compile_core` fuses it whole.
 
         Returns (op rows' output (b, S, h) or None, s_k, rms(s_k) before anchoring (detached))."""
         span = 0 if e_ops is None else e_ops.shape[1]
         if span:
-            e, x = torch.cat([e_ops, e], 1), torch.cat([e_ops, x], 1)
-        new_state = self._core_block(e, x, mask, cos, sin)
+            e_half, x = torch.cat([self.adapter_e_half(e_ops), e_half], 1), torch.cat([e_ops, x], 1)
+        new_state = self._core_block(e_half, x, mask, cos, sin)
         ops_out, new_state = new_state[:, :span], new_state[:, span:]
         raw_rms = state_rms(new_state).detach()  # (b, rows, 1)
         if self.config.norm_anchoring and reference_rms is not None:
@@ -965,6 +1006,7 @@ __all__ = [
     "ParPrediction",
     "anchor_state_norm",
     "adapter_identity_init",
+    "default_compile_options",
     "grad_window_iterations",
     "halt_confirmed",
     "halt_iteration",
