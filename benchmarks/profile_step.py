@@ -1,10 +1,12 @@
 """Where the time of one training step goes: torch.profiler over one optimizer step of bench_speed.py's default
 model, with each stage of the loop tagged (prelude, window plans, core update, readouts, backward, optimizer).
 
-    python benchmarks/profile_step.py [--view recipe|paper] [--depth 32] [--attn eager] [--compile]
+    python benchmarks/profile_step.py [--view recipe|paper] [--depth 32] [--attn eager] [--compile [--python-wrapper]]
 
 Prints the tagged stages (total CPU ms and calls) and the top operators by self time. Profiler overhead inflates
-the totals by ~10-20%; read the shares, not the absolute times (those are bench_speed.py's).
+the totals by ~10-20%; read the shares, not the absolute times (those are bench_speed.py's). With inductor's C++
+wrapper (compile_core's CPU default) the operators inside a compiled graph are not seen by the profiler: add
+--python-wrapper to see them (matmuls vs fused kernels) at the cost of the Python wrapper's own overhead.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def main(argv=None):
     parser.add_argument("--depth", type=int, default=32)
     parser.add_argument("--attn", choices=["sdpa", "eager"], default="eager")
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--python-wrapper", action="store_true", help="compile with inductor's Python wrapper")
     parser.add_argument("--rows", type=int, default=15)
     args = parser.parse_args(argv)
     view = next(v for k, v in VIEWS.items() if k.startswith(args.view))
@@ -52,7 +55,7 @@ def main(argv=None):
         tag(ParLoopedQwenForStateTracking, name)
     model, ids = default_model(view, attn=args.attn)
     if args.compile:
-        model.compile_core()
+        model.compile_core(**({"options": {"cpp_wrapper": False}} if args.python_wrapper else {}))
     step = make_step(model, training_batch(args.depth, 64, ids), args.depth)
     for _ in range(3):  # warm-up (compiles on --compile)
         step()
@@ -60,7 +63,8 @@ def main(argv=None):
         start = time.perf_counter()
         step()
         wall = time.perf_counter() - start
-    print(f"{args.view} view, d = {args.depth}, attention {args.attn}, compile {args.compile}, "
+    wrapper = (", Python wrapper" if args.python_wrapper else ", C++ wrapper") if args.compile else ""
+    print(f"{args.view} view, d = {args.depth}, attention {args.attn}, compile {args.compile}{wrapper}, "
           f"{torch.get_num_threads()} threads: one step {1000 * wall:.0f} ms under the profiler")
     events = {e.key: e for e in prof.key_averages()}
     for key in sorted(events):

@@ -5,7 +5,7 @@ benchmarks/bench_speed.py, never here."""
 import pytest
 import torch
 
-from modeling_par import ParLoopedQwenForStateTracking
+from modeling_par import ParLoopedQwenForStateTracking, default_compile_options
 from state_tracking import evaluate_length_generalization
 from state_tracking.evaluation import worker_slices
 from tests.conftest import make_model
@@ -55,7 +55,7 @@ def test_compile_core_matches_eager_forward_and_gradients():
     model = make_model()
     input_ids, qpos = random_batch()
     eager = run_and_grads(model, input_ids, query_positions=qpos)
-    model.compile_core(dynamic=False)
+    model.compile_core(dynamic=False, options={"cpp_wrapper": False})  # inductor's Python wrapper (the C++ one: below)
     assert model._compiled_core is not None
     compiled = run_and_grads(model, input_ids, query_positions=qpos)
     torch.testing.assert_close(compiled[0], eager[0], atol=1e-5, rtol=1e-5)
@@ -68,6 +68,16 @@ def test_compile_core_matches_eager_forward_and_gradients():
         reference = model.predict(input_ids, query_positions=qpos, num_iterations=torch.tensor([1, 2, 3]))
     torch.testing.assert_close(pred.answer_logits, reference.answer_logits, atol=1e-5, rtol=1e-5)
     torch._dynamo.reset()
+
+
+def test_default_compile_options_add_the_cpp_wrapper_on_cpu_only():
+    assert default_compile_options({}, torch.device("cpu")) == {"options": {"cpp_wrapper": True}}
+    assert default_compile_options({"dynamic": False}, "cpu") == {"dynamic": False, "options": {"cpp_wrapper": True}}
+    kept = {"options": {"cpp_wrapper": False, "max_autotune": True}}
+    assert default_compile_options(kept, "cpu") == kept  # the caller's choice wins
+    assert default_compile_options({"mode": "max-autotune"}, "cpu") == {"mode": "max-autotune"}  # mode excludes options
+    assert default_compile_options({"backend": "eager"}, "cpu") == {"backend": "eager"}  # inductor's option only
+    assert default_compile_options({}, "meta") == {}  # not a CPU
 
 
 def test_worker_slices_cover_the_rows_once():
