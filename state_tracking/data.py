@@ -302,8 +302,9 @@ class StateTrackingCollator:
         offsets = max_len - lengths if self.padding_side == "left" else np.zeros_like(lengths)  # left pads per row
         input_ids, real = _pad_ragged(rows, max_len, self.pad_token_id, offsets)
         query_positions = np.stack([_to_numpy(f["query_positions"]) for f in features]).astype(np.int64)
+        query_positions += offsets.reshape(-1, *[1] * (query_positions.ndim - 1))  # (B,) or (B, Q): shape kept
         batch = {"input_ids": input_ids, "attention_mask": torch.from_numpy(real.astype(np.int64)),
-                 "query_positions": torch.from_numpy(query_positions + offsets[:, None])}
+                 "query_positions": torch.from_numpy(query_positions)}
         if "operation_ends" in keys:
             ends = [_to_numpy(f["operation_ends"]).astype(np.int64) + offset for f, offset in zip(features, offsets)]
             batch["operation_ends"] = _pad_ragged(ends, max(len(e) for e in ends), -1)[0]

@@ -238,6 +238,14 @@ def test_collator_padding(padding_side):
     assert all(torch.equal(columns[k], batch[k]) for k in batch)
 
 
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_collator_keeps_the_shape_of_query_positions(padding_side):
+    """One query per example given as a scalar stays (B,), shifted by each row's left padding."""
+    features = [{"input_ids": [1, 2, 3], "query_positions": 2}, {"input_ids": [1, 2], "query_positions": 1}]
+    batch = StateTrackingCollator(0, padding_side)(features)
+    assert batch["query_positions"].tolist() == ([2, 2] if padding_side == "left" else [2, 1])
+
+
 def test_collator_errors():
     with pytest.raises(ValueError, match="padding_side must be 'right' or 'left'"):
         StateTrackingCollator(0, "middle")

@@ -315,6 +315,10 @@ def test_split_adapter_equals_the_whole_adapter(view, local_window):
     for name in runs[False][1]:
         torch.testing.assert_close(runs[True][1][name], runs[False][1][name], atol=1e-5, rtol=1e-4)
     model.split_adapter = True
+    handle = model.adapter.register_forward_pre_hook(lambda module, args: None)  # hooks run only when it is called
+    assert model._adapter_halves() is None
+    handle.remove()
+    assert model._adapter_halves() is not None
     model.adapter = _WrappedAdapter(model.adapter)
     assert model._adapter_halves() is None
     wrapped = window_run_and_grads(model, batch, iterations=8, reads=(1, 3, 8))

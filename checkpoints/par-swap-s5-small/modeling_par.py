@@ -711,9 +711,11 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
 
     def _adapter_halves(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(W_e, W_s), the adapter's weight cut at its input, W = [W_e | W_s]; None when the adapter is called whole
-        (`split_adapter` off, or an adapter that is not a plain bias-free `nn.Linear`, e.g. wrapped by PEFT)."""
+        (`split_adapter` off, an adapter that is not a plain bias-free `nn.Linear`, e.g. wrapped by PEFT, or one with
+        forward hooks, e.g. accelerate's offloading, which only a call runs)."""
         adapter = self.adapter
-        if not self.split_adapter or type(adapter) is not nn.Linear or adapter.bias is not None:
+        if (not self.split_adapter or type(adapter) is not nn.Linear or adapter.bias is not None
+                or adapter._forward_hooks or adapter._forward_pre_hooks):
             return None
         return adapter.weight.split(self.config.hidden_size, dim=1)
 
