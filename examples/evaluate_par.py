@@ -108,9 +108,9 @@ def load_model_and_tokenizer(model_dir: str, device: str, dtype: str = "float32"
     dtype = dtype if dtype == "auto" else getattr(torch, dtype)
     model = AutoModel.from_pretrained(model_dir, trust_remote_code=True, dtype=dtype).to(device)
     if attn_implementation == "auto":  # only switches to eager where it measured faster; else keeps what loaded
-        auto = default_attn_implementation(getattr(model.config, "loop_view", "full"), device,
-                                           getattr(model, "local_window", False))
-        attn_implementation = auto if auto == "eager" else model.config._attn_implementation
+        attn_implementation = default_attn_implementation(getattr(model.config, "loop_view", "full"), device,
+                                                          getattr(model, "local_window", False),
+                                                          current=model.config._attn_implementation)
     if model.config._attn_implementation != attn_implementation:
         model.set_attn_implementation(attn_implementation)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)  # the config names remote code

@@ -113,13 +113,17 @@ def default_workers(device: str | torch.device, attn_implementation: str | None 
 ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager")
 
 
-def default_attn_implementation(loop_view: str, device: str | torch.device, local_window: bool = True) -> str:
-    """The attention kernel "auto" picks: on a CPU, "eager" (matmul, softmax, matmul) for the local view's window
-    path, whose attention blocks are a few rows each (span + query region) and where sdpa's CPU flash kernel costs
-    more than the whole MLP; "sdpa" otherwise (its causal kernel never materializes a full view's (t × t) scores).
-    Measured in benchmarks/bench_speed.py (results/speed_cpu)."""
+def default_attn_implementation(loop_view: str, device: str | torch.device, local_window: bool = True,
+                                current: str | None = None) -> str:
+    """The attention kernel "auto" picks (train_par.py and evaluate_par.py alike): on a CPU, "eager" (matmul,
+    softmax, matmul) for the local view's window path, whose attention blocks are a few rows each (span + query
+    region) and where sdpa's CPU flash kernel costs more than the whole MLP; otherwise `current` (the implementation a
+    loaded model already runs, e.g. remote code without sdpa) or, for a new model, "sdpa" (its causal kernel never
+    materializes a full view's (t × t) scores). Measured in benchmarks/bench_speed.py (results/speed_cpu)."""
     window = loop_view == "local" and local_window
-    return "eager" if window and torch.device(device).type == "cpu" else "sdpa"
+    if window and torch.device(device).type == "cpu":
+        return "eager"
+    return "sdpa" if current is None else current
 
 
 def check_attn_implementation(value: str, name: str = "attn_implementation") -> str:

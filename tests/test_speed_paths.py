@@ -221,6 +221,10 @@ def test_default_attn_implementation_follows_the_view_and_device():
     assert default_attn_implementation("local", "cpu", local_window=False) == "sdpa"
     assert default_attn_implementation("full", "cpu") == "sdpa"
     assert default_attn_implementation("local", "cuda") == "sdpa"
+    # a loaded model keeps what it runs unless the window path on a CPU switches it to eager
+    assert default_attn_implementation("full", "cpu", current="eager") == "eager"
+    assert default_attn_implementation("local", "cuda", current="sdpa") == "sdpa"
+    assert default_attn_implementation("local", "cpu", current="sdpa") == "eager"
     assert check_attn_implementation("auto") == "auto"
     with pytest.raises(ValueError, match="attn_implementation must be one of"):
         check_attn_implementation("flash_attention_2")
