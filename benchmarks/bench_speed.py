@@ -227,6 +227,13 @@ def prepare_model(model, path: dict):
     return model
 
 
+# eager attention + compile_core(), with inductor's Python wrapper (round 2's default) and its C++ one (the CPU default)
+EAGER_COMPILED_PATHS = [
+    ("eager attention + compile_core(), Python wrapper", dict(attn="eager", compile=True,
+                                                               options={"cpp_wrapper": False})),
+    ("eager attention + compile_core()", dict(attn="eager", compile=True)),
+]
+
 TRAIN_PATHS = [
     ("before: eager fp32, sdpa, mask", dict(fast=False, before=True)),
     ("eager fp32, 1 thread", dict(fast=False, before=True, threads=1)),
@@ -234,9 +241,7 @@ TRAIN_PATHS = [
     ("bf16 autocast", dict(bf16=True)),
     ("compile_core() (sdpa)", dict(compile=True)),
     ("eager attention", dict(attn="eager")),
-    ("eager attention + compile_core(), Python wrapper", dict(attn="eager", compile=True,
-                                                               options={"cpp_wrapper": False})),
-    ("eager attention + compile_core()", dict(attn="eager", compile=True)),
+    *EAGER_COMPILED_PATHS,
     ("DDP 2 processes × 1 thread (sdpa)", dict(ddp=True)),
     ("DDP 2 × 1 + eager attention + compile_core()", dict(ddp=True, attn="eager", compile=True)),
 ]
@@ -307,9 +312,7 @@ EVAL_PATHS = [
     ("compile_core() (sdpa)", dict(compile=True, forced_only=True)),
     ("workers=2 (sdpa)", dict(workers=2)),
     ("eager attention", dict(attn="eager")),
-    ("eager attention + compile_core(), Python wrapper", dict(attn="eager", compile=True,
-                                                               options={"cpp_wrapper": False})),
-    ("eager attention + compile_core()", dict(attn="eager", compile=True)),
+    *EAGER_COMPILED_PATHS,
     ("eager attention + workers=2", dict(attn="eager", workers=2)),
 ]
 

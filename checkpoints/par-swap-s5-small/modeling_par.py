@@ -752,19 +752,17 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         them); under `loop_view="local"` only the query region iterates: other rows restart from e. Under the local
         window `state` is the query region's (b, Qmax, h) and the core runs on [iteration k's op rows | queries].
         """
-        window = context.window
+        window, x, e_ops = context.window, state, None
         if window is not None:
             index, context.mask, context.cos, context.sin = self._window_at(context, iteration, state)
             span = index.shape[1] - state.shape[1]
             rows = torch.arange(index.shape[0], device=index.device)[:, None]
             e_ops = context.prelude_out[rows, index[:, :span]]  # (b, S, h): op rows restart from e
-            e, x = context.e_half, state
         else:
             context.mask, context.cos, context.sin = self._view_at(context, iteration, state)
-            e, x, e_ops = context.e_half, state, None
             if context.loop is not None and self.config.loop_view == "local":
                 x = torch.where(context.loop.query_region[..., None], state, context.prelude_out)
-        args = (e, x, context.mask, context.cos, context.sin, reference_rms, e_ops)
+        args = (context.e_half, x, context.mask, context.cos, context.sin, reference_rms, e_ops)
         update = self._core_update if self._compiled_core is None else self._compiled_core
         if self.config.checkpoint_core and self.training and torch.is_grad_enabled():
             ops_out, new_state, raw_rms = checkpoint(update, *args, use_reentrant=False)
