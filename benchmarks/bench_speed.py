@@ -11,8 +11,9 @@ One run measures, on the same machine and in the same process tree:
     default), on each path of TRAIN_PATHS: `before` is the code as it was when issue 11 was filed (sdpa with a
     materialized mask, the local window rebuilt op by op every iteration: `window_plan_iterations=1`, the adapter
     run on [e ; s] every iteration: `split_adapter=False`); then one thread, the sdpa causal fast path, bf16
-    autocast, `compile_core()`, eager attention, eager attention + `compile_core()` with inductor's Python wrapper
-    (round 2's default) and with its C++ wrapper (the CPU default of `train_par.py` for the recipe), and 2 processes
+    autocast, `compile_core()`, eager attention, eager attention + `compile_core()` with one compiled call per
+    iteration (round 3's default) and with no-grad runs of `block_iterations` iterations as one graph (the CPU
+    default of `train_par.py` for the recipe), and 2 processes
     × 1 thread (DDP, gloo);
   * evaluation sequences/s at d = 64 (256 sequences, forced depth and learned halting) of the shipped checkpoint, and
     forced depth of the full view (a random model of the same size: speed does not depend on the weights), on each
@@ -216,21 +217,24 @@ def rate_fields(flops: int, seconds: float, before: float, ceiling_fp32: float) 
 
 def prepare_model(model, path: dict):
     """Apply a path's options to a freshly built model: the pre-issue-11 per-iteration window construction
-    (`window_plan_iterations=1`), explicit mask and whole adapter for `before`, then compile (with the path's
-    inductor `options`, if any)."""
+    (`window_plan_iterations=1`, `block_iterations=1`), explicit mask and whole adapter for `before`, one
+    iteration per unit where the path says so, then compile (with the path's inductor `options`, if any)."""
     model.causal_fast_path = path.get("fast", True)
     if path.get("before"):
         model.window_plan_iterations = 1
         model.split_adapter = False
+    if path.get("before") or path.get("single_iterations"):
+        model.block_iterations = 1
     if path.get("compile"):
         model.compile_core(**({"options": path["options"]} if "options" in path else {}))
     return model
 
 
-# eager attention + compile_core(), with inductor's Python wrapper (round 2's default) and its C++ one (the CPU default)
+# eager attention + compile_core(), one iteration per compiled call (round 3's default) and no-grad runs of
+# `block_iterations` iterations as one graph (the CPU default)
 EAGER_COMPILED_PATHS = [
-    ("eager attention + compile_core(), Python wrapper", dict(attn="eager", compile=True,
-                                                               options={"cpp_wrapper": False})),
+    ("eager attention + compile_core(), one iteration per call", dict(attn="eager", compile=True,
+                                                                       single_iterations=True)),
     ("eager attention + compile_core()", dict(attn="eager", compile=True)),
 ]
 

@@ -403,7 +403,10 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         # adapter's work); False runs the adapter on [e ; s] every iteration (the reference). A wrapped adapter (e.g.
         # PEFT's modules_to_save) is always called whole.
         self.split_adapter = True
-        self._compiled_core = self._compiled_coda = self._compiled_prelude = None
+        # Local window, no grad: run this many iterations as one unit (`core_iterations`), compiled as one graph by
+        # `compile_core` (fewer calls, buffers reused across iterations); 1 runs every iteration on its own.
+        self.block_iterations = 4
+        self._compiled_core = self._compiled_coda = self._compiled_prelude = self._compiled_block = None
         self.post_init()
 
     # The three slices of the one decoder stack.
@@ -695,16 +698,18 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         """`torch.compile` the loop's hot path: the core update (C(W [e ; s]) and the anchoring), the coda + final norm,
         and the prelude (the Python loop and the mask/position bookkeeping stay eager). `compile_kwargs` go to
         `torch.compile` (default `dynamic=None`: one graph per shape, then dynamic shapes on a recompile).
-        `compile_core(disable=True)` returns to eager. Same result up to kernel rounding. On a CPU, inductor's C++
+        `compile_core(disable=True)` returns to eager. No-grad runs of `block_iterations` iterations on the local
+        window (`core_iterations`) are one graph of their own (its first compile takes longer). Same result up to kernel rounding. On a CPU, inductor's C++
         wrapper is on unless `options`/`mode` say otherwise (`default_compile_options`).
         Each new input shape (depth, batch, window) recompiles, up to `torch._dynamo.config.recompile_limit` graphs;
         past it the block runs eager (pass `dynamic=True` when shapes vary a lot). On a CPU, pair it with
         `attn_implementation="eager"` for the local window's few-row attention (see benchmarks/bench_speed.py)."""
         if compile_kwargs.pop("disable", False):
-            self._compiled_core = self._compiled_coda = self._compiled_prelude = None
+            self._compiled_core = self._compiled_coda = self._compiled_prelude = self._compiled_block = None
         else:
             compile_kwargs = default_compile_options(compile_kwargs, self.device)
             self._compiled_core = torch.compile(self._core_update, **compile_kwargs)
+            self._compiled_block = torch.compile(self.core_iterations, **compile_kwargs)
             self._compiled_coda = torch.compile(self._coda_block, **compile_kwargs)
             self._compiled_prelude = torch.compile(self._prelude_block, **compile_kwargs)
         return self
@@ -754,6 +759,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         """
         window, x, e_ops = context.window, state, None
         if window is not None:
+            x = state.contiguous()  # one stride for the compiled graph whether s came from a unit or an iteration
             index, context.mask, context.cos, context.sin = self._window_at(context, iteration, state)
             span = index.shape[1] - state.shape[1]
             rows = torch.arange(index.shape[0], device=index.device)[:, None]
@@ -793,6 +799,48 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             if span:
                 ops_out = anchor_state_norm(ops_out, state_rms(ops_out).detach())
         return ops_out, new_state, raw_rms
+
+    def core_iterations(self, e_half, state, reference_rms, prelude_out, index, mask, cos, sin):
+        """Iterations k..k+K−1 of the local window as one unit: K times `_core_update` on [iteration k's op rows |
+        the query region], from the window plan's (K, b, ...) slices; exactly `core_step` K times (tested), but
+        `compile_core` makes it one graph. Returns (the last iteration's op rows' output (b, S, h), the states
+        (K, b, Q, h), their rms before anchoring (K, b, Q, 1))."""
+        span = index.shape[-1] - state.shape[1]
+        rows = torch.arange(index.shape[1], device=index.device)[:, None]
+        states, raws = [], []
+        for i in range(index.shape[0]):
+            e_ops = prelude_out[rows, index[i, :, :span]]  # (b, S, h): op rows restart from e
+            ops_out, state, raw_rms = self._core_update(e_half, state, mask[i], cos[i], sin[i], reference_rms, e_ops)
+            states.append(state)
+            raws.append(raw_rms)
+        return ops_out, torch.stack(states), torch.stack(raws)
+
+    def _block_fits(self, context: _Context, reference_rms, first: int, last: int) -> bool:
+        """Whether iterations first..first+K−1 (K = `block_iterations`) can run as one `core_iterations` unit: the
+        local window, no grad, the anchoring reference set (iteration ≥ 2) if there is one, and nothing read before
+        `last`."""
+        count = self.block_iterations
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"block_iterations must be an int >= 1 (1: every iteration on its own); got {count!r}.")
+        return (count > 1 and context.window is not None and not torch.is_grad_enabled()
+                and (reference_rms is not None or not self.config.norm_anchoring)
+                and first + count - 1 <= last)
+
+    def _block_steps(self, state, reference_rms, context: _Context, first: int):
+        """`core_step` for iterations first..first+K−1 in one `core_iterations` call; leaves `context` as the last
+        iteration's `core_step` leaves it. Returns (states (K, b, Q, h), rms before anchoring (K, b, Q, 1))."""
+        window, count = context.window, self.block_iterations
+        if window.plan is None or not (window.plan.covers(first) and window.plan.covers(first + count - 1)):
+            window.plan = self._window_plan(context, first, max(count, self.window_plan_iterations), state)
+        start = first - window.plan.first
+        index, mask, cos, sin = (x[start:start + count] for x in (window.plan.index, window.plan.mask,
+                                                                   window.plan.cos, window.plan.sin))
+        run = self.core_iterations if self._compiled_block is None else self._compiled_block
+        ops_out, states, raws = run(context.e_half, state.contiguous(), reference_rms, context.prelude_out, index, mask,
+                                    cos, sin)
+        context.mask, context.cos, context.sin = mask[-1], cos[-1], sin[-1]
+        window.span, window.ops_out = ops_out.shape[1], ops_out
+        return states, raws
 
     def readout(self, state, context: _Context):
         """y_k = Q(s_k), final norm, LM-head rows of the candidates at the query positions (the coda uses the
@@ -867,7 +915,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
     ) -> ParLoopedOutput:
         """Run the prelude once, the core `num_iterations` = R times (default 1) and the coda at the
         `readout_iterations` (default: [R]). Core iterations before the last `config.grad_window` run without grad
-        (truncated backprop); a readout of such an iteration still carries gradient into the coda and LM head.
+        (truncated backprop); a readout of such an iteration still carries gradient into the coda and LM head. On the
+        local window, no-grad iterations between readouts run `block_iterations` at a time (`core_iterations`).
 
         input_ids, attention_mask: (b, t), left or right padding. query_positions: (b, q); default the last real
         token. position_scale: positional stretch, a float or (b,) in [1, max_position_scale].
@@ -889,9 +938,20 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         valid = context.state_valid(attention_mask if attention_mask is not None else torch.ones_like(input_ids))
         state, reference, read_set = context.initial_state(), None, set(reads)
         readouts, pending, rms_trace, states = [], [], [], []
-        for k in range(1, num_iterations + 1):
-            with torch.set_grad_enabled(grad_allowed and k >= grad_from):
-                state, raw_rms, reference = self.core_step(state, reference, context, k)
+        k = 0
+        while k < num_iterations:
+            with torch.set_grad_enabled(grad_allowed and k + 1 >= grad_from):
+                # no-grad iterations up to the next readout (or the window) run `block_iterations` at a time
+                last = min([r for r in reads if r > k] + [grad_from - 1 if grad_allowed else num_iterations])
+                if self._block_fits(context, reference, k + 1, last):
+                    block, raws = self._block_steps(state, reference, context, k + 1)
+                    rms_trace += list(raws[:-1, ..., 0])
+                    if output_loop_states:
+                        states += list(block[:-1])
+                    k, state, raw_rms = k + block.shape[0], block[-1], raws[-1]
+                else:
+                    k += 1
+                    state, raw_rms, reference = self.core_step(state, reference, context, k)
             if k in read_set:  # a readout before the window still trains the coda (its state is detached)
                 pending.append(self._readout_input(state, context))
                 if len(pending) == self.readout_batch_iterations or k == reads[-1]:
@@ -927,7 +987,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         Forced depth (`num_iterations` = R, an int or a (b,) tensor): read iteration R of each sample.
         Learned halting (`halting=True`, depth unknown): read the first iteration R confirmed by `halt_confirmed`
         over R..R+m−1, so a sample runs R + m − 1 iterations. One never confirmed by `max_iterations` (default
-        `config.max_iterations`) returns its last readout with `halted=False`.
+        `config.max_iterations`) returns its last readout with `halted=False`. Forced depth on the local window runs
+        `block_iterations` iterations at a time up to the nearest depth (`core_iterations`); halting reads every
+        iteration, so it runs them one by one.
         """
         batch = input_ids.shape[0]
         device = input_ids.device
@@ -959,8 +1021,15 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
 
         active = torch.arange(batch, device=device)
         state, reference = context.initial_state(), None
-        for k in range(1, limit + 1):
-            state, _, reference = self.core_step(state, reference, context, k)
+        k = 0
+        while k < limit:
+            # forced depth: iterations before the nearest depth run `block_iterations` at a time
+            if not halting and self._block_fits(context, reference, k + 1, int(target[active].min())):
+                block, _ = self._block_steps(state, reference, context, k + 1)
+                k, state = k + block.shape[0], block[-1]
+            else:
+                k += 1
+                state, _, reference = self.core_step(state, reference, context, k)
             if not halting:  # read only the samples whose depth is reached
                 done = target[active] == k
                 if done.any():
