@@ -102,6 +102,9 @@ class ModelArguments:
                 "costs ~1-2 min on a cold cache)"})
     causal_fast_path: bool = field(default=True, metadata={
         "help": "full view, sdpa, unpadded batch: sdpa's causal kernel instead of a materialized mask (same result)"})
+    block_iterations: int = field(default=4, metadata={
+        "help": "local window: no-grad iterations run this many at a time as one unit, one graph under "
+                "--compile_core (model.block_iterations; 1: every iteration on its own; same result)"})
     peft: str | None = field(default=None, metadata={"help": "'lora': LoRA on the core, adapter trained in full"})
     lora_r: int = field(default=16)
     lora_alpha: int = field(default=32)
@@ -202,6 +205,8 @@ def speed_options(model_args: ModelArguments, train_args, loop_view: str) -> tup
     check_attn_implementation(model_args.attn_implementation, "--attn_implementation")
     if model_args.compile_core not in ("auto", "true", "false"):
         raise ValueError(f"--compile_core must be auto, true or false; got {model_args.compile_core!r}.")
+    if model_args.block_iterations < 1:
+        raise ValueError(f"--block_iterations must be an integer >= 1; got {model_args.block_iterations!r}.")
     device = train_args.device if train_args is not None else torch.device("cpu")
     attn = model_args.attn_implementation
     if attn == "auto":
@@ -255,6 +260,7 @@ def build_model(model_args: ModelArguments, token_ids: dict, train_args=None):
         model = ParLoopedQwenForStateTracking(config)
     model.causal_fast_path = model_args.causal_fast_path
     attn, compile_core = speed_options(model_args, train_args, model.config.loop_view)
+    model.block_iterations = model_args.block_iterations
     if model.config._attn_implementation != attn:
         model.set_attn_implementation(attn)
     if compile_core:

@@ -248,8 +248,10 @@ def test_train_par_speed_options_resolve_auto_and_reject_bad_values(monkeypatch)
     assert train_par.speed_options(model_args, long_run, "local") == ("eager", False)
     given, _, _ = train_par.parse_args(["--attn_implementation", "sdpa", "--compile_core", "false"])
     assert train_par.speed_options(given, long_run, "local") == ("sdpa", False)
+    assert model_args.block_iterations == 4
     for flag, value, message in (("--attn_implementation", "flash", "--attn_implementation must be one of"),
-                                 ("--compile_core", "yes", "--compile_core must be auto, true or false")):
+                                 ("--compile_core", "yes", "--compile_core must be auto, true or false"),
+                                 ("--block_iterations", "0", "--block_iterations must be an integer >= 1")):
         bad, _, _ = train_par.parse_args([flag, value])
         with pytest.raises(ValueError, match=message):
             train_par.speed_options(bad, long_run, "local")
