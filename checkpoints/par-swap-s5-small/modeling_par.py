@@ -802,8 +802,10 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
 
     def core_iterations(self, e_half, state, reference_rms, prelude_out, index, mask, cos, sin):
         """Iterations k..k+K−1 of the local window as one unit: K times `_core_update` on [iteration k's op rows |
-        the query region], from the window plan's (K, b, ...) slices; exactly `core_step` K times (tested), but
-        `compile_core` makes it one graph. Returns (the last iteration's op rows' output (b, S, h), the states
+        the query region], from the window plan's (K, b, ...) slices: `core_step` K times (tested), but
+        `compile_core` makes it one graph. Bit-identical when the window plans coincide; when a unit starts a new
+        plan (`_block_steps`), the plans' op-column padding differs, so attention sums round differently (~1e-7
+        relative in fp32, as with another `window_plan_iterations`). Returns (the last iteration's op rows' output (b, S, h), the states
         (K, b, Q, h), their rms before anchoring (K, b, Q, 1))."""
         span = index.shape[-1] - state.shape[1]
         rows = torch.arange(index.shape[1], device=index.device)[:, None]
