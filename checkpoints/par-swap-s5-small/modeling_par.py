@@ -648,10 +648,22 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
     def _window_at(self, context: _Context, iteration: int, hidden: torch.Tensor):
         """Token indices, mask and rotary of iteration k's window: [its operations | the query region], read from
         the plan of its block of `window_plan_iterations` iterations (built when k leaves the current one)."""
+        return self._plan_covering(context, iteration, 1, hidden).at(iteration)
+
+    def _plan_covering(self, context: _Context, first: int, count: int, hidden: torch.Tensor) -> _WindowPlan:
+        """The window plan holding iterations first..first+count−1: the current one, or a new one of
+        max(count, `window_plan_iterations`) iterations from `first`."""
         window = context.window
-        if window.plan is None or not window.plan.covers(iteration):
-            window.plan = self._window_plan(context, iteration, self.window_plan_iterations, hidden)
-        return window.plan.at(iteration)
+        if window.plan is None or not (window.plan.covers(first) and window.plan.covers(first + count - 1)):
+            window.plan = self._window_plan(context, first, max(count, self.window_plan_iterations), hidden)
+        return window.plan
+
+    @staticmethod
+    def _op_rows_e(prelude_out: torch.Tensor, index: torch.Tensor, rows: int) -> torch.Tensor:
+        """e at a window's op rows, (b, S, h): the op rows restart from e each iteration. `index` (b, w) is the
+        window's token index, whose last `rows` columns are the query region."""
+        batch = torch.arange(index.shape[0], device=index.device)[:, None]
+        return prelude_out[batch, index[:, :index.shape[1] - rows]]
 
     def _window_plan(self, context: _Context, first: int, count: int, hidden: torch.Tensor) -> _WindowPlan:
         """The windows of iterations first..first+count−1, computed on the batch repeated `count` times."""
@@ -699,8 +711,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         and the prelude (the Python loop and the mask/position bookkeeping stay eager). `compile_kwargs` go to
         `torch.compile` (default `dynamic=None`: one graph per shape, then dynamic shapes on a recompile).
         `compile_core(disable=True)` returns to eager. No-grad runs of `block_iterations` iterations on the local
-        window (`core_iterations`) are one graph of their own (its first compile takes longer). Same result up to kernel rounding. On a CPU, inductor's C++
-        wrapper is on unless `options`/`mode` say otherwise (`default_compile_options`).
+        window (`core_iterations`) are one graph of their own (its first compile takes longer). Same result up to
+        kernel rounding. On a CPU, inductor's C++ wrapper is on unless `options`/`mode` say otherwise
+        (`default_compile_options`).
         Each new input shape (depth, batch, window) recompiles, up to `torch._dynamo.config.recompile_limit` graphs;
         past it the block runs eager (pass `dynamic=True` when shapes vary a lot). On a CPU, pair it with
         `attn_implementation="eager"` for the local window's few-row attention (see benchmarks/bench_speed.py)."""
@@ -761,9 +774,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         if window is not None:
             x = state.contiguous()  # one stride for the compiled graph whether s came from a unit or an iteration
             index, context.mask, context.cos, context.sin = self._window_at(context, iteration, state)
-            span = index.shape[1] - state.shape[1]
-            rows = torch.arange(index.shape[0], device=index.device)[:, None]
-            e_ops = context.prelude_out[rows, index[:, :span]]  # (b, S, h): op rows restart from e
+            e_ops = self._op_rows_e(context.prelude_out, index, state.shape[1])
         else:
             context.mask, context.cos, context.sin = self._view_at(context, iteration, state)
             if context.loop is not None and self.config.loop_view == "local":
@@ -805,13 +816,13 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         the query region], from the window plan's (K, b, ...) slices: `core_step` K times (tested), but
         `compile_core` makes it one graph. Bit-identical when the window plans coincide; when a unit starts a new
         plan (`_block_steps`), the plans' op-column padding differs, so attention sums round differently (~1e-7
-        relative in fp32, as with another `window_plan_iterations`). Returns (the last iteration's op rows' output (b, S, h), the states
-        (K, b, Q, h), their rms before anchoring (K, b, Q, 1))."""
-        span = index.shape[-1] - state.shape[1]
-        rows = torch.arange(index.shape[1], device=index.device)[:, None]
+        relative in fp32, as with another `window_plan_iterations`).
+
+        Returns (the last iteration's op rows' output (b, S, h), the states (K, b, Q, h), their rms before anchoring
+        (K, b, Q, 1))."""
         states, raws = [], []
         for i in range(index.shape[0]):
-            e_ops = prelude_out[rows, index[i, :, :span]]  # (b, S, h): op rows restart from e
+            e_ops = self._op_rows_e(prelude_out, index[i], state.shape[1])
             ops_out, state, raw_rms = self._core_update(e_half, state, mask[i], cos[i], sin[i], reference_rms, e_ops)
             states.append(state)
             raws.append(raw_rms)
@@ -832,11 +843,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         """`core_step` for iterations first..first+K−1 in one `core_iterations` call; leaves `context` as the last
         iteration's `core_step` leaves it. Returns (states (K, b, Q, h), rms before anchoring (K, b, Q, 1))."""
         window, count = context.window, self.block_iterations
-        if window.plan is None or not (window.plan.covers(first) and window.plan.covers(first + count - 1)):
-            window.plan = self._window_plan(context, first, max(count, self.window_plan_iterations), state)
-        start = first - window.plan.first
-        index, mask, cos, sin = (x[start:start + count] for x in (window.plan.index, window.plan.mask,
-                                                                   window.plan.cos, window.plan.sin))
+        plan = self._plan_covering(context, first, count, state)
+        start = first - plan.first
+        index, mask, cos, sin = (x[start:start + count] for x in (plan.index, plan.mask, plan.cos, plan.sin))
         run = self.core_iterations if self._compiled_block is None else self._compiled_block
         ops_out, states, raws = run(context.e_half, state.contiguous(), reference_rms, context.prelude_out, index, mask,
                                     cos, sin)
