@@ -11,10 +11,10 @@ One run measures, on the same machine and in the same process tree:
     default), on each path of TRAIN_PATHS: `before` is the code as it was when issue 11 was filed (sdpa with a
     materialized mask, the local window rebuilt op by op every iteration: `window_plan_iterations=1`, the adapter
     run on [e ; s] every iteration: `split_adapter=False`); then one thread, the sdpa causal fast path, bf16
-    autocast, `compile_core()`, eager attention, eager attention + `compile_core()` with one compiled call per
-    iteration (round 3's default) and with no-grad runs of `block_iterations` iterations as one graph (the CPU
-    default of `train_par.py` for the recipe), and 2 processes
-    × 1 thread (DDP, gloo);
+    autocast, `compile_core()`, eager attention, eager attention + `compile_core()` (round 4's default: no-grad
+    runs of `block_iterations` iterations as one graph), "par_eager" attention + `compile_core()` (the same with
+    the window's few-key attention blocks as fused broadcast products: the CPU default of `train_par.py` for the
+    recipe), and 2 processes × 1 thread (DDP, gloo);
   * evaluation sequences/s at d = 64 (256 sequences, forced depth and learned halting) of the shipped checkpoint, and
     forced depth of the full view (a random model of the same size: speed does not depend on the weights), on each
     path of EVAL_PATHS;
@@ -217,25 +217,24 @@ def rate_fields(flops: int, seconds: float, before: float, ceiling_fp32: float) 
 
 def prepare_model(model, path: dict):
     """Apply a path's options to a freshly built model: the pre-issue-11 per-iteration window construction
-    (`window_plan_iterations=1`, `block_iterations=1`), explicit mask and whole adapter for `before`, one
-    iteration per unit where the path says so, then compile (with the path's inductor `options`, if any)."""
+    (`window_plan_iterations=1`, `block_iterations=1`), explicit mask and whole adapter for `before`, then compile
+    (with the path's inductor `options`, if any)."""
     model.causal_fast_path = path.get("fast", True)
     if path.get("before"):
         model.window_plan_iterations = 1
         model.split_adapter = False
-    if path.get("before") or path.get("single_iterations"):
         model.block_iterations = 1
     if path.get("compile"):
         model.compile_core(**({"options": path["options"]} if "options" in path else {}))
     return model
 
 
-# eager attention + compile_core(), one iteration per compiled call (round 3's default) and no-grad runs of
-# `block_iterations` iterations as one graph (the CPU default)
+# eager attention + compile_core() (round 4's default: no-grad runs of `block_iterations` iterations as one graph),
+# and the same with "par_eager" attention (the window's few-key blocks as fused broadcast products: the CPU default).
+# Round 3's default (one compiled call per iteration) is in results/speed_cpu/earlier/.
 EAGER_COMPILED_PATHS = [
-    ("eager attention + compile_core(), one iteration per call", dict(attn="eager", compile=True,
-                                                                       single_iterations=True)),
     ("eager attention + compile_core()", dict(attn="eager", compile=True)),
+    ("par_eager attention + compile_core()", dict(attn="par_eager", compile=True)),
 ]
 
 TRAIN_PATHS = [
@@ -247,7 +246,7 @@ TRAIN_PATHS = [
     ("eager attention", dict(attn="eager")),
     *EAGER_COMPILED_PATHS,
     ("DDP 2 processes × 1 thread (sdpa)", dict(ddp=True)),
-    ("DDP 2 × 1 + eager attention + compile_core()", dict(ddp=True, attn="eager", compile=True)),
+    ("DDP 2 × 1 + par_eager attention + compile_core()", dict(ddp=True, attn="par_eager", compile=True)),
 ]
 
 
@@ -399,13 +398,13 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-DEFAULT_PATH = "eager attention + compile_core()"  # train_par.py's CPU default for the recipe (see README)
+DEFAULT_PATH = "par_eager attention + compile_core()"  # train_par.py's CPU default for the recipe (see README)
 
 
 def summary(report: dict) -> str:
     """One row per (section, view, depth, mode): `before`, the CPU default path of the recipe, the fastest path, and
     the fraction of the fp32 ceiling each reaches."""
-    lines = ["| what | before | eager attention + compile_core() | × | fastest path | × | of ceiling: before → default |",
+    lines = [f"| what | before | {DEFAULT_PATH} | × | fastest path | × | of ceiling: before → default |",
              "|---|---|---|---|---|---|---|"]
     groups: dict[tuple, list[dict]] = {}
     for r in report["training"] + report["evaluation"]:

@@ -29,7 +29,7 @@ LOCAL = ["--loop_view", "local", "--progress_positions", "true", "--bidirectiona
 FULL = ["--loop_view", "full", "--progress_positions", "false", "--bidirectional_queries", "false"]
 SMALL = ["--hidden_size", "64", "--intermediate_size", "128"]
 SDPA = ["--attn_implementation", "sdpa", "--compile_core", "false"]  # the pre-issue-11 path (the CPU default is now
-# eager attention + compile_core for the recipe; these runs name the path they measure)
+# par_eager attention + compile_core for the recipe; these runs name the path they measure)
 DEEP = ["--max_train_depth", "16", "--curriculum_start_depth", "16"]  # d = 16: no-grad iterations before the
 # gradient window, so `block_iterations` units run (at d <= 8 with the recipe's hold they rarely do)
 TRAIN = ["examples/train_par.py"]
@@ -43,10 +43,14 @@ PATHS = {
     "recipe_ddp_2x1": ("recipe", "recipe_eager", DDP + LOCAL + SDPA + ["--per_device_train_batch_size", "32"]),
     "recipe_eager_attention_compile": ("recipe", "recipe_eager", TRAIN + LOCAL + ["--attn_implementation", "eager",
                                                                                   "--compile_core", "true"]),
+    "recipe_par_eager_compile": ("recipe", "recipe_eager", TRAIN + LOCAL + ["--attn_implementation", "par_eager",
+                                                                            "--compile_core", "true"]),
     "deep_eager": ("recipe, d = 16", "deep_eager", TRAIN + LOCAL + DEEP + SDPA + ["--block_iterations", "1"]),
     "deep_eager_blocks": ("recipe, d = 16", "deep_eager", TRAIN + LOCAL + DEEP + SDPA + ["--block_iterations", "4"]),
     "deep_eager_attention_compile": ("recipe, d = 16", "deep_eager", TRAIN + LOCAL + DEEP + [
         "--attn_implementation", "eager", "--compile_core", "true"]),
+    "deep_par_eager_compile": ("recipe, d = 16", "deep_eager", TRAIN + LOCAL + DEEP + [
+        "--attn_implementation", "par_eager", "--compile_core", "true"]),
     "paper_masked": ("paper", "paper_masked", TRAIN + FULL + SDPA + ["--causal_fast_path", "false"]),
     "paper_causal_fast_path": ("paper", "paper_masked", TRAIN + FULL + SDPA + ["--causal_fast_path", "true"]),
     "small_fp32": ("small (hidden 64)", "small_fp32", TRAIN + LOCAL + SMALL + SDPA + ["--use_cpu", "true"]),

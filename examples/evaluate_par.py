@@ -74,8 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch.compile the core update and the coda (model.compile_core()); pays back only on "
                              "long evaluations (compiling costs ~20-50 s)")
     parser.add_argument("--attn-implementation", default="auto", choices=list(ATTN_IMPLEMENTATIONS),
-                        help="auto (default): eager on a CPU for the local view's few-row windows, else sdpa "
-                             "(benchmarks/bench_speed.py)")
+                        help="auto (default): par_eager on a CPU for the local view's few-row windows (eager "
+                             "attention; under --compile its few-key blocks are fused broadcast products), else "
+                             "sdpa (benchmarks/bench_speed.py)")
     parser.add_argument("--profile", default=None, help="also write the progress profile (JSON) here")
     parser.add_argument("--profile-plot", default=None, help="heatmap PNG of the profile (and padding control)")
     parser.add_argument("--padding-control", type=int, default=None, metavar="D0",

@@ -94,7 +94,8 @@ class ModelArguments:
     bidirectional_queries: bool | None = field(default=None, metadata={
         "help": "the query region attends both ways (default: on from scratch, off when retrofitting)"})
     attn_implementation: str = field(default="auto", metadata={
-        "help": "auto | sdpa | eager (auto: eager on a CPU for the local view's few-row windows, else sdpa; "
+        "help": "auto | sdpa | eager | par_eager (auto: par_eager on a CPU for the local view's few-row windows, "
+                "else sdpa; par_eager is eager with compile_core's few-key blocks as fused broadcast products; "
                 "benchmarks/bench_speed.py)"})
     compile_core: str = field(default="auto", metadata={
         "help": "auto | true | false: torch.compile the core update and the coda (model.compile_core()); auto: on "

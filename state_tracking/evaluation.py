@@ -100,29 +100,32 @@ def worker_slices(start: int, stop: int, workers: int) -> list[slice]:
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "par_eager")
+EAGER_ATTENTION = ("eager", "par_eager")  # matmul, softmax, matmul when uncompiled
+
+
 def default_workers(device: str | torch.device, attn_implementation: str | None = None) -> int:
     """The evaluator's `workers` when the caller says "auto": on a CPU, one per intra-op thread (at most 4: the gain was
     measured with 2), except with eager attention (the local window's CPU default), where two workers measured
     0.94-1.02× of one in two runs (no gain: their many small ops contend for the GIL); on an accelerator 1.
     benchmarks/bench_speed.py, results/speed_cpu."""
-    if torch.device(device).type != "cpu" or attn_implementation == "eager":
+    if torch.device(device).type != "cpu" or attn_implementation in EAGER_ATTENTION:
         return 1
     return max(1, min(4, torch.get_num_threads()))
 
 
-ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager")
-
-
 def default_attn_implementation(loop_view: str, device: str | torch.device, local_window: bool = True,
                                 current: str | None = None) -> str:
-    """The attention kernel "auto" picks (train_par.py and evaluate_par.py alike): on a CPU, "eager" (matmul,
-    softmax, matmul) for the local view's window path, whose attention blocks are a few rows each (span + query
-    region) and where sdpa's CPU flash kernel costs more than the whole MLP; otherwise `current` (the implementation a
+    """The attention kernel "auto" picks (train_par.py and evaluate_par.py alike): on a CPU, "par_eager" for the local
+    view's window path, whose attention blocks are a few rows each (span + query region) and where sdpa's CPU flash
+    kernel costs more than the whole MLP. "par_eager" is "eager" (matmul, softmax, matmul) uncompiled; under
+    `compile_core` its few-key blocks are broadcast products that inductor fuses (modeling_par's
+    `par_eager_attention`), 5-10% faster than compiled "eager". Otherwise `current` (the implementation a
     loaded model already runs, e.g. remote code without sdpa) or, for a new model, "sdpa" (its causal kernel never
     materializes a full view's (t × t) scores). Measured in benchmarks/bench_speed.py (results/speed_cpu)."""
     window = loop_view == "local" and local_window
     if window and torch.device(device).type == "cpu":
-        return "eager"
+        return "par_eager"
     return "sdpa" if current is None else current
 
 

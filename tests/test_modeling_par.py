@@ -319,7 +319,9 @@ LOAD_IN_FRESH_PROCESS = textwrap.dedent(
     sys.meta_path.insert(0, Block())
     import torch
     from transformers import AutoModel
-    model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+    attn = {"attn_implementation": sys.argv[4]} if sys.argv[4] else {}
+    model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True, **attn).eval()
+    assert not sys.argv[4] or model.config._attn_implementation == sys.argv[4]
     assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
     batch = json.loads(sys.argv[3])
     with torch.no_grad():
@@ -330,11 +332,11 @@ LOAD_IN_FRESH_PROCESS = textwrap.dedent(
 )
 
 
-def load_remote(folder, batch):
+def load_remote(folder, batch, attn_implementation=""):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_HUB_OFFLINE"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-c", LOAD_IN_FRESH_PROCESS, str(folder), str(REPO), json.dumps(batch)],
+        [sys.executable, "-c", LOAD_IN_FRESH_PROCESS, str(folder), str(REPO), json.dumps(batch), attn_implementation],
         capture_output=True, text=True, cwd=folder, env=env, timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -353,5 +355,9 @@ def test_save_pretrained_loads_with_trust_remote_code_in_fresh_process(tiny_mode
     input_ids, qpos = random_batch()
     with torch.no_grad():
         expected = tiny_model(input_ids, query_positions=qpos, num_iterations=4, readout_iterations=[2, 4])
-    got = load_remote(folder, {"input_ids": input_ids.tolist(), "query_positions": qpos.tolist()})
+    batch = {"input_ids": input_ids.tolist(), "query_positions": qpos.tolist()}
+    got = load_remote(folder, batch)
     torch.testing.assert_close(got, expected.answer_logits, atol=1e-6, rtol=0)
+    # the remote code registers its attention implementation "par_eager" (eager attention when uncompiled)
+    got = load_remote(folder, batch, attn_implementation="par_eager")
+    torch.testing.assert_close(got, expected.answer_logits, atol=1e-5, rtol=0)

@@ -125,6 +125,7 @@ def test_default_workers_follow_the_device():
         assert default_workers("meta") == 1  # not a CPU: one part
         torch.set_num_threads(2)
         assert default_workers("cpu", "eager") == 1  # eager attention: one part measured faster
+        assert default_workers("cpu", "par_eager") == 1
         assert default_workers("cpu", "sdpa") == 2
     finally:
         torch.set_num_threads(threads)
@@ -201,10 +202,11 @@ def test_eager_attention_equals_sdpa_on_the_local_window():
 
 
 def test_compile_core_on_the_local_window_matches_eager():
-    """The default CPU training path: eager attention, the core update and the coda compiled, on the window."""
+    """The default CPU training path: "par_eager" attention (its fused few-key blocks), the core update and the coda
+    compiled, on the window, against the uncompiled model (where "par_eager" is "eager")."""
     torch._dynamo.reset()
     model, tokenizer = task_model(**RECIPE)
-    model.set_attn_implementation("eager")
+    model.set_attn_implementation("par_eager")
     batch = window_batch(tokenizer, OPS[:, :6])
     reference = window_run_and_grads(model, batch)
     model.compile_core(dynamic=False)
@@ -216,15 +218,68 @@ def test_compile_core_on_the_local_window_matches_eager():
     torch._dynamo.reset()
 
 
+def attention_inputs(keys, heads=4, kv_heads=2, queries=5, batch=3, dim=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, queries, dim, generator=g)
+    k, v = (torch.randn(batch, kv_heads, keys, dim, generator=g) for _ in range(2))
+    allowed = torch.rand(batch, 1, queries, keys, generator=g) > 0.3
+    allowed[..., 0] = True  # no empty softmax row
+    mask = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    module = SimpleNamespace(num_key_value_groups=heads // kv_heads, training=False)
+    return module, q, k, v, mask
+
+
+def test_small_block_attention_equals_transformers_eager_attention():
+    from transformers.models.qwen2.modeling_qwen2 import eager_attention_forward, repeat_kv
+
+    from modeling_par.modeling_par import small_block_attention
+    module, q, k, v, mask = attention_inputs(keys=7)
+    want_out, want_weights = eager_attention_forward(module, q, k, v, mask, 0.35)
+    out, weights = small_block_attention(q, repeat_kv(k, 2), repeat_kv(v, 2), mask, 0.35)
+    assert out.shape == want_out.shape == (3, 5, 4, 8) and weights.shape == want_weights.shape == (3, 4, 5, 7)
+    torch.testing.assert_close(out, want_out, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(weights, want_weights, atol=1e-6, rtol=1e-5)
+    assert weights.masked_select(~(mask == 0).expand_as(weights)).abs().max() == 0  # masked keys get no weight
+    no_mask, _ = small_block_attention(q, repeat_kv(k, 2), repeat_kv(v, 2), None, 0.35)
+    torch.testing.assert_close(no_mask, eager_attention_forward(module, q, k, v, None, 0.35)[0], atol=1e-6, rtol=1e-5)
+
+
+def test_par_eager_attention_fuses_only_small_blocks_while_compiling(monkeypatch):
+    """Uncompiled, "par_eager" is transformers' eager attention; while torch.compile traces it, blocks of at most
+    SMALL_BLOCK_KEYS keys (and no dropout in training) go to `small_block_attention`; compiled, it gives the same
+    values."""
+    from modeling_par import modeling_par as mp
+
+    calls = []
+    real = mp.small_block_attention
+    monkeypatch.setattr(mp, "small_block_attention", lambda *a: calls.append(a[1].shape[-2]) or real(*a))
+    module, q, k, v, mask = attention_inputs(keys=7)
+    reference = mp.eager_attention_forward(module, q, k, v, mask, 0.35)[0]
+    assert torch.equal(mp.par_eager_attention(module, q, k, v, mask, 0.35)[0], reference) and calls == []
+    monkeypatch.setattr(mp.torch.compiler, "is_compiling", lambda: True)
+    torch.testing.assert_close(mp.par_eager_attention(module, q, k, v, mask, 0.35)[0], reference, atol=1e-6, rtol=1e-5)
+    assert calls == [7]
+    big = attention_inputs(keys=mp.SMALL_BLOCK_KEYS + 1)
+    mp.par_eager_attention(*big, 0.35)
+    mp.par_eager_attention(SimpleNamespace(num_key_value_groups=2, training=True), q, k, v, mask, 0.35, dropout=0.1)
+    assert calls == [7]  # a long block and training dropout stay on transformers' eager attention
+    monkeypatch.undo()
+    torch._dynamo.reset()
+    compiled = torch.compile(mp.par_eager_attention, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(module, q, k, v, mask, 0.35)[0], reference, atol=1e-6, rtol=1e-5)
+    torch._dynamo.reset()
+
+
 def test_default_attn_implementation_follows_the_view_and_device():
-    assert default_attn_implementation("local", "cpu") == "eager"
+    assert default_attn_implementation("local", "cpu") == "par_eager"
     assert default_attn_implementation("local", "cpu", local_window=False) == "sdpa"
     assert default_attn_implementation("full", "cpu") == "sdpa"
     assert default_attn_implementation("local", "cuda") == "sdpa"
-    # a loaded model keeps what it runs unless the window path on a CPU switches it to eager
+    # a loaded model keeps what it runs unless the window path on a CPU switches it to par_eager
     assert default_attn_implementation("full", "cpu", current="eager") == "eager"
     assert default_attn_implementation("local", "cuda", current="sdpa") == "sdpa"
-    assert default_attn_implementation("local", "cpu", current="sdpa") == "eager"
+    assert default_attn_implementation("local", "cpu", current="sdpa") == "par_eager"
+    assert check_attn_implementation("par_eager") == "par_eager"
     assert check_attn_implementation("auto") == "auto"
     with pytest.raises(ValueError, match="attn_implementation must be one of"):
         check_attn_implementation("flash_attention_2")
@@ -238,14 +293,14 @@ def test_train_par_speed_options_resolve_auto_and_reject_bad_values(monkeypatch)
     model_args, _, _ = train_par.parse_args([])
     assert (model_args.attn_implementation, model_args.compile_core) == ("auto", "auto")
     long_run = cpu(train_par.AUTO_COMPILE_MIN_STEPS)
-    assert train_par.speed_options(model_args, long_run, "local") == ("eager", True)
-    assert train_par.speed_options(model_args, cpu(10), "local") == ("eager", False)  # compiling would not pay back
-    assert train_par.speed_options(model_args, cpu(5000, budget=3), "local") == ("eager", False)  # nor in 3 s
+    assert train_par.speed_options(model_args, long_run, "local") == ("par_eager", True)
+    assert train_par.speed_options(model_args, cpu(10), "local") == ("par_eager", False)  # compiling would not pay back
+    assert train_par.speed_options(model_args, cpu(5000, budget=3), "local") == ("par_eager", False)  # nor in 3 s
     assert train_par.speed_options(model_args, long_run, "full") == ("sdpa", False)
     gpu = SimpleNamespace(device=torch.device("cuda"), max_steps=10_000)
     assert train_par.speed_options(model_args, gpu, "local") == ("sdpa", False)
     monkeypatch.setattr(train_par, "inductor_can_compile_for_cpu", lambda: False)  # no C++ compiler: auto stays eager
-    assert train_par.speed_options(model_args, long_run, "local") == ("eager", False)
+    assert train_par.speed_options(model_args, long_run, "local") == ("par_eager", False)
     given, _, _ = train_par.parse_args(["--attn_implementation", "sdpa", "--compile_core", "false"])
     assert train_par.speed_options(given, long_run, "local") == ("sdpa", False)
     assert model_args.block_iterations == 4
@@ -257,12 +312,12 @@ def test_train_par_speed_options_resolve_auto_and_reject_bad_values(monkeypatch)
             train_par.speed_options(bad, long_run, "local")
 
 
-def test_evaluate_par_picks_eager_attention_for_the_shipped_recipe_on_cpu():
+def test_evaluate_par_picks_par_eager_attention_for_the_shipped_recipe_on_cpu():
     evaluate_par = load_example("examples/evaluate_par.py")
     from pathlib import Path
     shipped = Path(__file__).resolve().parents[1] / "checkpoints" / "par-swap-s5-small"
     model, _ = evaluate_par.load_model_and_tokenizer(str(shipped), "cpu")
-    assert model.config.loop_view == "local" and model.config._attn_implementation == "eager"
+    assert model.config.loop_view == "local" and model.config._attn_implementation == "par_eager"
     model, _ = evaluate_par.load_model_and_tokenizer(str(shipped), "cpu", attn_implementation="sdpa")
     assert model.config._attn_implementation == "sdpa"
 
