@@ -857,15 +857,16 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         plan (`_block_steps`), the plans' op-column padding differs, so attention sums round differently (~1e-7
         relative in fp32, as with another `window_plan_iterations`).
 
-        Returns (the last iteration's op rows' output (b, S, h), the states (K, b, Q, h), their rms before anchoring
+        Returns (the op rows' outputs (K, b, S, h), the states (K, b, Q, h), their rms before anchoring
         (K, b, Q, 1))."""
-        states, raws = [], []
+        ops_outs, states, raws = [], [], []
         for i in range(index.shape[0]):
             e_ops = self._op_rows_e(prelude_out, index[i], state.shape[1])
             ops_out, state, raw_rms = self._core_update(e_half, state, mask[i], cos[i], sin[i], reference_rms, e_ops)
+            ops_outs.append(ops_out)
             states.append(state)
             raws.append(raw_rms)
-        return ops_out, torch.stack(states), torch.stack(raws)
+        return torch.stack(ops_outs), torch.stack(states), torch.stack(raws)
 
     def _block_fits(self, context: _Context, reference_rms, first: int, last: int) -> bool:
         """Whether iterations first..first+K−1 (K = `block_iterations`) can run as one `core_iterations` unit: the
@@ -880,17 +881,18 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
 
     def _block_steps(self, state, reference_rms, context: _Context, first: int):
         """`core_step` for iterations first..first+K−1 in one `core_iterations` call; leaves `context` as the last
-        iteration's `core_step` leaves it. Returns (states (K, b, Q, h), rms before anchoring (K, b, Q, 1))."""
+        iteration's `core_step` leaves it. Returns (states (K, b, Q, h), rms before anchoring (K, b, Q, 1), the op
+        rows' outputs (K, b, S, h))."""
         window, count = context.window, self.block_iterations
         plan = self._plan_covering(context, first, count, state)
         start = first - plan.first
         index, mask, cos, sin = (x[start:start + count] for x in (plan.index, plan.mask, plan.cos, plan.sin))
         run = self.core_iterations if self._compiled_block is None else self._compiled_block
-        ops_out, states, raws = run(context.e_half, state.contiguous(), reference_rms, context.prelude_out, index, mask,
-                                    cos, sin)
+        ops_outs, states, raws = run(context.e_half, state.contiguous(), reference_rms, context.prelude_out, index,
+                                     mask, cos, sin)
         context.mask, context.cos, context.sin = mask[-1], cos[-1], sin[-1]
-        window.span, window.ops_out = ops_out.shape[1], ops_out
-        return states, raws
+        window.span, window.ops_out = ops_outs.shape[2], ops_outs[-1]
+        return states, raws, ops_outs
 
     def readout(self, state, context: _Context):
         """y_k = Q(s_k), final norm, LM-head rows of the candidates at the query positions (the coda uses the
@@ -994,7 +996,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 # no-grad iterations up to the next readout (or the window) run `block_iterations` at a time
                 last = min([r for r in reads if r > k] + [grad_from - 1 if grad_allowed else num_iterations])
                 if self._block_fits(context, reference, k + 1, last):
-                    block, raws = self._block_steps(state, reference, context, k + 1)
+                    block, raws, _ = self._block_steps(state, reference, context, k + 1)
                     rms_trace += list(raws[:-1, ..., 0])
                     if output_loop_states:
                         states += list(block[:-1])
@@ -1037,9 +1039,10 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         Forced depth (`num_iterations` = R, an int or a (b,) tensor): read iteration R of each sample.
         Learned halting (`halting=True`, depth unknown): read the first iteration R confirmed by `halt_confirmed`
         over R..R+m−1, so a sample runs R + m − 1 iterations. One never confirmed by `max_iterations` (default
-        `config.max_iterations`) returns its last readout with `halted=False`. Forced depth on the local window runs
-        `block_iterations` iterations at a time up to the nearest depth (`core_iterations`); halting reads every
-        iteration, so it runs them one by one.
+        `config.max_iterations`) returns its last readout with `halted=False`. On the local window, forced depth runs
+        `block_iterations` iterations at a time up to the nearest depth (`core_iterations`), and halting runs them
+        `block_iterations` at a time with their readouts in one coda call (a sample that halts inside a block leaves
+        the batch at its end: the same answers, up to K − 1 iterations computed and not read).
         """
         batch = input_ids.shape[0]
         device = input_ids.device
@@ -1069,17 +1072,51 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             ring_answers = torch.zeros(m, batch, num_queries, num_candidates, device=device)
             ring_p_yes = torch.zeros(m, batch, device=device)
 
+        def read_halting(k: int, answer_logits, halt_logits, live):
+            """Iteration k's readout of the active samples into the ring buffers; confirms halts among `live`
+            (the active samples not yet finished). Returns which of them finished at k."""
+            ring_answers[(k - 1) % m, active] = answer_logits.float()
+            ring_p_yes[(k - 1) % m, active] = halt_logits.float().softmax(-1)[:, 0]
+            done = torch.zeros_like(live)
+            if k >= m:  # the window R..k with R = k − m + 1 is complete; R's slot is k % m
+                order = [(k - m + j) % m for j in range(m)]
+                done = live & halt_confirmed(ring_p_yes[order][:, active], self.config.halt_threshold,
+                                             self.config.halt_confirm)
+                finished = active[done]
+                answer_out[finished] = ring_answers[k % m, finished]
+                iterations_out[finished] = k - m + 1
+                halted_out[finished] = True
+            if k == limit:  # never confirmed: flagged, last readout returned
+                unconfirmed = live & ~done
+                answer_out[active[unconfirmed]] = answer_logits[unconfirmed].float()
+                iterations_out[active[unconfirmed]] = k
+            return done
+
         active = torch.arange(batch, device=device)
         state, reference = context.initial_state(), None
         k = 0
         while k < limit:
-            # forced depth: iterations before the nearest depth run `block_iterations` at a time
-            if not halting and self._block_fits(context, reference, k + 1, int(target[active].min())):
-                block, _ = self._block_steps(state, reference, context, k + 1)
+            # forced depth: iterations before the nearest depth run `block_iterations` at a time; halting: blocks
+            # of iterations, then their readouts in one coda call, read in order (a sample leaves the batch at the
+            # end of the block in which it halts: the iterations it runs past its halt are computed, never read)
+            nearest = limit if halting else int(target[active].min())
+            if self._block_fits(context, reference, k + 1, nearest):
+                block, _, ops_outs = self._block_steps(state, reference, context, k + 1)
+                if halting:
+                    window, live = context.window, torch.ones(active.shape[0], dtype=torch.bool, device=device)
+                    inputs = [(torch.cat([ops_outs[i], block[i]], 1), *window.plan.at(k + 1 + i)[1:], window.span,
+                               window.readout_columns) for i in range(block.shape[0])]
+                    for i, (answer_logits, halt_logits) in enumerate(self._readout_batch(inputs)):
+                        live = live & ~read_halting(k + 1 + i, answer_logits, halt_logits, live)
+                    done = ~live
                 k, state = k + block.shape[0], block[-1]
             else:
                 k += 1
                 state, _, reference = self.core_step(state, reference, context, k)
+                if halting:
+                    answer_logits, halt_logits = self.readout(state, context)
+                    done = read_halting(k, answer_logits, halt_logits,
+                                        torch.ones(active.shape[0], dtype=torch.bool, device=device))
             if not halting:  # read only the samples whose depth is reached
                 done = target[active] == k
                 if done.any():
@@ -1087,23 +1124,6 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                     answer_out[active[done]] = answer_logits.float()
                     iterations_out[active[done]] = k
                     halted_out[active[done]] = True
-            else:
-                answer_logits, halt_logits = self.readout(state, context)
-                ring_answers[(k - 1) % m, active] = answer_logits.float()
-                ring_p_yes[(k - 1) % m, active] = halt_logits.float().softmax(-1)[:, 0]
-                done = torch.zeros(active.shape[0], dtype=torch.bool, device=device)
-                if k >= m:  # the window R..k with R = k − m + 1 is complete; R's slot is k % m
-                    order = [(k - m + j) % m for j in range(m)]
-                    done = halt_confirmed(ring_p_yes[order][:, active], self.config.halt_threshold,
-                                          self.config.halt_confirm)
-                    finished = active[done]
-                    answer_out[finished] = ring_answers[k % m, finished]
-                    iterations_out[finished] = k - m + 1
-                    halted_out[finished] = True
-                if k == limit:  # never confirmed: flagged, last readout returned
-                    unconfirmed = active[~done]
-                    answer_out[unconfirmed] = answer_logits[~done].float()
-                    iterations_out[unconfirmed] = k
             if done.any():
                 keep = ~done
                 active, state, context = active[keep], state[keep], context.select(keep)

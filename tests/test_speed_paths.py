@@ -426,6 +426,37 @@ def test_block_iterations_equal_one_iteration_at_a_time(rendering):
         torch.testing.assert_close(blocks["grads"][name], single["grads"][name], atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("rendering, seed, some_unconfirmed", [("symbolic", 2, True), ("symbolic", 4, False),
+                                                              ("text", 3, True)])
+def test_halting_in_blocks_equals_one_iteration_at_a_time(rendering, seed, some_unconfirmed):
+    """predict(halting=True) on the local window runs `block_iterations` iterations as one unit and reads them in one
+    coda call, in order; a sample that halts inside a block leaves the batch at its end. The same halting
+    iterations, flags and answers as one iteration at a time: samples halting at different iterations, inside
+    blocks, and (`some_unconfirmed`) never confirmed by max_iterations."""
+    model, tokenizer = task_model(seed=seed, rendering=rendering, halt_confirm=2, halt_window=3, **RECIPE)
+    with torch.no_grad():  # spread P(Yes) across samples
+        model.lm_head.weight[model.config.halt_token_ids[0]] += 0.5 * torch.randn(
+            model.config.hidden_size, generator=torch.Generator().manual_seed(seed))
+    batch = window_batch(tokenizer, np.random.default_rng(seed).integers(0, SWAP.num_ops, size=(6, 9)), rendering)
+    calls, unit = [], model.core_iterations
+    model.core_iterations = lambda *args: calls.append(1) or unit(*args)
+    runs = {}
+    for block_iterations in (1, 3):
+        model.block_iterations = block_iterations
+        with torch.no_grad():
+            runs[block_iterations] = model.predict(
+                batch["input_ids"], attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
+                operation_ends=batch["operation_ends"], halting=True, max_iterations=16)
+        runs[block_iterations, "calls"], calls[:] = len(calls), []
+    single, blocks = runs[1], runs[3]
+    assert runs[1, "calls"] == 0 and runs[3, "calls"] >= 1
+    assert blocks.iterations.tolist() == single.iterations.tolist()
+    assert blocks.halted.tolist() == single.halted.tolist()
+    torch.testing.assert_close(blocks.answer_logits, single.answer_logits, atol=1e-5, rtol=0)
+    assert len(set(single.iterations.tolist())) > 1  # samples halt at different iterations
+    assert single.halted.any() and (not single.halted.all()) == some_unconfirmed
+
+
 @pytest.mark.parametrize("bad", [0, -2, 2.0, True, None])
 def test_bad_block_iterations_are_rejected(bad):
     model, tokenizer = task_model(**RECIPE)
