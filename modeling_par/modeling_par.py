@@ -124,7 +124,7 @@ def par_eager_attention(module: nn.Module, query: torch.Tensor, key: torch.Tenso
     (`eager_attention_forward`: matmul, softmax, matmul), except while torch.compile traces it (`compile_core`) on
     a block of at most `SMALL_BLOCK_KEYS` keys without dropout, where it is `small_block_attention`. Uncompiled it is
     exactly "eager". The CPU default for the local window (`state_tracking.default_attn_implementation`): measured
-    5-10% faster per training step and evaluation than compiled "eager" (benchmarks/bench_speed.py)."""
+    4-10% faster per training step and evaluation than compiled "eager" (benchmarks/bench_speed.py)."""
     if (not torch.compiler.is_compiling() or key.shape[-2] > SMALL_BLOCK_KEYS
             or (dropout and module.training)):
         return eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout, **kwargs)

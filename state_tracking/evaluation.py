@@ -120,7 +120,7 @@ def default_attn_implementation(loop_view: str, device: str | torch.device, loca
     view's window path, whose attention blocks are a few rows each (span + query region) and where sdpa's CPU flash
     kernel costs more than the whole MLP. "par_eager" is "eager" (matmul, softmax, matmul) uncompiled; under
     `compile_core` its few-key blocks are broadcast products that inductor fuses (modeling_par's
-    `par_eager_attention`), 5-10% faster than compiled "eager". Otherwise `current` (the implementation a
+    `par_eager_attention`), 4-10% faster than compiled "eager". Otherwise `current` (the implementation a
     loaded model already runs, e.g. remote code without sdpa) or, for a new model, "sdpa" (its causal kernel never
     materializes a full view's (t × t) scores). Measured in benchmarks/bench_speed.py (results/speed_cpu)."""
     window = loop_view == "local" and local_window

@@ -1,0 +1,24 @@
+import sys, time, statistics, os
+sys.path.insert(0, '/work/main')
+import torch
+from transformers import AutoTokenizer
+from modeling_par.modeling_par import ParLoopedQwenForStateTracking
+from state_tracking import load_task_from_dir, evaluate_length_generalization
+torch.set_num_threads(2)
+C='/work/main/checkpoints/par-swap-s5-small'
+tok=AutoTokenizer.from_pretrained(C); task=load_task_from_dir(C)
+mode=sys.argv[1]
+variants={"static w1": ({}, 1), "dynamic w1": (dict(dynamic=True), 1), "dynamic w2": (dict(dynamic=True), 2)}
+runs={}
+for name,(opts,w) in variants.items():
+    m=ParLoopedQwenForStateTracking.from_pretrained(C,dtype=torch.float32,attn_implementation="eager").eval()
+    m.compile_core(**opts)
+    run=lambda m=m,w=w: evaluate_length_generalization(m,tok,task,[64],n_per_depth=256,mode=mode,batch_size=256,progress=False,workers=w)
+    t=time.perf_counter(); r=run(); print(name,"first s",round(time.perf_counter()-t,1), r['accuracy'], flush=True)
+    t=time.perf_counter(); r=run(); print(name,"second s",round(time.perf_counter()-t,1), flush=True)
+    runs[name]=run
+res={k:[] for k in runs}
+for _ in range(int(sys.argv[2])):
+    for k,f in runs.items():
+        t=time.perf_counter(); f(); res[k].append(time.perf_counter()-t)
+for k,v in res.items(): print(k, f"{statistics.median(v):.3f} s", [round(x,3) for x in v])
