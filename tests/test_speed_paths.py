@@ -386,6 +386,13 @@ def test_split_adapter_equals_the_whole_adapter(view, local_window):
     torch.testing.assert_close(wrapped[0], runs[False][0], atol=1e-5, rtol=0)
 
 
+def count_units(model) -> list:
+    """A list that grows by one each time `model.core_iterations` (a no-grad unit) runs."""
+    calls, unit = [], model.core_iterations
+    model.core_iterations = lambda *args: calls.append(1) or unit(*args)
+    return calls
+
+
 def block_runs(model, batch, block_iterations, calls):
     """forward (training, gradient window 3 of 13 iterations, readouts cutting no-grad runs short) and predict (mixed
     forced depths, past d) with `block_iterations`; `calls` counts the `core_iterations` units run."""
@@ -411,8 +418,7 @@ def test_block_iterations_equal_one_iteration_at_a_time(rendering):
     model, tokenizer = task_model(rendering=rendering, grad_window=3, **RECIPE)
     model.window_plan_iterations = 4
     batch = window_batch(tokenizer, OPS[:, :9], rendering)
-    calls, unit = [], model.core_iterations
-    model.core_iterations = lambda *args: calls.append(1) or unit(*args)
+    calls = count_units(model)
     single = block_runs(model, batch, 1, calls)
     assert single["calls"] == 0
     blocks = block_runs(model, batch, 3, calls)
@@ -438,8 +444,7 @@ def test_halting_in_blocks_equals_one_iteration_at_a_time(rendering, seed, some_
         model.lm_head.weight[model.config.halt_token_ids[0]] += 0.5 * torch.randn(
             model.config.hidden_size, generator=torch.Generator().manual_seed(seed))
     batch = window_batch(tokenizer, np.random.default_rng(seed).integers(0, SWAP.num_ops, size=(6, 9)), rendering)
-    calls, unit = [], model.core_iterations
-    model.core_iterations = lambda *args: calls.append(1) or unit(*args)
+    calls = count_units(model)
     runs = {}
     for block_iterations in (1, 3):
         model.block_iterations = block_iterations

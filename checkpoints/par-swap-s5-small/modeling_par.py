@@ -371,7 +371,6 @@ class _LocalWindow:
     query_e: torch.Tensor  # (b, Qmax, h) prelude output at the query region
     readout_columns: torch.Tensor  # (b, q) column of each readout query inside the window's query part
     ops_out: torch.Tensor | None = None  # (b, S, h) the core output on iteration k's op rows (read by the coda)
-    span: int = 0  # S, op columns of the current window
     plan: _WindowPlan | None = None  # the windows of the current block of iterations
 
     def select(self, keep: torch.Tensor) -> _LocalWindow:
@@ -825,7 +824,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         else:
             ops_out, new_state, raw_rms = update(*args)
         if window is not None:
-            window.span, window.ops_out = e_ops.shape[1], ops_out
+            window.ops_out = ops_out
         if self.config.norm_anchoring and reference_rms is None:  # iteration 1 sets the per-token reference
             reference_rms = raw_rms
         return new_state, raw_rms, reference_rms
@@ -891,7 +890,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         ops_outs, states, raws = run(context.e_half, state.contiguous(), reference_rms, context.prelude_out, index,
                                      mask, cos, sin)
         context.mask, context.cos, context.sin = mask[-1], cos[-1], sin[-1]
-        window.span, window.ops_out = ops_outs.shape[2], ops_outs[-1]
+        window.ops_out = ops_outs[-1]
         return states, raws, ops_outs
 
     def readout(self, state, context: _Context):
@@ -908,9 +907,14 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         readout columns). Under the local window the coda runs on [iteration k's op rows | query region]."""
         window = context.window
         if window is not None:
-            return (torch.cat([window.ops_out, state], 1), context.mask, context.cos, context.sin, window.span,
-                    window.readout_columns)
+            return ParLoopedQwenForStateTracking._window_readout_input(window, window.ops_out, state, context.mask,
+                                                                       context.cos, context.sin)
         return state, context.mask, context.cos, context.sin, 0, context.query_positions
+
+    @staticmethod
+    def _window_readout_input(window: _LocalWindow, ops_out, state, mask, cos, sin) -> tuple:
+        """`_readout_input` on the local window, from one iteration's op rows' output and view (mask, cos, sin)."""
+        return torch.cat([ops_out, state], 1), mask, cos, sin, ops_out.shape[1], window.readout_columns
 
     def _readout_batch(self, inputs: list[tuple]) -> list[tuple]:
         """The readouts of several iterations in one coda call: their inputs (`_readout_input`, same shapes) are
@@ -1104,8 +1108,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 block, _, ops_outs = self._block_steps(state, reference, context, k + 1)
                 if halting:
                     window, live = context.window, torch.ones(active.shape[0], dtype=torch.bool, device=device)
-                    inputs = [(torch.cat([ops_outs[i], block[i]], 1), *window.plan.at(k + 1 + i)[1:], window.span,
-                               window.readout_columns) for i in range(block.shape[0])]
+                    inputs = [self._window_readout_input(window, ops_outs[i], block[i], *window.plan.at(k + 1 + i)[1:])
+                              for i in range(block.shape[0])]
                     for i, (answer_logits, halt_logits) in enumerate(self._readout_batch(inputs)):
                         live = live & ~read_halting(k + 1 + i, answer_logits, halt_logits, live)
                     done = ~live
