@@ -37,7 +37,7 @@ def main(argv=None):
         for window in (True, False):
             if not window and depth > args.masked_max_depth:
                 continue
-            model.local_window = window
+            model.runtime.local_window = window
             started = time.perf_counter()
             result = evaluate_length_generalization(model, tokenizer, task, [depth], n_per_depth=args.n,
                                                     progress=False)

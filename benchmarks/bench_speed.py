@@ -219,11 +219,11 @@ def prepare_model(model, path: dict):
     """Apply a path's options to a freshly built model: the pre-issue-11 per-iteration window construction
     (`window_plan_iterations=1`, `block_iterations=1`), explicit mask and whole adapter for `before`, then compile
     (with the path's inductor `options`, if any)."""
-    model.causal_fast_path = path.get("fast", True)
+    model.runtime.causal_fast_path = path.get("fast", True)
     if path.get("before"):
-        model.window_plan_iterations = 1
-        model.split_adapter = False
-        model.block_iterations = 1
+        model.runtime.window_plan_iterations = 1
+        model.runtime.split_adapter = False
+        model.runtime.block_iterations = 1
     if path.get("compile"):
         model.compile_core(**({"options": path["options"]} if "options" in path else {}))
     return model

@@ -24,9 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_speed import VIEWS, default_model, make_step, training_batch  # noqa: E402
 
 from modeling_par import ParLoopedQwenForStateTracking  # noqa: E402
+from modeling_par.window_path import WindowPlans  # noqa: E402
 
-STAGES = ["forward", "_prepare", "core_step", "_window_at", "_window_plan", "_core_update", "_readouts",
-          "_coda_block"]
+STAGES = [(ParLoopedQwenForStateTracking, name) for name in
+          ("forward", "_prepare", "core_step", "_iteration_view", "_core_update", "_readouts", "_coda_block")]
+STAGES += [(WindowPlans, "covering"), (WindowPlans, "block")]  # window plans, no-grad blocks
 
 
 def tag(cls, name: str) -> None:
@@ -51,8 +53,8 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, default=15)
     args = parser.parse_args(argv)
     view = next(v for k, v in VIEWS.items() if k.startswith(args.view))
-    for name in STAGES:
-        tag(ParLoopedQwenForStateTracking, name)
+    for cls, name in STAGES:
+        tag(cls, name)
     model, ids = default_model(view, attn=args.attn)
     if args.compile:
         model.compile_core(**({"options": {"cpp_wrapper": False}} if args.python_wrapper else {}))

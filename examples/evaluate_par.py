@@ -42,6 +42,7 @@ from state_tracking.evaluation import (
     MODES,
     default_attn_implementation,
     default_workers,
+    repo_relative,
 )
 
 
@@ -110,7 +111,8 @@ def load_model_and_tokenizer(model_dir: str, device: str, dtype: str = "float32"
     model = AutoModel.from_pretrained(model_dir, trust_remote_code=True, dtype=dtype).to(device)
     if attn_implementation == "auto":  # only switches to eager where it measured faster; else keeps what loaded
         attn_implementation = default_attn_implementation(getattr(model.config, "loop_view", "full"), device,
-                                                          getattr(model, "local_window", False),
+                                                          getattr(getattr(model, "runtime", None), "local_window",
+                                                                  False),
                                                           current=model.config._attn_implementation)
     if model.config._attn_implementation != attn_implementation:
         model.set_attn_implementation(attn_implementation)
@@ -127,7 +129,7 @@ def write_profiles(model, tokenizer, task, args) -> dict:
         profiles[f"padding control ({args.padding_control} ops + identity)"] = progress_profile(
             model, tokenizer, task, [d for d in args.depths if d >= args.padding_control],
             padding_control_depth=args.padding_control, **common)
-    save_results({"model_dir": os.path.abspath(args.model), "profiles": profiles}, args.profile)
+    save_results({"model_dir": repo_relative(args.model), "profiles": profiles}, args.profile)
     if args.profile_plot:
         plot_progress_profile(profiles, args.profile_plot, train_max_depth=args.train_max_depth)
     for title, result in profiles.items():
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
         workers=args.workers or default_workers(args.device, model.config._attn_implementation),
         fixed_iterations=args.fixed_iterations,
     )
-    results["model_dir"] = os.path.abspath(args.model)
+    results["model_dir"] = repo_relative(args.model)
     results["command"] = " ".join(sys.argv if argv is None else ["examples/evaluate_par.py", *argv])
     save_results(results, args.out)
     if args.plot:

@@ -50,6 +50,7 @@ from state_tracking.evaluation import (  # noqa: E402
     check_attn_implementation,
     default_attn_implementation,
     default_workers,
+    repo_relative,
 )
 from trainers import (  # noqa: E402
     ParTrainer,
@@ -57,6 +58,7 @@ from trainers import (  # noqa: E402
     PrefixSelfDistillationTrainer,
     SelfDistillationArguments,
     apply_core_lora,
+    teardown_distributed,
 )
 
 logger = logging.getLogger(__name__)
@@ -105,7 +107,7 @@ class ModelArguments:
         "help": "full view, sdpa, unpadded batch: sdpa's causal kernel instead of a materialized mask (same result)"})
     block_iterations: int = field(default=4, metadata={
         "help": "local window: no-grad iterations run this many at a time as one unit, one graph under "
-                "--compile_core (model.block_iterations; 1: every iteration on its own; same result)"})
+                "--compile_core (model.runtime.block_iterations; 1: every iteration on its own; same result)"})
     peft: str | None = field(default=None, metadata={"help": "'lora': LoRA on the core, adapter trained in full"})
     lora_r: int = field(default=16)
     lora_alpha: int = field(default=32)
@@ -141,15 +143,6 @@ RETROFIT_TRAINING = dict(learning_rate=2e-5, adapter_learning_rate=1e-4, warmup_
 
 CURVE_KEYS = ("step", "loss", "loss_halt", "acc_last_iteration", "acc_window_mean", "depth", "iterations",
               "curriculum_max_depth", "stretch_s_max", "learning_rate")
-
-
-def _repo_relative(path: str) -> str:
-    """A script path as the repository sees it (no machine-specific prefix in recorded commands)."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        return str(Path(path).resolve().relative_to(root))
-    except ValueError:
-        return path
 
 
 def _wants_self_distillation(argv: list[str]) -> bool:
@@ -259,9 +252,9 @@ def build_model(model_args: ModelArguments, token_ids: dict, train_args=None):
             **par_fields,
         )
         model = ParLoopedQwenForStateTracking(config)
-    model.causal_fast_path = model_args.causal_fast_path
+    model.runtime.causal_fast_path = model_args.causal_fast_path
     attn, compile_core = speed_options(model_args, train_args, model.config.loop_view)
-    model.block_iterations = model_args.block_iterations
+    model.runtime.block_iterations = model_args.block_iterations
     if model.config._attn_implementation != attn:
         model.set_attn_implementation(attn)
     if compile_core:
@@ -312,14 +305,6 @@ def evaluate_and_report(model, tokenizer, task, task_args, train_args, output_di
     return results
 
 
-def finish_distributed() -> None:
-    """Under torchrun: every rank meets, then the process group is torn down together (one rank exiting while
-    another still works aborted gloo here now and then: 'terminate called without an active exception')."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-
-
 def main(argv=None):
     model_args, task_args, train_args = parse_args(argv)
     if model_args.init_from_qwen2 and model_args.init_from_par:
@@ -349,7 +334,7 @@ def main(argv=None):
     trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)
     train_seconds = time.time() - started
     if not trainer.is_world_process_zero():
-        finish_distributed()  # wait for rank 0's save and evaluation: a rank leaving early can abort gloo's teardown
+        teardown_distributed([trainer])  # waits for rank 0's save and evaluation (trainers/distributed.py)
         return None
     trainer.save_model(str(output_dir))
     save_task(task, output_dir)
@@ -367,10 +352,10 @@ def main(argv=None):
                             for m, r in results.items()},
         "curve": [{k: row[k] for k in CURVE_KEYS if k in row} for row in trainer.state.log_history if "loss" in row],
         "environment": results["forced"]["environment"],
-        "command": "python " + " ".join([_repo_relative(sys.argv[0])] + (sys.argv[1:] if argv is None else [str(a) for a in argv])),
+        "command": "python " + " ".join([repo_relative(sys.argv[0])] + (sys.argv[1:] if argv is None else [str(a) for a in argv])),
     }
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    finish_distributed()
+    teardown_distributed([trainer])
     return summary
 
 

@@ -22,6 +22,7 @@ import platform
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -315,6 +316,16 @@ def environment_info(device: str | torch.device | None = None) -> dict[str, Any]
     if device is not None and torch.device(device).type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info
+
+
+def repo_relative(path: str | os.PathLike) -> str:
+    """`path` relative to the repository holding this package when it lies inside it, else as given: recorded
+    commands and paths carry no machine-specific prefix."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 def _git_commit() -> str | None:

@@ -187,6 +187,12 @@ def _encode_text(
     if n == 0:
         return (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, task.num_queries), dtype=np.int64),
                 np.zeros((0, ops.shape[1] + 1), dtype=np.int64))
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(
+            f"the text rendering needs a tokenizer with character offsets (a fast tokenizer): {type(tokenizer).__name__} "
+            "has none (is_fast is False). Load it with AutoTokenizer.from_pretrained(..., use_fast=True) or use "
+            "build_tokenizer(task, 'text')."
+        )
     encoding = tokenizer(prompts, add_special_tokens=True)
     rows = encoding["input_ids"]
     unk = tokenizer.unk_token_id
@@ -195,12 +201,25 @@ def _encode_text(
             if unk in row:
                 word = prompts[i][slice(*encoding.token_to_chars(i, row.index(unk)))]
                 raise ValueError(f"word {word!r} of the text prompt is unknown to the tokenizer; use build_tokenizer(task, 'text')")
-    query_positions = np.array(
-        [[encoding.char_to_token(i, end - 1) for end in ends] for i, ends in enumerate(query_ends)], dtype=np.int64
-    )
-    operation_token_ends = np.array(
-        [[encoding.char_to_token(i, end - 1) for end in ends] for i, ends in enumerate(operation_ends)], dtype=np.int64
-    ).reshape(n, ops.shape[1] + 1)
+    query_positions = np.array([_tokens_ending_at(encoding, i, prompts[i], ends, "a query")
+                                for i, ends in enumerate(query_ends)], dtype=np.int64)
+    operation_token_ends = np.array([_tokens_ending_at(encoding, i, prompts[i], ends, "the preamble or an operation")
+                                     for i, ends in enumerate(operation_ends)], dtype=np.int64).reshape(n, ops.shape[1] + 1)
     lengths = np.array([len(row) for row in rows], dtype=np.int64)
     ids_flat = np.fromiter((t for row in rows for t in row), dtype=np.int64, count=int(lengths.sum()))
     return ids_flat, lengths, query_positions, operation_token_ends
+
+
+def _tokens_ending_at(encoding, i: int, prompt: str, ends: list[int], what: str) -> list[int]:
+    """The token holding the last character of each span (its end offset in `ends`) of text prompt `i`; one clear
+    error where the tokenizer's offsets map that character to no token."""
+    tokens = [encoding.char_to_token(i, end - 1) for end in ends]
+    if None in tokens:
+        end = ends[tokens.index(None)]
+        raise ValueError(
+            f"the tokenizer's offsets map no token to character {end - 1} ({prompt[end - 1]!r}, the end of {what}) of "
+            f"text prompt {i}: char_to_token returned None, so the query and operation boundaries cannot be found. Use "
+            "a fast tokenizer whose offsets cover every word (build_tokenizer(task, 'text'), or e.g. Qwen2's "
+            "tokenizer loaded with AutoTokenizer)."
+        )
+    return tokens

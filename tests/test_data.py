@@ -310,3 +310,32 @@ def test_truncate_to_prefix_errors():
         truncate_to_prefix(plain[:4], 1, SWAP, tokenizer, random_initial=True)
     with pytest.raises(ValueError, match="needs columns \\['ops'\\]"):
         truncate_to_prefix({"step_labels": [[0] * 5], "depth": 0}, 0, SWAP, tokenizer)
+
+
+class _NoOffsetsEncoding:
+    """A BatchEncoding whose offsets map some characters to no token (what char_to_token does for a character the
+    tokenizer dropped or never aligned)."""
+
+    def __init__(self, encoding):
+        self._encoding = encoding
+
+    def __getitem__(self, key):
+        return self._encoding[key]
+
+    def char_to_token(self, i, char):
+        return None if char % 2 else self._encoding.char_to_token(i, char)
+
+
+def test_text_rendering_needs_usable_offsets(monkeypatch):
+    """A tokenizer without character offsets (a slow one) or whose offsets miss a boundary character gets one clear
+    error naming the problem and what to use instead, not a numpy error."""
+    tokenizer = build_tokenizer(SWAP, "text")
+    ops = np.array([[1, 0]])
+    monkeypatch.setattr(type(tokenizer), "is_fast", property(lambda self: False))
+    with pytest.raises(ValueError, match="needs a tokenizer with character offsets .*use_fast=True"):
+        encode_batch(SWAP, tokenizer, "text", ops)
+    monkeypatch.undo()
+    call = type(tokenizer).__call__
+    monkeypatch.setattr(type(tokenizer), "__call__", lambda self, *a, **k: _NoOffsetsEncoding(call(self, *a, **k)))
+    with pytest.raises(ValueError, match=r"offsets map no token to character \d+ .* char_to_token returned None"):
+        encode_batch(SWAP, tokenizer, "text", ops)

@@ -127,7 +127,7 @@ def test_train_par_under_torchrun_counts_both_ranks(tmp_path):
     out = tmp_path / "ddp"
     env = dict(os.environ, OMP_NUM_THREADS="1", TQDM_DISABLE="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29541",
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
          "examples/train_par.py", *TINY, "--max_steps", "2", "--per_device_train_batch_size", "4",
          "--eval_depths", "2", "--eval_n", "4", "--output_dir", str(out)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -138,7 +138,7 @@ def test_train_par_under_torchrun_counts_both_ranks(tmp_path):
         i = TINY.index("--use_cpu")
         args = TINY[:i] + TINY[i + 2:]  # the same run without --use_cpu true
         proc = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29542",
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
              "examples/train_par.py", *args, "--max_steps", "2", "--output_dir", str(tmp_path / "alone")],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0 and "use_cpu must be True when 2 processes are launched" in proc.stderr

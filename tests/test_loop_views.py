@@ -102,14 +102,14 @@ def test_iterations_up_to_d_do_not_depend_on_prompt_length(view, rendering, side
 def core_step_at(model, tokenizer, ops, iteration, query_state):
     """The query rows of one core step at `iteration`, from a given query state (other rows: e), computed on the
     whole prompt (the masked reference computation)."""
-    model.local_window = False
+    model.runtime.local_window = False
     batch = StateTrackingCollator(tokenizer.pad_token_id)(encode_batch(SWAP, tokenizer, "symbolic", ops))
     with torch.no_grad():
         context = model._prepare(batch["input_ids"], batch["attention_mask"], batch["query_positions"], None,
                                  batch["operation_ends"])
         state = context.prelude_out.clone()
         state[:, -SWAP.num_queries:] = query_state
-        new_state, _, _ = model.core_step(state, None, context, iteration)
+        new_state = model.core_step(state, None, context, iteration).state
     return new_state[:, -SWAP.num_queries:]
 
 
@@ -198,9 +198,9 @@ def test_local_window_equals_the_masked_local_computation(rendering, side, step_
     full-prompt local view computes, including iterations past d (no operation left) and varying op spans."""
     model, tokenizer = task_model(rendering=rendering, loop_view="local", progress_positions=True,
                                   bidirectional_queries=bidirectional, step_size=step_size)
-    assert model.local_window
+    assert model.runtime.local_window
     fast = readouts(model, tokenizer, OPS[:, :9], rendering, side, iterations=12)
-    model.local_window = False
+    model.runtime.local_window = False
     masked = readouts(model, tokenizer, OPS[:, :9], rendering, side, iterations=12)
     torch.testing.assert_close(fast, masked, atol=2e-5, rtol=0)
 
@@ -210,7 +210,7 @@ def test_local_window_gradients_equal_the_masked_ones():
     batch = StateTrackingCollator(tokenizer.pad_token_id)(encode_batch(SWAP, tokenizer, "symbolic", OPS[:, :6]))
     grads = []
     for window in (True, False):
-        model.local_window = window
+        model.runtime.local_window = window
         model.zero_grad()
         out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
                     query_positions=batch["query_positions"], operation_ends=batch["operation_ends"],

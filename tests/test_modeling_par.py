@@ -207,6 +207,22 @@ def test_iteration_arguments_are_validated(tiny_model):
         tiny_model(input_ids + VOCAB, query_positions=qpos)
 
 
+def test_unknown_or_ineffective_arguments_are_errors(tiny_model):
+    """No keyword is accepted and ignored: a misspelt one is a TypeError naming it, and predict's halting bound on a
+    forced-depth call (which runs exactly num_iterations) is an error."""
+    input_ids, qpos = random_batch()
+    for bad in ("operation_endz", "labels"):
+        with pytest.raises(TypeError, match=bad):
+            tiny_model(input_ids, query_positions=qpos, **{bad: qpos})
+    with pytest.raises(TypeError, match="operation_endz"):
+        tiny_model.predict(input_ids, query_positions=qpos, num_iterations=2, operation_endz=qpos)
+    with pytest.raises(ValueError, match="max_iterations bounds learned halting"):
+        tiny_model.predict(input_ids, query_positions=qpos, num_iterations=2, max_iterations=4)
+    with pytest.raises(ValueError, match="halting must be a bool"):
+        tiny_model.predict(input_ids, query_positions=qpos, halting=1)
+    assert tiny_model(input_ids, query_positions=qpos, num_iterations=2, operation_ends=None).answer_logits.shape[0] == 1
+
+
 # ---------------------------------------------------------------------------------------------------- halting
 def test_halt_iteration_on_hand_made_sequences():
     p = torch.tensor
@@ -287,6 +303,8 @@ BAD_FIELDS = [
     ("answer_token_ids", dict(answer_token_ids=[3, 3])),
     ("halt_token_ids", dict(halt_token_ids=(5, 5))),
     ("halt_token_ids", dict(halt_token_ids=(1, 2, 3))),
+    # a combination with no effect: the full view with ordinary positions reads no query region
+    ("bidirectional_queries", dict(bidirectional_queries=True)),
 ]
 
 

@@ -1,5 +1,10 @@
 """The committed checkpoint (checkpoints/par-swap-s5-small) loads as remote code and answers correctly."""
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -51,8 +56,73 @@ def test_shipped_checkpoint_halts_when_no_operation_is_left(shipped):
     assert (pred.answers.numpy() == task.final_states(ops)).all(-1).mean() >= 0.9
 
 
-@pytest.mark.parametrize("name", ["modeling_par.py", "configuration_par.py"])
+REMOTE_CODE = sorted(p.name for p in (CHECKPOINT.parents[1] / "modeling_par").glob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("name", REMOTE_CODE)
 def test_shipped_remote_code_is_the_package_code(name):
-    """The checkpoint carries a copy of the remote code; a model change must re-export it, not ship it stale."""
-    package = Path(__file__).resolve().parents[1] / "modeling_par" / name
+    """The checkpoint carries a copy of the remote code (the model file and every sibling module it imports); a
+    model change must re-export it, not ship it stale."""
+    package = CHECKPOINT.parents[1] / "modeling_par" / name
     assert (CHECKPOINT / name).read_text() == package.read_text(), f"re-export {CHECKPOINT.name}: {name} is stale"
+
+
+def test_checkpoint_folder_holds_exactly_the_remote_code():
+    assert sorted(p.name for p in CHECKPOINT.glob("*.py")) == REMOTE_CODE
+
+
+FAST_PATHS_REMOTE = textwrap.dedent(
+    """
+    import importlib.abc, json, sys
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", sys.argv[2])]
+
+    class Block(importlib.abc.MetaPathFinder):  # only the checkpoint's own copy of the code may load
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] in ("modeling_par", "state_tracking", "trainers"):
+                raise ImportError("blocked: " + name)
+
+    sys.meta_path.insert(0, Block())
+    import torch
+    from transformers import AutoModel
+    model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True, attn_implementation="par_eager",
+                                      dtype=torch.float32).eval()
+    assert type(model).__module__.startswith("transformers_modules") and model.config._attn_implementation == "par_eager"
+    b = {k: torch.tensor(v) for k, v in json.loads(sys.argv[3]).items()}
+    kw = dict(attention_mask=b["attention_mask"], query_positions=b["query_positions"], operation_ends=b["operation_ends"])
+
+    def run():
+        forced = model.predict(b["input_ids"], num_iterations=b["depth"], **kw)
+        halting = model.predict(b["input_ids"], halting=True, max_iterations=24, **kw)
+        train = model(b["input_ids"], num_iterations=9, readout_iterations=[3, 9], **kw).answer_logits
+        return forced.answer_logits, halting.answer_logits, halting.iterations.float(), train
+
+    model.runtime.local_window, model.runtime.block_iterations = False, 1  # the masked reference computation
+    reference = run()
+    model.runtime.local_window, model.runtime.block_iterations = True, 4  # window plans and no-grad blocks
+    fast = run()
+    model.compile_core(backend="eager")  # compile_support: the compiled parts' calls (dynamo, no code generation)
+    compiled = run()
+    print(json.dumps({name: max(float((a - r).abs().max()) for a, r in zip(got, reference))
+                      for name, got in (("fast", fast), ("compiled", compiled))}))
+    """
+)
+
+
+def test_shipped_checkpoint_runs_every_fast_path_as_remote_code(shipped):
+    """Loaded from its folder alone (package blocked), the checkpoint's remote code runs the local window (plans,
+    blocks of iterations, forced and halting predict, a forward with readouts), "par_eager" attention and
+    `compile_core`, and each gives what the masked reference computation gives."""
+    _, tokenizer, task = shipped
+    ops = [task.sample_ops(np.random.default_rng(11), 3, d) for d in (3, 7, 12)]
+    rows = {k: sum((encode_batch(task, tokenizer, "symbolic", o)[k] for o in ops), [])
+            for k in ("input_ids", "query_positions", "operation_ends")}
+    batch = StateTrackingCollator(tokenizer.pad_token_id)(rows)
+    payload = {k: batch[k].tolist() for k in ("input_ids", "attention_mask", "query_positions", "operation_ends")}
+    payload["depth"] = [3] * 3 + [7] * 3 + [12] * 3
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_HUB_OFFLINE"] = "1"
+    proc = subprocess.run([sys.executable, "-c", FAST_PATHS_REMOTE, str(CHECKPOINT), str(CHECKPOINT.parents[1]),
+                           json.dumps(payload)], capture_output=True, text=True, cwd=CHECKPOINT, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    diffs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert diffs["fast"] < 2e-5 and diffs["compiled"] < 2e-5, diffs

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from modeling_par import ParLoopedQwenForStateTracking, default_compile_options
+from modeling_par.compile_support import CompiledParts
 from state_tracking import evaluate_length_generalization
 from state_tracking.evaluation import worker_slices
 from tests.conftest import make_model
@@ -23,12 +24,12 @@ def run_and_grads(model, input_ids, **kwargs):
 
 def test_causal_fast_path_is_exactly_the_masked_computation():
     model = make_model()
-    assert model.config._attn_implementation == "sdpa" and model.causal_fast_path
+    assert model.config._attn_implementation == "sdpa" and model.runtime.causal_fast_path
     input_ids, qpos = random_batch()
     ones = torch.ones_like(input_ids)
     assert model._full_view_mask(ones, model.model.embed_tokens(input_ids)) is None  # the fast path is taken
     fast = run_and_grads(model, input_ids, query_positions=qpos)
-    model.causal_fast_path = False
+    model.runtime.causal_fast_path = False
     assert model._full_view_mask(ones, model.model.embed_tokens(input_ids)) is not None
     masked = run_and_grads(model, input_ids, query_positions=qpos)
     torch.testing.assert_close(fast[0], masked[0], atol=1e-6, rtol=0)
@@ -56,14 +57,14 @@ def test_compile_core_matches_eager_forward_and_gradients():
     input_ids, qpos = random_batch()
     eager = run_and_grads(model, input_ids, query_positions=qpos)
     model.compile_core(dynamic=False, options={"cpp_wrapper": False})  # inductor's Python wrapper (the C++ one: below)
-    assert model._compiled_core is not None
+    assert model.compiled is not None
     compiled = run_and_grads(model, input_ids, query_positions=qpos)
     torch.testing.assert_close(compiled[0], eager[0], atol=1e-5, rtol=1e-5)
     for name in eager[2]:
         torch.testing.assert_close(compiled[2][name], eager[2][name], atol=1e-5, rtol=1e-4)
     with torch.no_grad():  # predict runs the compiled block too (per-sample exit changes the batch size)
         pred = model.predict(input_ids, query_positions=qpos, num_iterations=torch.tensor([1, 2, 3]))
-    assert model.compile_core(disable=True)._compiled_core is None
+    assert model.compile_core(disable=True).compiled is None
     with torch.no_grad():
         reference = model.predict(input_ids, query_positions=qpos, num_iterations=torch.tensor([1, 2, 3]))
     torch.testing.assert_close(pred.answer_logits, reference.answer_logits, atol=1e-5, rtol=1e-5)
@@ -110,7 +111,7 @@ def test_compile_core_is_not_saved(tmp_path):
     model = make_model().compile_core()
     model.save_pretrained(tmp_path)
     reloaded = ParLoopedQwenForStateTracking.from_pretrained(tmp_path)
-    assert reloaded._compiled_core is None
+    assert reloaded.compiled is None
 
 
 def test_default_workers_follow_the_device():
@@ -162,9 +163,9 @@ def test_window_plans_of_any_block_size_equal_the_masked_computation(plan_iterat
     """Windows built a block of iterations at a time (blocks straddling d = 9 and iterations past it, ops of
     varying token spans in the text rendering) compute what the masked full-prompt local view computes."""
     model, tokenizer = task_model(rendering=rendering, **RECIPE)
-    model.window_plan_iterations = plan_iterations
+    model.runtime.window_plan_iterations = plan_iterations
     fast = readouts(model, tokenizer, OPS[:, :9], rendering, iterations=13)
-    model.local_window = False
+    model.runtime.local_window = False
     masked = readouts(model, tokenizer, OPS[:, :9], rendering, iterations=13)
     torch.testing.assert_close(fast, masked, atol=2e-5, rtol=0)
 
@@ -181,7 +182,7 @@ def test_window_plans_follow_per_sample_early_exit():
                   operation_ends=batch["operation_ends"], num_iterations=torch.tensor([3, 9, 5]))
     answers = {}
     for plan_iterations in (1, 4, 16):
-        model.window_plan_iterations = plan_iterations
+        model.runtime.window_plan_iterations = plan_iterations
         with torch.no_grad():
             answers[plan_iterations] = model.predict(batch["input_ids"], **kwargs).answer_logits
     torch.testing.assert_close(answers[4], answers[1], atol=2e-5, rtol=0)
@@ -210,7 +211,7 @@ def test_compile_core_on_the_local_window_matches_eager():
     batch = window_batch(tokenizer, OPS[:, :6])
     reference = window_run_and_grads(model, batch)
     model.compile_core(dynamic=False)
-    assert model._compiled_core is not None and model._compiled_coda is not None
+    assert model.compiled is not None and model._part("coda") is model.compiled.coda
     compiled = window_run_and_grads(model, batch)
     torch.testing.assert_close(compiled[0], reference[0], atol=1e-5, rtol=1e-5)
     for name in reference[1]:
@@ -248,7 +249,7 @@ def test_par_eager_attention_fuses_only_small_blocks_while_compiling(monkeypatch
     """Uncompiled, "par_eager" is transformers' eager attention; while torch.compile traces it, blocks of at most
     SMALL_BLOCK_KEYS keys (and no dropout in training) go to `small_block_attention`; compiled, it gives the same
     values."""
-    from modeling_par import modeling_par as mp
+    from modeling_par import par_attention as mp
 
     calls = []
     real = mp.small_block_attention
@@ -327,11 +328,11 @@ def test_batched_readouts_equal_one_coda_call_per_iteration(view):
     """forward stacks the readouts of up to `readout_batch_iterations` iterations into one coda call: the same
     logits and gradients as one call per iteration (the window's span changes between plans on the way)."""
     model, tokenizer = task_model(**view)
-    model.window_plan_iterations = 4
+    model.runtime.window_plan_iterations = 4
     batch = window_batch(tokenizer, OPS[:, :7])
     runs = []
     for batched in (1, 8):
-        model.readout_batch_iterations = batched
+        model.runtime.readout_batch_iterations = batched
         model.zero_grad()
         out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
                     query_positions=batch["query_positions"], operation_ends=batch["operation_ends"],
@@ -362,20 +363,20 @@ def test_split_adapter_equals_the_whole_adapter(view, local_window):
     run on [e ; s] every iteration, on the window, the masked local view and the full view; a wrapped adapter is
     called whole."""
     model, tokenizer = task_model(**view)
-    model.local_window = local_window
+    model.runtime.local_window = local_window
     with torch.no_grad():  # W_e and W_s both matter (the identity-style init leaves W_e e small)
         model.adapter.weight.add_(0.1 * torch.randn_like(model.adapter.weight))
     batch = window_batch(tokenizer, OPS[:, :7])
     runs = {}
     for split in (True, False):
-        model.split_adapter = split
+        model.runtime.split_adapter = split
         assert (model._adapter_halves() is None) is (not split)
         runs[split] = window_run_and_grads(model, batch, iterations=8, reads=(1, 3, 8))
     torch.testing.assert_close(runs[True][0], runs[False][0], atol=1e-5, rtol=0)
     assert "adapter.weight" in runs[False][1] and runs[False][1]["adapter.weight"].abs().sum() > 0
     for name in runs[False][1]:
         torch.testing.assert_close(runs[True][1][name], runs[False][1][name], atol=1e-5, rtol=1e-4)
-    model.split_adapter = True
+    model.runtime.split_adapter = True
     handle = model.adapter.register_forward_pre_hook(lambda module, args: None)  # hooks run only when it is called
     assert model._adapter_halves() is None
     handle.remove()
@@ -396,7 +397,7 @@ def count_units(model) -> list:
 def block_runs(model, batch, block_iterations, calls):
     """forward (training, gradient window 3 of 13 iterations, readouts cutting no-grad runs short) and predict (mixed
     forced depths, past d) with `block_iterations`; `calls` counts the `core_iterations` units run."""
-    model.block_iterations = block_iterations
+    model.runtime.block_iterations = block_iterations
     model.zero_grad()
     common = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
                   operation_ends=batch["operation_ends"])
@@ -416,7 +417,7 @@ def test_block_iterations_equal_one_iteration_at_a_time(rendering):
     one iteration at a time: readouts, loop states, state rms and gradients of a training forward whose first
     iterations run without grad, and predict's answers at per-sample forced depths; blocks straddle window plans."""
     model, tokenizer = task_model(rendering=rendering, grad_window=3, **RECIPE)
-    model.window_plan_iterations = 4
+    model.runtime.window_plan_iterations = 4
     batch = window_batch(tokenizer, OPS[:, :9], rendering)
     calls = count_units(model)
     single = block_runs(model, batch, 1, calls)
@@ -447,7 +448,7 @@ def test_halting_in_blocks_equals_one_iteration_at_a_time(rendering, seed, some_
     calls = count_units(model)
     runs = {}
     for block_iterations in (1, 3):
-        model.block_iterations = block_iterations
+        model.runtime.block_iterations = block_iterations
         with torch.no_grad():
             runs[block_iterations] = model.predict(
                 batch["input_ids"], attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
@@ -463,13 +464,20 @@ def test_halting_in_blocks_equals_one_iteration_at_a_time(rendering, seed, some_
 
 
 @pytest.mark.parametrize("bad", [0, -2, 2.0, True, None])
-def test_bad_block_iterations_are_rejected(bad):
-    model, tokenizer = task_model(**RECIPE)
-    batch = window_batch(tokenizer, OPS[:, :3])
-    model.block_iterations = bad
-    with torch.no_grad(), pytest.raises(ValueError, match="block_iterations must be an int >= 1"):
-        model.predict(batch["input_ids"], attention_mask=batch["attention_mask"],
-                      query_positions=batch["query_positions"], operation_ends=batch["operation_ends"], num_iterations=3)
+def test_bad_runtime_options_are_rejected(bad):
+    """Runtime options are checked when set, and only `model.runtime` holds them: the old attribute on the model
+    (which would silently do nothing) and an unknown option are errors."""
+    model, _ = task_model(**RECIPE)
+    for name in ("block_iterations", "window_plan_iterations", "readout_batch_iterations"):
+        with pytest.raises(ValueError, match=f"ParRuntimeOptions.{name} must be an int >= 1"):
+            setattr(model.runtime, name, bad)
+    with pytest.raises(ValueError, match="ParRuntimeOptions.local_window must be a bool"):
+        model.runtime.local_window = 1
+    with pytest.raises(AttributeError, match="set model.runtime.block_iterations"):
+        model.block_iterations = 2
+    with pytest.raises(AttributeError, match="has no option 'block_iteration'"):
+        model.runtime.block_iteration = 2
+    assert model.runtime.block_iterations == 4 and model.runtime.local_window is True
 
 
 def test_compiled_block_iterations_match_eager():
@@ -478,16 +486,18 @@ def test_compiled_block_iterations_match_eager():
     short; inductor's kernels are tested on the single-iteration graph above) and checked against the eager unit."""
     model, tokenizer = task_model(**RECIPE)
     model.set_attn_implementation("eager")
-    assert model.compile_core()._compiled_block is not None and model.compile_core(disable=True)._compiled_block is None
+    assert model.compile_core().compiled.core_iterations is not None and model.compile_core(disable=True).compiled is None
     batch = window_batch(tokenizer, OPS[:, :6])
     common = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
                   operation_ends=batch["operation_ends"], num_iterations=5)
-    model.block_iterations = 2
+    model.runtime.block_iterations = 2
     with torch.no_grad():
         reference = model.predict(batch["input_ids"], **common).answer_logits
         torch._dynamo.reset()
         unit, calls = torch.compile(model.core_iterations, backend="aot_eager", fullgraph=True, dynamic=False), []
-        model._compiled_block = lambda *args: calls.append(1) or unit(*args)
+        model.compiled = CompiledParts(core_update=model._core_update, coda=model._coda_block,  # only the unit compiled
+                                       prelude=model._prelude_block,
+                                       core_iterations=lambda *args: calls.append(1) or unit(*args))
         compiled = model.predict(batch["input_ids"], **common).answer_logits
     assert len(calls) == 2  # iterations 2-3 and 4-5 (1 sets the anchoring reference)
     torch.testing.assert_close(compiled, reference, atol=1e-5, rtol=1e-5)

@@ -149,6 +149,19 @@ def test_invalid_training_arguments(tmp_path, field, value):
         tiny_args(tmp_path, **{field: value})
 
 
+@pytest.mark.parametrize("field,overrides", [
+    ("halt_label_offset", dict(halt_label_offset=1)),  # no halting loss
+    ("hold_extra_iterations", dict(hold_extra_iterations=3)),  # forced schedule runs no extra iterations
+    ("hold_tail_alpha", dict(depth_schedule="hold", hold_tail_alpha=2.0)),  # additive tail
+    ("hold_max_factor", dict(hold_max_factor=2.0)),
+    ("stretch_max_scale", dict(stretch_max_scale=4.0)),  # no stretch phase
+    ("stretch_fraction", dict(stretch_fraction=0.5)),
+])
+def test_training_options_without_effect_are_errors(tmp_path, field, overrides):
+    with pytest.raises(ValueError, match=rf"ParTrainingArguments\.{field} must be"):
+        tiny_args(tmp_path, **overrides)
+
+
 # ---------------------------------------------------------------------------------------------------- training
 def test_loss_falls_within_a_few_dozen_steps(tmp_path):
     args = tiny_args(tmp_path, max_steps=60, max_train_depth=2, learning_rate=5e-3, warmup_steps=0,
@@ -278,9 +291,15 @@ def test_lora_on_core_save_load_round_trip(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------- ddp
 DDP_SCRIPT = r"""
-import hashlib, json, os, sys
+import atexit, gc, hashlib, json, os, sys, weakref
 sys.path.insert(0, sys.argv[1])
 import torch
+out, world = sys.argv[2], None
+def at_exit():  # registered before the trainer's teardown, so it runs after it (atexit is last in, first out)
+    gc.collect()
+    with open(os.path.join(out, f"exit{os.environ['RANK']}.json"), "w") as f:
+        json.dump({"initialized": torch.distributed.is_initialized(), "group_alive": world() is not None}, f)
+atexit.register(at_exit)
 from tests.test_trainers import COLLATOR, DATASET, tiny_args, tiny_model
 from pathlib import Path
 from trainers import ParTrainer
@@ -294,7 +313,8 @@ def spy(model, inputs, **kw):
     depths.append(inputs["depth"].tolist())
     return original(model, inputs, **kw)
 trainer.compute_loss = spy
-trainer.train()
+world = weakref.ref(torch.distributed.group.WORLD)
+trainer.train()  # and nothing after it tears torch.distributed down: ParTrainer's exit hook must
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in trainer.model.parameters())).hexdigest()
 rank = int(os.environ["RANK"])
 (out / f"rank{rank}.json").write_text(json.dumps({"digest": digest, "depths": depths,
@@ -307,13 +327,15 @@ def test_two_process_gloo_ddp_same_depths_and_weights(tmp_path):
     script.write_text(DDP_SCRIPT)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
          str(script), str(REPO), str(tmp_path)],
         capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["world"] == ranks[1]["world"] == 2
+    for r in (0, 1):  # ParTrainer's exit hook destroyed the process group (its destructor joins gloo's threads)
+        assert json.loads((tmp_path / f"exit{r}.json").read_text()) == {"initialized": False, "group_alive": False}
     assert ranks[0]["digest"] == ranks[1]["digest"]
     assert len(ranks[0]["depths"]) == 4
     for mine, theirs in zip(*(r["depths"] for r in ranks)):

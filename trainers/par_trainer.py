@@ -15,6 +15,7 @@ from transformers import Trainer, TrainingArguments
 from modeling_par import grad_window_iterations
 
 from .callbacks import TimeBudgetCallback
+from .distributed import distributed_running, teardown_distributed_at_exit
 from .objectives import (
     OBJECTIVES,
     additive_hold_iterations,
@@ -157,6 +158,21 @@ class ParTrainingArguments(TrainingArguments):
             fail("max_train_seconds", "None or > 0")
         if self.max_steps is None or self.max_steps <= 0:
             fail("max_steps", "> 0 (the depth schedule is defined per optimizer step)")
+        # options that would silently change nothing
+        default = {f: type(self).__dataclass_fields__[f].default for f in
+                   ("hold_tail_alpha", "hold_max_factor", "stretch_max_scale", "stretch_fraction")}
+        if self.halt_label_offset > 0 and self.halting_loss_weight == 0:
+            fail("halt_label_offset", "0 when halting_loss_weight is 0 (there is no halting loss to label)")
+        if self.hold_extra_iterations is not None and self.depth_schedule != "hold":
+            fail("hold_extra_iterations", "None unless depth_schedule='hold' (only the hold schedule runs extra "
+                 "iterations)")
+        for name in ("hold_tail_alpha", "hold_max_factor"):
+            if getattr(self, name) != default[name] and (self.depth_schedule != "hold" or self.hold_tail != "pareto"):
+                fail(name, f"its default {default[name]} unless depth_schedule='hold' and hold_tail='pareto' (it "
+                     "shapes the pareto tail only)")
+        for name in ("stretch_max_scale", "stretch_fraction"):
+            if getattr(self, name) != default[name] and self.stretch_steps == 0:
+                fail(name, f"its default {default[name]} when stretch_steps is 0 (there is no stretch phase)")
         # Every rank takes its slice of the same global batch, hence the same depth and loop length.
         self.accelerator_config.split_batches = True
 
@@ -178,6 +194,8 @@ class ParTrainer(Trainer):
         self.model_accepts_loss_kwargs = False  # our loss is a per-batch mean: let the Trainer scale accumulation
         self._logged = defaultdict(list)
         self._micro_batch, self._micro_batch_step = 0, -1
+        if distributed_running():  # gloo could abort at exit otherwise (trainers/distributed.py says why)
+            teardown_distributed_at_exit(self)
         if self.args.max_train_seconds is not None:
             self.add_callback(TimeBudgetCallback(self.args.max_train_seconds))
             if 0 < self.args.stretch_steps < self.args.max_steps:

@@ -127,6 +127,10 @@ class ParLoopedQwenConfig(Qwen2Config):
         for field in ("norm_anchoring", "checkpoint_core", "progress_positions", "bidirectional_queries"):
             if not isinstance(getattr(self, field), bool):
                 fail(field, "a bool", getattr(self, field))
+        if self.bidirectional_queries and self.loop_view == "full" and not self.progress_positions:
+            fail("bidirectional_queries", "False with loop_view='full' and progress_positions=False (the full view "
+                 "with ordinary positions reads no query region, so it would change nothing); use loop_view "
+                 "'prefix'/'local' or progress_positions=True", self.bidirectional_queries)
         if self.halt_confirm > self.halt_window:
             fail("halt_confirm", f"≤ halt_window ({self.halt_window})", self.halt_confirm)
         if not isinstance(self.halt_threshold, (int, float)) or not 0.0 < self.halt_threshold < 1.0:

@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from state_tracking import get_task, load_task  # noqa: E402
+from state_tracking.evaluation import repo_relative  # noqa: E402
 from state_tracking.cot import build_cot_dataset, build_cot_tokenizer, cot_token_ids, evaluate_cot  # noqa: E402
 
 METHOD = "cot_trl"
@@ -100,15 +101,6 @@ def build_model(args: argparse.Namespace, tokenizer, task):
     return model
 
 
-def _repo_relative(path: str) -> str:
-    """A script path as the repository sees it (no machine-specific prefix in recorded commands)."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        return str(Path(path).resolve().relative_to(root))
-    except ValueError:
-        return path
-
-
 def main(argv=None) -> dict:
     import datasets
     import transformers
@@ -119,7 +111,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(args.torch_threads)
     argv_list = sys.argv[1:] if argv is None else [str(a) for a in argv]
-    command = "python " + " ".join([_repo_relative(__file__)] + argv_list)
+    command = "python " + " ".join([repo_relative(__file__)] + argv_list)
     task = load_task(args.task_file) if args.task_file else get_task(args.task)
     tokenizer = build_cot_tokenizer(task)
 

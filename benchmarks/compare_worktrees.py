@@ -1,0 +1,142 @@
+"""Is a refactor speed-neutral? The default paths of `bench_speed.py`, timed from two checkouts, interleaved.
+
+    git worktree add /tmp/before <commit>          # the code before the change
+    python benchmarks/compare_worktrees.py --before /tmp/before --after . [--rounds 3] [--repeats 5] \
+        [--out results/speed_cpu/split_before_after.json]
+
+Each round runs one measuring process per checkout (the order alternates between rounds), so both see the
+machine's drift alike. A measuring process imports that checkout's own `modeling_par` and `benchmarks/bench_speed.py`
+helpers (`default_model`, `make_step`, `training_batch`, the shipped checkpoint) and times, after warm-up (which
+compiles), the median of `--repeats` calls of each case: one training step at d = 8 and d = 32 and evaluation of
+256 sequences at d = 64 (forced and learned halting) on the recipe's CPU default ("par_eager" attention +
+`compile_core()`), and the paper's full view (sdpa, no compile: its default) at d = 32 / d = 64. Reported: per case
+the median over rounds for each checkout and after / before. Nothing is asserted: a benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CASES = [  # (name, section, view, depth, mode, attention, compile)
+    ("train, recipe, d = 8", "train", "recipe", 8, None, "par_eager", True),
+    ("train, recipe, d = 32", "train", "recipe", 32, None, "par_eager", True),
+    ("eval, recipe, forced, d = 64", "eval", "recipe", 64, "forced", "par_eager", True),
+    ("eval, recipe, halting, d = 64", "eval", "recipe", 64, "halting", "par_eager", True),
+    ("train, paper view, d = 32", "train", "paper", 32, None, "sdpa", False),
+    ("eval, paper view, forced, d = 64", "eval", "paper", 64, "forced", "sdpa", False),
+]
+
+
+def measure(tree: Path, repeats: int) -> dict:
+    """Seconds per call of every case, with `tree`'s own code (run in a fresh process per tree)."""
+    sys.path[:0] = [str(tree), str(tree / "benchmarks")]
+    import torch
+    from transformers import AutoTokenizer
+
+    import bench_speed as bench
+    from modeling_par import ParLoopedQwenForStateTracking
+    from state_tracking import evaluate_length_generalization, load_task_from_dir
+
+    assert Path(bench.__file__).resolve().parents[1] == tree.resolve(), bench.__file__
+    views = {"recipe": next(v for k, v in bench.VIEWS.items() if k.startswith("recipe")),
+             "paper": next(v for k, v in bench.VIEWS.items() if k.startswith("paper"))}
+    tokenizer = AutoTokenizer.from_pretrained(bench.CHECKPOINT)
+    task = load_task_from_dir(bench.CHECKPOINT)
+    out = {}
+    for name, section, view, depth, mode, attn, compiled in CASES:
+        torch._dynamo.reset()
+        if section == "train":
+            model, ids = bench.default_model(views[view], attn=attn)
+            fn = bench.make_step(model, bench.training_batch(depth, 64, ids), depth)
+        else:
+            if view == "recipe":
+                model = ParLoopedQwenForStateTracking.from_pretrained(bench.CHECKPOINT, dtype=torch.float32,
+                                                                      attn_implementation=attn).eval()
+            else:
+                model = bench.default_model(views[view], attn=attn)[0].eval()
+
+            def fn(model=model, mode=mode, depth=depth):
+                evaluate_length_generalization(model, tokenizer, task, [depth], n_per_depth=256, mode=mode,
+                                               batch_size=256, progress=False, workers=1)
+        if compiled:
+            model.compile_core()
+        for _ in range(3 if section == "train" else 1):  # warm-up: compiles (grad, no-grad, first iteration)
+            fn()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        out[name] = statistics.median(times)
+    return out
+
+
+def git_commit(tree: Path) -> str | None:
+    result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", type=Path, help="checkout of the code before the change")
+    parser.add_argument("--after", type=Path, help="checkout of the code after the change")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per case in one process (median)")
+    parser.add_argument("--out", default=None, help="JSON report (and a .md table beside it)")
+    parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one process
+    args = parser.parse_args(argv)
+    if args.measure is not None:
+        print(json.dumps(measure(args.measure, args.repeats)))
+        return None
+    if args.before is None or args.after is None:
+        parser.error("--before and --after are required")
+    trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    started = time.time()
+    runs = {"before": [], "after": []}
+    for r in range(args.rounds):
+        for label in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            proc = subprocess.run([sys.executable, __file__, "--measure", str(trees[label]), "--repeats",
+                                   str(args.repeats)], capture_output=True, text=True, cwd=trees[label])
+            if proc.returncode != 0:
+                raise SystemExit(f"measuring {label} failed:\n{proc.stderr[-3000:]}")
+            runs[label].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(f"round {r + 1} {label}: " + ", ".join(f"{k} {v:.3f} s" for k, v in runs[label][-1].items()),
+                  flush=True)
+    rows = []
+    for name, section, *_ in CASES:
+        before = statistics.median(run[name] for run in runs["before"])
+        after = statistics.median(run[name] for run in runs["after"])
+        unit, work = ("samples/s", 64) if section == "train" else ("seq/s", 256)
+        rows.append(dict(case=name, before_s=before, after_s=after, before_rate=work / before,
+                         after_rate=work / after, unit=unit, after_over_before=before / after))
+    lines = ["| case | before | after | after / before (throughput) |", "|---|---|---|---|"]
+    lines += [f"| {r['case']} | {r['before_rate']:.1f} {r['unit']} | {r['after_rate']:.1f} {r['unit']} | "
+              f"{r['after_over_before']:.3f} |" for r in rows]
+    table = "\n".join(lines)
+    print(table)
+    report = {
+        "command": "python " + " ".join(["benchmarks/compare_worktrees.py"] + (sys.argv[1:] if argv is None else argv)),
+        "before_commit": git_commit(trees["before"]), "after_commit": git_commit(trees["after"]),
+        "rounds": args.rounds, "repeats": args.repeats, "rows": rows, "runs": runs,
+        "wall_seconds": round(time.time() - started, 1),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                    "python": platform.python_version()},
+    }
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+        Path(args.out).with_suffix(".md").write_text(table + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    main()

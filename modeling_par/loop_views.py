@@ -1,0 +1,142 @@
+"""Loop views: what the query tokens read at iteration k (`ParLoopedQwenConfig.loop_view`,
+`progress_positions`, `bidirectional_queries`), as masks and positions over the whole prompt.
+
+The prompt is split by `operation_ends` (b, D+1) into the preamble, operations 1..d and the query region (the
+tokens after the last operation). These functions build the masked full-prompt computation of every view: the
+reference that the local window (`window_path`) is tested against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+def attention_bias(allowed: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """(b, t, t) boolean -> the layers' mask (b, 1, t, t): boolean for sdpa (`dtype=None`), else additive float."""
+    if dtype is None:
+        return allowed[:, None]
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min
+    )[:, None]
+
+
+def padded_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """Attention mask (b, 1, t, t): query i sees key j iff j ≤ i and key j is a real token.
+
+    Built from `attention_mask` alone, never from position ids: transformers 5.x's `create_causal_mask` reads
+    non-unit steps in `position_ids` as packed-sequence boundaries, which would cut every stretched prompt into
+    one-token documents. A padding query sees itself, so no softmax row is empty. `dtype=None` gives a boolean
+    mask (sdpa), otherwise an additive float mask (eager).
+    """
+    t = attention_mask.shape[-1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=attention_mask.device).tril()
+    allowed = causal[None] & attention_mask.bool()[:, None, :]
+    allowed = allowed | torch.eye(t, dtype=torch.bool, device=attention_mask.device)[None]
+    return attention_bias(allowed, dtype)
+
+
+def token_segments(operation_ends: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Which part of the prompt each token belongs to, from `operation_ends` (b, D+1): the index of the last token
+    of the preamble (entry 0) and of each operation i = 1..d (entries past d_b are −1).
+
+    segment(t) = #{i ≤ d : end_i < t}: 0 = preamble (t ≤ end_0), i = operation i (end_{i−1} < t ≤ end_i),
+    d + 1 = the query region (t > end_d). Returns segments (b, t), depth d (b,), query_region (b, t) bool (real
+    tokens only).
+    """
+    valid = operation_ends >= 0
+    depth = valid.sum(-1) - 1  # (b,)
+    t = torch.arange(attention_mask.shape[-1], device=operation_ends.device)
+    ends = operation_ends.masked_fill(~valid, torch.iinfo(torch.long).max)
+    segments = (ends[:, None, :] < t[None, :, None]).sum(-1)  # (b, t)
+    query_region = (segments == depth[:, None] + 1) & attention_mask.bool()
+    return segments, depth, query_region
+
+
+def operations_read(iteration: int | torch.Tensor, depth: torch.Tensor,
+                    step_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The operations iteration k reads: (c·(k−1), min(c·k, d)], as (exclusive low, inclusive high), each (b,).
+
+    k = 0 is the prelude (low = high = 0: no operation); past ⌈d/c⌉ the range is empty (low ≥ d). `iteration` is an
+    int or a tensor of one k per sample (b,).
+    """
+    if isinstance(iteration, torch.Tensor):
+        high = torch.minimum(depth, step_size * iteration)
+        low = torch.minimum(depth, step_size * (iteration - 1).clamp_min(0))
+        return torch.where(iteration > 0, low, high), high
+    high = torch.clamp(depth, max=step_size * iteration)
+    low = torch.clamp(depth, max=step_size * max(iteration - 1, 0)) if iteration > 0 else high
+    return low, high
+
+
+def progress_shift(operation_end_positions: torch.Tensor, depth: torch.Tensor, iteration: int | torch.Tensor,
+                   step_size: int) -> torch.Tensor:
+    """Progress-coupled positions: at iteration k the query region's positions move back by
+    Δ_k = pos(end_d) − pos(end_min(c·k, d)), so the queries sit right after the last operation read at iteration k
+    whatever d is (Δ = 0 from k = ⌈d/c⌉ on: ordinary positions; k = 0, the prelude: right after the preamble).
+    operation_end_positions (b, D+1), depth (b,) -> Δ_k (b,)
+    """
+    _, high = operations_read(iteration, depth, step_size)
+    rows = torch.arange(depth.shape[0], device=depth.device)
+    return operation_end_positions[rows, depth] - operation_end_positions[rows, high]
+
+
+def loop_view_mask(base_allowed: torch.Tensor, segments: torch.Tensor, depth: torch.Tensor,
+                   query_region: torch.Tensor, view: str, iteration: int, step_size: int,
+                   bidirectional_queries: bool) -> torch.Tensor:
+    """Keys each token may see at iteration k (k = 0: the prelude), as a boolean (b, t, t).
+
+    `base_allowed` is the padded causal mask (key j ≤ query i, j real; padding sees itself). Rows of the query
+    region Q (the tokens after the last operation) see:
+      full:   the base mask;
+      prefix: segments 0..min(c·k, d) (preamble and operations read so far) and Q;
+      local:  segments in (c·(k−1), min(c·k, d)] (the operations of iteration k; k = 0: the preamble) and Q.
+    Under `local`, every other row sees only its own segment. `bidirectional_queries`: Q sees all of Q.
+    """
+    t = base_allowed.shape[-1]
+    eye = torch.eye(t, dtype=torch.bool, device=base_allowed.device)[None]
+    low, high = operations_read(iteration, depth, step_size)
+    key_segment = segments[:, None, :]  # (b, 1, t)
+    key_query = query_region[:, None, :]  # (b, 1, t)
+    within = base_allowed | (key_query & query_region[:, :, None] & bidirectional_queries)
+    if view == "full":
+        return within
+    if view == "prefix":
+        visible = key_segment <= high[:, None, None]
+    elif iteration == 0:
+        visible = key_segment == 0
+    else:
+        visible = (key_segment > low[:, None, None]) & (key_segment <= high[:, None, None])
+    query_rows = within & (visible | key_query)
+    if view == "prefix":
+        other_rows = base_allowed
+    else:
+        other_rows = base_allowed & (key_segment == segments[:, :, None])
+    return torch.where(query_region[:, :, None], query_rows, other_rows) | eye
+
+
+@dataclass(frozen=True)
+class LoopView:
+    """What the iteration-dependent views (`loop_view`, `progress_positions`) need, per sample."""
+
+    base_allowed: torch.Tensor | None  # (b, t, t) bool, the padded causal mask (None in `repeat`'s copies)
+    segments: torch.Tensor  # (b, t) long, see `token_segments`
+    depth: torch.Tensor  # (b,) long
+    query_region: torch.Tensor | None  # (b, t) bool (None in `repeat`'s copies)
+    positions: torch.Tensor  # (b, t) float, before stretch
+    operation_ends: torch.Tensor  # (b, D+1) token indices
+    operation_end_positions: torch.Tensor  # (b, D+1) float
+    position_scale: torch.Tensor | None  # (b,) or None
+
+    def select(self, keep: torch.Tensor) -> LoopView:
+        return LoopView(*(None if x is None else x[keep] for x in vars(self).values()))
+
+    def repeat(self, times: int) -> LoopView:
+        """The batch `times` times over, (times · b, ...): sample i of copy j is row j · b + i. The (b, t, t) base
+        mask and the query region are left out (None): the window plans that use this read neither."""
+        return LoopView(*(None if x is None or name in ("base_allowed", "query_region")
+                          else x.repeat(times, *([1] * (x.dim() - 1))) for name, x in vars(self).items()))
+
+
+__all__ = ["LoopView", "attention_bias", "loop_view_mask", "operations_read", "padded_causal_mask", "progress_shift",
+           "token_segments"]
