@@ -1,10 +1,46 @@
-"""The small named types the loop passes between its steps (no positional tuples, nothing mutated in place)."""
+"""The named types of the loop: what `forward` and `predict` return, and what the loop passes between its steps
+(no positional tuples, nothing mutated in place)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+from transformers.utils import ModelOutput
+
+
+@dataclass
+class ParLoopedOutput(ModelOutput):
+    """
+    answer_logits: (iterations read, batch, queries, candidates) logits over `config.answer_token_ids`.
+    halt_logits: (iterations read, batch, 2) logits of ("Yes", "No") at the last query; None without halt ids.
+    readout_iterations: (iterations read,) the 1-based iterations those readouts come from.
+    state_rms: (R, batch) mean over real tokens of the per-token RMS of the core output *before* anchoring;
+        `state_rms / state_rms[0]` is the norm drift that anchoring removes.
+    loop_states: with `output_loop_states=True`, the R states s_k (batch, seq, hidden) after anchoring.
+    """
+
+    answer_logits: torch.FloatTensor | None = None
+    halt_logits: torch.FloatTensor | None = None
+    readout_iterations: torch.LongTensor | None = None
+    state_rms: torch.FloatTensor | None = None
+    loop_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class ParPrediction(ModelOutput):
+    """
+    answers: (batch, queries) index into `config.answer_token_ids` of the predicted candidate.
+    answer_logits: (batch, queries, candidates) the readout used.
+    iterations: (batch,) the iteration whose readout was used.
+    halted: (batch,) False where halting never confirmed within the iteration limit (forced depth: all True).
+    """
+
+    answers: torch.LongTensor | None = None
+    answer_logits: torch.FloatTensor | None = None
+    iterations: torch.LongTensor | None = None
+    halted: torch.BoolTensor | None = None
 
 
 class IterationView(NamedTuple):
@@ -49,4 +85,4 @@ class LoopStep(NamedTuple):
     readout: ReadoutInput
 
 
-__all__ = ["IterationView", "LoopStep", "ReadoutInput"]
+__all__ = ["IterationView", "LoopStep", "ParLoopedOutput", "ParPrediction", "ReadoutInput"]

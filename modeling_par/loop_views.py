@@ -12,6 +12,21 @@ from dataclasses import dataclass
 
 import torch
 
+from .loop_types import IterationView
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position of each token among its sample's real tokens, p = cumsum(mask) − 1 (0 on left padding)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # (b, t)
+
+
+def stretch_positions(position_ids: torch.Tensor, position_scale: torch.Tensor) -> torch.Tensor:
+    """Positional stretch: p' = s · p with one scale s ∈ [1, s_max] per sample (float positions).
+
+    Only the rotary embedding sees p'; the attention mask never does (see `padded_causal_mask`).
+    """
+    return position_ids.float() * position_scale.to(position_ids.device).float()[:, None]  # (b, t)
+
+
 def attention_bias(allowed: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """(b, t, t) boolean -> the layers' mask (b, 1, t, t): boolean for sdpa (`dtype=None`), else additive float."""
     if dtype is None:
@@ -138,5 +153,31 @@ class LoopView:
                           else x.repeat(times, *([1] * (x.dim() - 1))) for name, x in vars(self).items()))
 
 
-__all__ = ["LoopView", "attention_bias", "loop_view_mask", "operations_read", "padded_causal_mask", "progress_shift",
-           "token_segments"]
+def mask_dtype(config, hidden: torch.Tensor) -> torch.dtype | None:
+    """The layers' mask type: None (a boolean mask) for sdpa, else the additive float mask's dtype."""
+    return None if config._attn_implementation == "sdpa" else hidden.dtype
+
+
+def rotary_at(config, rotary_emb, loop: LoopView, positions: torch.Tensor, is_query: torch.Tensor,
+              iteration: int | torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin of iteration k: `progress_shift` on the query rows (`progress_positions`), then the stretch
+    (`stretch_positions`), then Qwen2's rotary embedding `rotary_emb`."""
+    if config.progress_positions:
+        shift = progress_shift(loop.operation_end_positions, loop.depth, iteration, config.step_size)
+        positions = positions - shift[:, None] * is_query
+    if loop.position_scale is not None:
+        positions = stretch_positions(positions, loop.position_scale)
+    return rotary_emb(hidden, positions)
+
+
+def whole_prompt_view(config, rotary_emb, loop: LoopView, iteration: int, hidden: torch.Tensor) -> IterationView:
+    """Iteration k's view of the whole prompt (k = 0: the prelude): `loop_view_mask` and `rotary_at` positions."""
+    allowed = loop_view_mask(loop.base_allowed, loop.segments, loop.depth, loop.query_region, config.loop_view,
+                             iteration, config.step_size, config.bidirectional_queries)
+    cos, sin = rotary_at(config, rotary_emb, loop, loop.positions, loop.query_region, iteration, hidden)
+    return IterationView(attention_bias(allowed, mask_dtype(config, hidden)), cos, sin)
+
+
+__all__ = ["LoopView", "attention_bias", "loop_view_mask", "mask_dtype", "operations_read", "padded_causal_mask",
+           "positions_from_mask", "progress_shift", "rotary_at", "stretch_positions", "token_segments",
+           "whole_prompt_view"]

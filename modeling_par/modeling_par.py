@@ -12,9 +12,9 @@ rows at the last query position.
 This file holds the model and its reference loop (`_Loop`, shared by `forward` and `predict`). Beside it, imported
 relatively (transformers copies them into a checkpoint folder as remote code, so a checkpoint needs only torch and
 transformers): `configuration_par.py` (the config), `loop_views.py` (what the queries read at iteration k: masks and
-positions), `loop_types.py` (the named types passed between steps), `runtime_options.py` (the fast paths' switches),
-`window_path.py` (the local window, window plans and no-grad blocks), `par_attention.py` (the "par_eager" attention)
-and `compile_support.py` (`compile_core`).
+positions), `loop_types.py` (the outputs and the named types passed between steps), `input_checks.py`,
+`runtime_options.py` (the fast paths' switches, `model.runtime`), `window_path.py` (the local window, window plans,
+no-grad blocks), `par_attention.py` (the "par_eager" attention) and `compile_support.py` (`compile_core`).
 """
 
 from __future__ import annotations
@@ -29,19 +29,22 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel, Qwen2ForCausalLM
 from transformers import initialization as init
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
-from transformers.utils import ModelOutput
 
 from .compile_support import CompiledParts, compile_parts, default_compile_options
 from .configuration_par import ParLoopedQwenConfig
-from .loop_types import IterationView, LoopStep, ReadoutInput
+from .loop_types import IterationView, LoopStep, ParLoopedOutput, ParPrediction, ReadoutInput
+from .input_checks import check_inputs, check_iterations, check_operation_ends
 from .loop_views import (
     LoopView,
-    attention_bias,
     loop_view_mask,
+    mask_dtype,
     operations_read,
     padded_causal_mask,
+    positions_from_mask,
     progress_shift,
+    stretch_positions,
     token_segments,
+    whole_prompt_view,
 )
 from .par_attention import par_eager_attention, small_block_attention
 from .runtime_options import RUNTIME_OPTION_NAMES, ParRuntimeOptions
@@ -78,19 +81,6 @@ def grad_window_iterations(num_iterations: int, grad_window: int) -> list[int]:
     return list(range(max(1, num_iterations - grad_window + 1), num_iterations + 1))
 
 
-def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position of each token among its sample's real tokens, p = cumsum(mask) − 1 (0 on left padding)."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # (b, t)
-
-
-def stretch_positions(position_ids: torch.Tensor, position_scale: torch.Tensor) -> torch.Tensor:
-    """Positional stretch: p' = s · p with one scale s ∈ [1, s_max] per sample (float positions).
-
-    Only the rotary embedding sees p'; the attention mask never does (see `padded_causal_mask`).
-    """
-    return position_ids.float() * position_scale.to(position_ids.device).float()[:, None]  # (b, t)
-
-
 def halt_confirmed(p_yes_window: torch.Tensor, threshold: float, confirm: int) -> torch.Tensor:
     """The halting rule on one window of iterations R..R+m−1, for a batch.
 
@@ -109,43 +99,6 @@ def halt_iteration(p_yes: torch.Tensor, threshold: float = 0.5, confirm: int = 6
         if halt_confirmed(p_yes[start : start + window, None], threshold, confirm)[0]:
             return start + 1
     return None
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Outputs
-# --------------------------------------------------------------------------------------------------------------
-
-@dataclass
-class ParLoopedOutput(ModelOutput):
-    """
-    answer_logits: (iterations read, batch, queries, candidates) logits over `config.answer_token_ids`.
-    halt_logits: (iterations read, batch, 2) logits of ("Yes", "No") at the last query; None without halt ids.
-    readout_iterations: (iterations read,) the 1-based iterations those readouts come from.
-    state_rms: (R, batch) mean over real tokens of the per-token RMS of the core output *before* anchoring;
-        `state_rms / state_rms[0]` is the norm drift that anchoring removes.
-    loop_states: with `output_loop_states=True`, the R states s_k (batch, seq, hidden) after anchoring.
-    """
-
-    answer_logits: torch.FloatTensor | None = None
-    halt_logits: torch.FloatTensor | None = None
-    readout_iterations: torch.LongTensor | None = None
-    state_rms: torch.FloatTensor | None = None
-    loop_states: tuple[torch.FloatTensor, ...] | None = None
-
-
-@dataclass
-class ParPrediction(ModelOutput):
-    """
-    answers: (batch, queries) index into `config.answer_token_ids` of the predicted candidate.
-    answer_logits: (batch, queries, candidates) the readout used.
-    iterations: (batch,) the iteration whose readout was used.
-    halted: (batch,) False where halting never confirmed within the iteration limit (forced depth: all True).
-    """
-
-    answers: torch.LongTensor | None = None
-    answer_logits: torch.FloatTensor | None = None
-    iterations: torch.LongTensor | None = None
-    halted: torch.BoolTensor | None = None
 
 
 @dataclass(frozen=True)
@@ -334,97 +287,14 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             model.lm_head.weight = model.model.embed_tokens.weight
         return model
 
-    # ----------------------------------------------------------------------------------------------------------
-    def _check_inputs(self, input_ids, attention_mask, query_positions, position_scale):
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape (batch, seq); got {tuple(input_ids.shape)}.")
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
-            raise ValueError(
-                f"input_ids must lie in [0, vocab_size={self.config.vocab_size}); "
-                f"got values in [{int(input_ids.min())}, {int(input_ids.max())}]."
-            )
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        elif attention_mask.shape != input_ids.shape:
-            raise ValueError(
-                f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}; "
-                f"got {tuple(attention_mask.shape)}."
-            )
-        if query_positions is None:  # the last real token of each sample (left or right padding)
-            last = input_ids.shape[1] - 1 - attention_mask.flip(-1).long().argmax(-1)
-            query_positions = last[:, None]
-        query_positions = torch.as_tensor(query_positions, device=input_ids.device).long()
-        if query_positions.dim() == 1:
-            query_positions = query_positions[:, None]
-        if query_positions.dim() != 2 or query_positions.shape[0] != input_ids.shape[0]:
-            raise ValueError(
-                f"query_positions must have shape (batch, queries) with batch={input_ids.shape[0]}; "
-                f"got {tuple(query_positions.shape)}."
-            )
-        if query_positions.min() < 0 or query_positions.max() >= input_ids.shape[1]:
-            raise ValueError(f"query_positions must lie in [0, seq_len={input_ids.shape[1]}).")
-        if not attention_mask.gather(1, query_positions).bool().all():
-            raise ValueError("query_positions must point at real tokens (attention_mask == 1), not padding.")
-        if position_scale is not None:
-            position_scale = torch.as_tensor(position_scale, device=input_ids.device, dtype=torch.float32)
-            if position_scale.dim() == 0:
-                position_scale = position_scale.expand(input_ids.shape[0])
-            smax = self.config.max_position_scale
-            if position_scale.shape != (input_ids.shape[0],) or (position_scale < 1).any() or (
-                position_scale > smax
-            ).any():
-                raise ValueError(
-                    f"position_scale must be a float or a (batch,) tensor with values in [1, max_position_scale={smax}]."
-                )
-        return attention_mask, query_positions, position_scale
-
-    def _check_operation_ends(self, operation_ends, attention_mask, query_positions):
-        """`operation_ends` (b, D+1): per sample the last token index of the preamble and of operations 1..d,
-        strictly increasing, then −1; real tokens; every query after the last operation."""
-        c = self.config
-        needed = c.loop_view != "full" or c.progress_positions
-        if operation_ends is None:
-            if needed:
-                raise ValueError(
-                    f"operation_ends is required with loop_view={c.loop_view!r} / progress_positions="
-                    f"{c.progress_positions}: give (batch, depth + 1) token indices of the end of the preamble and of "
-                    "each operation (the collator builds them from the dataset's 'operation_ends')."
-                )
-            return None
-        if not needed:
-            return None
-        b, t = attention_mask.shape
-        operation_ends = torch.as_tensor(operation_ends, device=attention_mask.device).long()
-        if operation_ends.dim() != 2 or operation_ends.shape[0] != b or operation_ends.shape[1] < 1:
-            raise ValueError(f"operation_ends must have shape (batch={b}, depth + 1); got {tuple(operation_ends.shape)}.")
-        valid = operation_ends >= 0
-        step = operation_ends[:, 1:] - operation_ends[:, :-1]
-        if (not valid[:, 0].all() or (valid[:, 1:] & ~valid[:, :-1]).any() or (operation_ends >= t).any()
-                or (operation_ends < -1).any() or ((step <= 0) & valid[:, 1:]).any()
-                or not attention_mask.gather(1, operation_ends.clamp_min(0)).bool()[valid].all()):
-            raise ValueError(
-                "operation_ends must hold, per sample, strictly increasing indices of real tokens in "
-                f"[0, seq_len={t}) (preamble end, then each operation's end), padded with -1 at the end."
-            )
-        last = operation_ends.gather(1, (valid.sum(-1) - 1)[:, None])
-        if (query_positions <= last).any():
-            raise ValueError("query_positions must lie after the last operation (operation_ends[:, depth]).")
-        return operation_ends
-
-    def _check_iterations(self, num_iterations, name="num_iterations"):
-        limit = self.config.max_iterations
-        if isinstance(num_iterations, bool) or not isinstance(num_iterations, int) or not 1 <= num_iterations <= limit:
-            raise ValueError(f"{name} must be an integer in [1, max_iterations={limit}]; got {num_iterations!r}.")
-        return num_iterations
-
     # ---------------------------------------------------------------------------------------------------------- views
     def _prepare(self, input_ids, attention_mask, query_positions, position_scale, operation_ends=None,
                  position_ids=None) -> _Context:
         """Check the inputs, run the prelude once, e = P(x), and build what every iteration shares."""
-        attention_mask, query_positions, position_scale = self._check_inputs(
-            input_ids, attention_mask, query_positions, position_scale
+        attention_mask, query_positions, position_scale = check_inputs(
+            self.config, input_ids, attention_mask, query_positions, position_scale
         )
-        operation_ends = self._check_operation_ends(operation_ends, attention_mask, query_positions)
+        operation_ends = check_operation_ends(self.config, operation_ends, attention_mask, query_positions)
         hidden = self.model.embed_tokens(input_ids)
         if position_ids is None:
             positions = positions_from_mask(attention_mask)
@@ -446,7 +316,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 query_region=query_region, positions=positions, operation_ends=operation_ends,
                 operation_end_positions=positions.gather(1, operation_ends.clamp_min(0)), position_scale=position_scale,
             )
-            view = self._view_at(loop, 0, hidden)
+            view = whole_prompt_view(self.config, self.model.rotary_emb, loop, 0, hidden)
         prelude_out = self._part("prelude")(hidden, view.mask, view.cos, view.sin)
         if loop is not None and self.config.loop_view == "local" and self.runtime.local_window:
             window = local_window_of(loop, prelude_out, query_positions)
@@ -459,37 +329,14 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         if (self.runtime.causal_fast_path and self.config._attn_implementation == "sdpa"
                 and bool(attention_mask.bool().all())):
             return None
-        return padded_causal_mask(attention_mask, self._mask_dtype(hidden))
-
-    def _mask_dtype(self, hidden: torch.Tensor) -> torch.dtype | None:
-        """None (a boolean mask) for sdpa, else the additive float mask's dtype."""
-        return None if self.config._attn_implementation == "sdpa" else hidden.dtype
-
-    def _rotary_at(self, loop: LoopView, positions: torch.Tensor, is_query: torch.Tensor,
-                   iteration: int | torch.Tensor, hidden: torch.Tensor):
-        """cos/sin of iteration k: `progress_shift` on the query rows, then the stretch, then Qwen2's rotary."""
-        c = self.config
-        if c.progress_positions:
-            shift = progress_shift(loop.operation_end_positions, loop.depth, iteration, c.step_size)
-            positions = positions - shift[:, None] * is_query
-        if loop.position_scale is not None:
-            positions = stretch_positions(positions, loop.position_scale)
-        return self.model.rotary_emb(hidden, positions)
-
-    def _view_at(self, loop: LoopView, iteration: int, hidden: torch.Tensor) -> IterationView:
-        """Iteration k's view of the whole prompt (0: the prelude): `loop_view_mask` and `progress_shift` positions."""
-        c = self.config
-        allowed = loop_view_mask(loop.base_allowed, loop.segments, loop.depth, loop.query_region, c.loop_view,
-                                 iteration, c.step_size, c.bidirectional_queries)
-        cos, sin = self._rotary_at(loop, loop.positions, loop.query_region, iteration, hidden)
-        return IterationView(attention_bias(allowed, self._mask_dtype(hidden)), cos, sin)
+        return padded_causal_mask(attention_mask, mask_dtype(self.config, hidden))
 
     def _iteration_view(self, context: _Context, iteration: int, hidden: torch.Tensor) -> IterationView:
         """Iteration k's view: the local window's (a plan of one iteration), the loop view's, or the full view's."""
         if context.window is not None:
             return WindowPlans(self, context.loop, context.window).view_at(iteration, hidden)
         if context.loop is not None:
-            return self._view_at(context.loop, iteration, hidden)
+            return whole_prompt_view(self.config, self.model.rotary_emb, context.loop, iteration, hidden)
         return context.view
 
     # ----------------------------------------------------------------------------------------------- the core update
@@ -694,7 +541,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         `loop_view` "prefix"/"local" and `progress_positions` (accepted and unused otherwise). position_ids: (b, t)
         positions to use instead of the ordinary ones (e.g. randomized sorted positions during training).
         """
-        num_iterations = self._check_iterations(1 if num_iterations is None else num_iterations)
+        num_iterations = check_iterations(self.config, 1 if num_iterations is None else num_iterations)
         reads = [num_iterations] if readout_iterations is None else sorted(set(int(k) for k in readout_iterations))
         if not reads or reads[0] < 1 or reads[-1] > num_iterations:
             raise ValueError(
@@ -764,7 +611,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 raise ValueError("predict: give num_iterations (forced depth) or halting=True, not both.")
             if self.config.halt_token_ids is None:
                 raise ValueError("predict(halting=True) needs ParLoopedQwenConfig.halt_token_ids (Yes, No).")
-            limit = self._check_iterations(
+            limit = check_iterations(self.config, 
                 self.config.max_iterations if max_iterations is None else max_iterations, "max_iterations"
             )
         else:
@@ -774,8 +621,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 raise ValueError("predict: max_iterations bounds learned halting (halting=True); forced depth runs "
                                  "exactly num_iterations.")
             target = torch.as_tensor(num_iterations, device=device).long().expand(batch).clone()
-            limit = self._check_iterations(int(target.max()), "num_iterations")
-            self._check_iterations(int(target.min()), "num_iterations")
+            limit = check_iterations(self.config, int(target.max()), "num_iterations")
+            check_iterations(self.config, int(target.min()), "num_iterations")
 
         loop = _Loop(self, self._prepare(input_ids, attention_mask, query_positions, position_scale, operation_ends))
         num_queries = loop.context.query_positions.shape[1]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .loop_types import IterationView, LoopStep, ReadoutInput
-from .loop_views import LoopView, attention_bias, operations_read
+from .loop_views import LoopView, attention_bias, mask_dtype, operations_read, rotary_at
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class WindowPlan:
 def window_plan(model, loop: LoopView, window: LocalWindow, first: int, count: int,
                 hidden: torch.Tensor) -> WindowPlan:
     """The windows of iterations first..first+count−1, computed on the batch repeated `count` times: per row the
-    mask of `loop_views.loop_view_mask` (local) and the positions of `model._rotary_at`, restricted to the window."""
+    mask of `loop_views.loop_view_mask` (local) and the positions of `loop_views.rotary_at`, restricted to the window."""
     c = model.config
     b = window.query_index.shape[0]
     loop = loop.repeat(count)
@@ -119,8 +119,8 @@ def window_plan(model, loop: LoopView, window: LocalWindow, first: int, count: i
     allowed = key_valid & torch.where(query_row, key_op | sees_query,
                                       key_op & earlier & (segment[:, None, :] == segment[:, :, None]))
     allowed = allowed | torch.eye(index.shape[1], dtype=torch.bool, device=index.device)[None]
-    cos, sin = model._rotary_at(loop, loop.positions.gather(1, index), is_query, iteration, hidden)
-    mask = attention_bias(allowed, model._mask_dtype(hidden))
+    cos, sin = rotary_at(c, model.model.rotary_emb, loop, loop.positions.gather(1, index), is_query, iteration, hidden)
+    mask = attention_bias(allowed, mask_dtype(c, hidden))
     return WindowPlan(first, *(x.reshape(count, b, *x.shape[1:]) for x in (index, mask, cos, sin)))
 
 
