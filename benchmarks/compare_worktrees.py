@@ -46,7 +46,10 @@ def measure(tree: Path, repeats: int) -> dict:
     from modeling_par import ParLoopedQwenForStateTracking
     from state_tracking import evaluate_length_generalization, load_task_from_dir
 
-    assert Path(bench.__file__).resolve().parents[1] == tree.resolve(), bench.__file__
+    import modeling_par
+
+    for module in (bench, modeling_par):  # this checkout's code, not an installed copy
+        assert tree.resolve() in Path(module.__file__).resolve().parents, module.__file__
     views = {"recipe": next(v for k, v in bench.VIEWS.items() if k.startswith("recipe")),
              "paper": next(v for k, v in bench.VIEWS.items() if k.startswith("paper"))}
     tokenizer = AutoTokenizer.from_pretrained(bench.CHECKPOINT)
