@@ -36,7 +36,12 @@ CASES = [  # (name, section, view, depth, mode, attention, compile)
 ]
 
 
-def measure(tree: Path, repeats: int) -> dict:
+def selected(cases: str | None) -> list[tuple]:
+    words = None if cases is None else [w.strip() for w in cases.split(",")]
+    return [case for case in CASES if words is None or any(w in case[0] for w in words)]
+
+
+def measure(tree: Path, repeats: int, cases: list[tuple]) -> dict:
     """Seconds per call of every case, with `tree`'s own code (run in a fresh process per tree)."""
     sys.path[:0] = [str(tree), str(tree / "benchmarks")]
     import torch
@@ -55,7 +60,7 @@ def measure(tree: Path, repeats: int) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(bench.CHECKPOINT)
     task = load_task_from_dir(bench.CHECKPOINT)
     out = {}
-    for name, section, view, depth, mode, attn, compiled in CASES:
+    for name, section, view, depth, mode, attn, compiled in cases:
         torch._dynamo.reset()
         if section == "train":
             model, ids = bench.default_model(views[view], attn=attn)
@@ -94,11 +99,13 @@ def main(argv=None):
     parser.add_argument("--after", type=Path, help="checkout of the code after the change")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per case in one process (median)")
+    parser.add_argument("--cases", default=None, help="only the cases whose name contains one of these "
+                        "comma-separated words, e.g. recipe")
     parser.add_argument("--out", default=None, help="JSON report (and a .md table beside it)")
     parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one process
     args = parser.parse_args(argv)
     if args.measure is not None:
-        print(json.dumps(measure(args.measure, args.repeats)))
+        print(json.dumps(measure(args.measure, args.repeats, selected(args.cases))))
         return None
     if args.before is None or args.after is None:
         parser.error("--before and --after are required")
@@ -108,14 +115,15 @@ def main(argv=None):
     for r in range(args.rounds):
         for label in (("before", "after") if r % 2 == 0 else ("after", "before")):
             proc = subprocess.run([sys.executable, __file__, "--measure", str(trees[label]), "--repeats",
-                                   str(args.repeats)], capture_output=True, text=True, cwd=trees[label])
+                                   str(args.repeats)] + ([] if args.cases is None else ["--cases", args.cases]),
+                                  capture_output=True, text=True, cwd=trees[label])
             if proc.returncode != 0:
                 raise SystemExit(f"measuring {label} failed:\n{proc.stderr[-3000:]}")
             runs[label].append(json.loads(proc.stdout.strip().splitlines()[-1]))
             print(f"round {r + 1} {label}: " + ", ".join(f"{k} {v:.3f} s" for k, v in runs[label][-1].items()),
                   flush=True)
     rows = []
-    for name, section, *_ in CASES:
+    for name, section, *_ in selected(args.cases):
         before = statistics.median(run[name] for run in runs["before"])
         after = statistics.median(run[name] for run in runs["after"])
         unit, work = ("samples/s", 64) if section == "train" else ("seq/s", 256)
