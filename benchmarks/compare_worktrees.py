@@ -42,26 +42,38 @@ def selected(cases: str | None) -> list[tuple]:
 
 
 def measure(tree: Path, repeats: int, cases: list[tuple]) -> dict:
-    """Seconds per call of every case, with `tree`'s own code (run in a fresh process per tree)."""
+    """Seconds per call (median of `repeats`) of every case, with `tree`'s own code (a fresh process per tree)."""
+    out = {}
+    for name, fn in build(tree, cases).items():
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        out[name] = statistics.median(times)
+    return out
+
+
+def build(tree: Path, cases: list[tuple]) -> dict:
+    """Each case's callable, built and warmed up (compiled) with `tree`'s own code."""
     sys.path[:0] = [str(tree), str(tree / "benchmarks")]
     import torch
     from transformers import AutoTokenizer
 
     import bench_speed as bench
+    import modeling_par
     from modeling_par import ParLoopedQwenForStateTracking
     from state_tracking import evaluate_length_generalization, load_task_from_dir
 
-    import modeling_par
-
     for module in (bench, modeling_par):  # this checkout's code, not an installed copy
         assert tree.resolve() in Path(module.__file__).resolve().parents, module.__file__
+    torch._dynamo.config.recompile_limit = 64  # every case's compiled graphs stay live side by side
     views = {"recipe": next(v for k, v in bench.VIEWS.items() if k.startswith("recipe")),
              "paper": next(v for k, v in bench.VIEWS.items() if k.startswith("paper"))}
     tokenizer = AutoTokenizer.from_pretrained(bench.CHECKPOINT)
     task = load_task_from_dir(bench.CHECKPOINT)
-    out = {}
+    calls = {}
     for name, section, view, depth, mode, attn, compiled in cases:
-        torch._dynamo.reset()
         if section == "train":
             model, ids = bench.default_model(views[view], attn=attn)
             fn = bench.make_step(model, bench.training_batch(depth, 64, ids), depth)
@@ -77,15 +89,52 @@ def measure(tree: Path, repeats: int, cases: list[tuple]) -> dict:
                                                batch_size=256, progress=False, workers=1)
         if compiled:
             model.compile_core()
-        for _ in range(3 if section == "train" else 1):  # warm-up: compiles (grad, no-grad, first iteration)
+        for _ in range(3 if section == "train" else 1):
             fn()
+        calls[name] = fn
+    return calls
+
+
+def serve(tree: Path, cases: list[tuple]) -> None:
+    """Build the cases, print "ready", then time `count` calls of a case per request line "name\tcount"."""
+    calls = build(tree, cases)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        name, count = line.rstrip("\n").split("\t")
         times = []
-        for _ in range(repeats):
+        for _ in range(int(count)):
             start = time.perf_counter()
-            fn()
+            calls[name]()
             times.append(time.perf_counter() - start)
-        out[name] = statistics.median(times)
-    return out
+        print(json.dumps(times), flush=True)
+
+
+def interleaved(trees: dict, cases: list[tuple], rounds: int, repeats: int) -> dict:
+    """Both checkouts built once, in two live processes, then timed in turn: per round and case, `repeats` calls
+    of one, then of the other (the order alternating), so both see the same drift at a few seconds' scale."""
+    servers = {label: subprocess.Popen([sys.executable, __file__, "--serve", str(tree), "--cases",
+                                        ",".join(c[0] for c in cases)], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True, cwd=tree)
+               for label, tree in trees.items()}
+    for label, server in servers.items():
+        if server.stdout.readline().strip() != "ready":
+            raise SystemExit(f"the {label} server did not start")
+    runs = {label: [] for label in trees}
+    for r in range(rounds):
+        for label in trees:
+            runs[label].append({})
+        for n, (name, *_) in enumerate(cases):
+            order = list(trees) if (r + n) % 2 == 0 else list(trees)[::-1]
+            for label in order:
+                servers[label].stdin.write(f"{name}\t{repeats}\n")
+                servers[label].stdin.flush()
+                runs[label][-1][name] = statistics.median(json.loads(servers[label].stdout.readline()))
+        print(f"round {r + 1}: " + ", ".join(f"{c[0]} {runs['before'][-1][c[0]]:.3f} / {runs['after'][-1][c[0]]:.3f} s"
+                                             for c in cases), flush=True)
+    for server in servers.values():
+        server.stdin.close()
+        server.wait()
+    return runs
 
 
 def git_commit(tree: Path) -> str | None:
@@ -102,8 +151,14 @@ def main(argv=None):
     parser.add_argument("--cases", default=None, help="only the cases whose name contains one of these "
                         "comma-separated words, e.g. recipe")
     parser.add_argument("--out", default=None, help="JSON report (and a .md table beside it)")
+    parser.add_argument("--interleaved", action="store_true", help="one live process per checkout, timed in turn "
+                        "per case (instead of one fresh process per checkout and round)")
     parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one process
+    parser.add_argument("--serve", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one live process
     args = parser.parse_args(argv)
+    if args.serve is not None:
+        serve(args.serve, selected(args.cases))
+        return None
     if args.measure is not None:
         print(json.dumps(measure(args.measure, args.repeats, selected(args.cases))))
         return None
@@ -112,7 +167,9 @@ def main(argv=None):
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     started = time.time()
     runs = {"before": [], "after": []}
-    for r in range(args.rounds):
+    if args.interleaved:
+        runs = interleaved(trees, selected(args.cases), args.rounds, args.repeats)
+    for r in range(0 if args.interleaved else args.rounds):
         for label in (("before", "after") if r % 2 == 0 else ("after", "before")):
             proc = subprocess.run([sys.executable, __file__, "--measure", str(trees[label]), "--repeats",
                                    str(args.repeats)] + ([] if args.cases is None else ["--cases", args.cases]),
@@ -137,7 +194,7 @@ def main(argv=None):
     report = {
         "command": "python " + " ".join(["benchmarks/compare_worktrees.py"] + (sys.argv[1:] if argv is None else argv)),
         "before_commit": git_commit(trees["before"]), "after_commit": git_commit(trees["after"]),
-        "rounds": args.rounds, "repeats": args.repeats, "rows": rows, "runs": runs,
+        "rounds": args.rounds, "repeats": args.repeats, "interleaved": args.interleaved, "rows": rows, "runs": runs,
         "wall_seconds": round(time.time() - started, 1),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
