@@ -5,7 +5,8 @@
         [--out results/speed_cpu/split_before_after.json]
 
 Each round runs one measuring process per checkout (the order alternates between rounds), so both see the
-machine's drift alike. A measuring process imports that checkout's own `modeling_par` and `benchmarks/bench_speed.py`
+machine's drift alike. With `--interleaved`, one live process per checkout instead, timed in turn case by case
+(`--repeats` calls each, the order alternating): no process-to-process or compile differences. A process imports that checkout's own `modeling_par` and `benchmarks/bench_speed.py`
 helpers (`default_model`, `make_step`, `training_batch`, the shipped checkpoint) and times, after warm-up (which
 compiles), the median of `--repeats` calls of each case: one training step at d = 8 and d = 32 and evaluation of
 256 sequences at d = 64 (forced and learned halting) on the recipe's CPU default ("par_eager" attention +
