@@ -142,3 +142,34 @@ def test_train_par_under_torchrun_counts_both_ranks(tmp_path):
              "examples/train_par.py", *args, "--max_steps", "2", "--output_dir", str(tmp_path / "alone")],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0 and "use_cpu must be True when 2 processes are launched" in proc.stderr
+
+
+def test_rnn_baseline_trains_on_step_labels_and_scores_the_shared_test_problems(tmp_path):
+    """examples/baselines/rnn.py: an LSTM on PAR's symbolic ids and step labels; the loss falls, the JSON holds the
+    run's record, and the test problems are the evaluator's (`draw_test_problems`)."""
+    rnn = load_example("examples/baselines/rnn.py")
+    out = tmp_path / "rnn.json"
+    results = rnn.main(["--hidden", "32", "--max_steps", "120", "--curriculum_start_depth", "2",
+                        "--curriculum_every_steps", "20", "--max_train_depth", "3", "--eval_depths", "2,3",
+                        "--eval_n", "16", "--logging_steps", "40", "--learning_rate", "3e-3",
+                        "--results_json", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["depths"] == [2, 3] and len(saved["accuracy"]) == 2 and saved["steps"] == 120
+    assert saved["command"].startswith("python examples/baselines/rnn.py --hidden 32")
+    assert saved["curve"][-1]["loss"] < 0.8 * saved["curve"][0]["loss"], saved["curve"]
+    from state_tracking import build_tokenizer, get_task, model_token_ids
+
+    vocab = model_token_ids(build_tokenizer(get_task("swap_s5"), "symbolic"), get_task("swap_s5"))["vocab_size"]
+    h, qc = 32, 5 * 5  # embedding, LSTM (4 gates, two biases), head over 5 queries × 5 candidates
+    assert saved["parameters"] == vocab * h + 4 * (2 * h * h + 2 * h) + h * qc + qc
+    assert results["labels"] == "step" and 0.0 <= min(saved["accuracy"]) <= max(saved["accuracy"]) <= 1.0
+
+
+def test_rnn_baseline_rejects_bad_arguments(capsys):
+    rnn = load_example("examples/baselines/rnn.py")
+    for argv, message in ((["--hidden", "0"], "--hidden must be an integer >= 1"),
+                          (["--eval_depths", "8,x"], "--eval_depths must be comma-separated integers"),
+                          (["--max_train_depth", "0"], "--max_train_depth must be >= --min_train_depth")):
+        with pytest.raises(SystemExit):
+            rnn.parse_args(argv)
+        assert message in capsys.readouterr().err
