@@ -44,15 +44,17 @@ def selected(cases: str | None) -> list[tuple]:
 
 def measure(tree: Path, repeats: int, cases: list[tuple]) -> dict:
     """Seconds per call (median of `repeats`) of every case, with `tree`'s own code (a fresh process per tree)."""
-    out = {}
-    for name, fn in build(tree, cases).items():
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        out[name] = statistics.median(times)
-    return out
+    return {name: statistics.median(timed(fn, repeats)) for name, fn in build(tree, cases).items()}
+
+
+def timed(fn, count: int) -> list[float]:
+    """Seconds of each of `count` calls of `fn`."""
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def build(tree: Path, cases: list[tuple]) -> dict:
@@ -102,12 +104,7 @@ def serve(tree: Path, cases: list[tuple]) -> None:
     print("ready", flush=True)
     for line in sys.stdin:
         name, count = line.rstrip("\n").split("\t")
-        times = []
-        for _ in range(int(count)):
-            start = time.perf_counter()
-            calls[name]()
-            times.append(time.perf_counter() - start)
-        print(json.dumps(times), flush=True)
+        print(json.dumps(timed(calls[name], int(count))), flush=True)
 
 
 def interleaved(trees: dict, cases: list[tuple], rounds: int, repeats: int) -> dict:

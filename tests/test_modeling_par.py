@@ -323,18 +323,33 @@ def test_model_requires_answer_ids():
 
 
 # ---------------------------------------------------------------------------------------------------- remote code
-LOAD_IN_FRESH_PROCESS = textwrap.dedent(
+BLOCK_THIS_REPOSITORY = textwrap.dedent(
     """
     import importlib.abc, json, sys
-    repo = sys.argv[2]
-    sys.path[:] = [p for p in sys.path if p not in ("", ".", repo)]
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", sys.argv[2])]
 
-    class Block(importlib.abc.MetaPathFinder):  # the installed package must not be what loads
+    class Block(importlib.abc.MetaPathFinder):  # the installed package must not be what loads: only the folder's code
         def find_spec(self, name, path, target=None):
             if name.split(".")[0] in ("modeling_par", "state_tracking", "trainers"):
                 raise ImportError("blocked: " + name)
 
     sys.meta_path.insert(0, Block())
+    """
+)
+
+
+def run_blocked(script: str, folder, *args: str) -> str:
+    """Run `script` (after `BLOCK_THIS_REPOSITORY`) in a fresh offline process in `folder`, with sys.argv
+    [folder, repository, *args]; returns its last line of output."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_HUB_OFFLINE"] = "1"
+    proc = subprocess.run([sys.executable, "-c", BLOCK_THIS_REPOSITORY + textwrap.dedent(script), str(folder),
+                           str(REPO), *args], capture_output=True, text=True, cwd=folder, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+LOAD_IN_FRESH_PROCESS = """
     import torch
     from transformers import AutoModel
     attn = {"attn_implementation": sys.argv[4]} if sys.argv[4] else {}
@@ -346,19 +361,11 @@ LOAD_IN_FRESH_PROCESS = textwrap.dedent(
         out = model(torch.tensor(batch["input_ids"]), query_positions=torch.tensor(batch["query_positions"]),
                     num_iterations=4, readout_iterations=[2, 4])
     print(json.dumps(out.answer_logits.tolist()))
-    """
-)
+"""
 
 
 def load_remote(folder, batch, attn_implementation=""):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_HUB_OFFLINE"] = "1"
-    proc = subprocess.run(
-        [sys.executable, "-c", LOAD_IN_FRESH_PROCESS, str(folder), str(REPO), json.dumps(batch), attn_implementation],
-        capture_output=True, text=True, cwd=folder, env=env, timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return torch.tensor(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return torch.tensor(json.loads(run_blocked(LOAD_IN_FRESH_PROCESS, folder, json.dumps(batch), attn_implementation)))
 
 
 def test_save_pretrained_loads_with_trust_remote_code_in_fresh_process(tiny_model, tmp_path):

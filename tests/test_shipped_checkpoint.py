@@ -1,10 +1,6 @@
 """The committed checkpoint (checkpoints/par-swap-s5-small) loads as remote code and answers correctly."""
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +9,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from state_tracking import StateTrackingCollator, encode_batch, load_task_from_dir
+from tests.test_modeling_par import run_blocked
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "par-swap-s5-small"
 # Trained on d ≤ 8 (results/length_generalization_cpu/, run local_bidir_halting_offset). Measured with the
@@ -71,17 +68,7 @@ def test_checkpoint_folder_holds_exactly_the_remote_code():
     assert sorted(p.name for p in CHECKPOINT.glob("*.py")) == REMOTE_CODE
 
 
-FAST_PATHS_REMOTE = textwrap.dedent(
-    """
-    import importlib.abc, json, sys
-    sys.path[:] = [p for p in sys.path if p not in ("", ".", sys.argv[2])]
-
-    class Block(importlib.abc.MetaPathFinder):  # only the checkpoint's own copy of the code may load
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] in ("modeling_par", "state_tracking", "trainers"):
-                raise ImportError("blocked: " + name)
-
-    sys.meta_path.insert(0, Block())
+FAST_PATHS_REMOTE = """
     import torch
     from transformers import AutoModel
     model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True, attn_implementation="par_eager",
@@ -104,8 +91,7 @@ FAST_PATHS_REMOTE = textwrap.dedent(
     compiled = run()
     print(json.dumps({name: max(float((a - r).abs().max()) for a, r in zip(got, reference))
                       for name, got in (("fast", fast), ("compiled", compiled))}))
-    """
-)
+"""
 
 
 def test_shipped_checkpoint_runs_every_fast_path_as_remote_code(shipped):
@@ -119,10 +105,5 @@ def test_shipped_checkpoint_runs_every_fast_path_as_remote_code(shipped):
     batch = StateTrackingCollator(tokenizer.pad_token_id)(rows)
     payload = {k: batch[k].tolist() for k in ("input_ids", "attention_mask", "query_positions", "operation_ends")}
     payload["depth"] = [3] * 3 + [7] * 3 + [12] * 3
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_HUB_OFFLINE"] = "1"
-    proc = subprocess.run([sys.executable, "-c", FAST_PATHS_REMOTE, str(CHECKPOINT), str(CHECKPOINT.parents[1]),
-                           json.dumps(payload)], capture_output=True, text=True, cwd=CHECKPOINT, env=env, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    diffs = json.loads(proc.stdout.strip().splitlines()[-1])
+    diffs = json.loads(run_blocked(FAST_PATHS_REMOTE, CHECKPOINT, json.dumps(payload)))
     assert diffs["fast"] < 2e-5 and diffs["compiled"] < 2e-5, diffs

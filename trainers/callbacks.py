@@ -8,6 +8,8 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from .distributed import distributed_running
+
 
 class TimeBudgetCallback(TrainerCallback):
     """Stop training (cleanly, with the usual end-of-training save) once `seconds` of wall time have passed
@@ -25,7 +27,7 @@ class TimeBudgetCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         stop = torch.tensor([float(time.monotonic() - self.started >= self.seconds)], device=args.device)
-        if dist.is_available() and dist.is_initialized():  # every rank stops at the same step, or DDP hangs
+        if distributed_running():  # every rank stops at the same step, or DDP hangs
             dist.all_reduce(stop, op=dist.ReduceOp.MAX)
         if stop.item() > 0:
             control.should_training_stop = True
