@@ -57,6 +57,26 @@ def render_card(model, repo_id: str, results_markdown: str | None = None, traini
     return re.sub(r"{{(\w+)}}", lambda m: str(values[m.group(1)]), template)
 
 
+def results_section(intro: str, depths: list[int], rows: dict[str, list[float]], halting: dict | None = None,
+                    curve: list[dict] | None = None) -> str:
+    """A card's results in markdown: `intro`, one accuracy row (%) per label over `depths`, the halting iterations
+    (an evaluator's `per_depth` rows) and the training curve (loss, last-iteration accuracy, curriculum depth)."""
+    lines = [intro, "", "| mode | " + " | ".join(f"d={d}" for d in depths) + " |", "|---|" + "---|" * len(depths)]
+    for label, accuracy in rows.items():
+        cells = [f"{100 * a:.1f}" for a in accuracy] + ["–"] * (len(depths) - len(accuracy))  # '–': stop rule
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if halting:
+        lines += ["", "Learned halting: mean iterations " + ", ".join(
+            f"d={p['depth']}: {p['mean_iterations']:.1f}" for p in halting) + "; never halted: " + ", ".join(
+            f"{100 * p['fraction_not_halted']:.1f}%" for p in halting) + "."]
+    if curve:
+        lines += ["", "Training curve (loss, readout accuracy at the last iteration, curriculum depth):", "",
+                  "| step | loss | acc (last iteration) | max depth |", "|---|---|---|---|"]
+        lines += [f"| {c['step']} | {c['loss']:.4g} | {c.get('acc_last_iteration', float('nan')):.3f} | "
+                  f"{c.get('curriculum_max_depth', '')} |" for c in curve]
+    return "\n".join(lines) + "\n"
+
+
 def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str | None = None,
                    dtype: str | None = None, results: str | Path | None = None,
                    training_data: str | None = None, limits: str | None = None) -> Path:

@@ -123,7 +123,7 @@ class TaskArguments:
     eval_depths: str = field(default="8,16,32,64", metadata={"help": "comma-separated test depths"})
     eval_n: int = field(default=256, metadata={"help": "sequences per test depth (paper protocol: 1024)"})
     eval_batch_size: int = field(default=256)
-    eval_halting: bool = field(default=False, metadata={"help": "also evaluate with learned halting (d unknown)"})
+    eval_halting: bool = field(default=False, metadata={"help": "also evaluate with learned halting (no R given)"})
     eval_workers: int = field(default=0, metadata={
         "help": "evaluation: parts of each batch run at once, one thread each; 0: one per CPU thread (≤ 4) on a CPU, "
                 "1 with eager attention"})
@@ -135,6 +135,7 @@ DEFAULT_TRAINING = dict(
     adapter_learning_rate=2e-3, warmup_steps=100, lr_scheduler_type="cosine", weight_decay=0.01,
     max_train_depth=8, curriculum_start_depth=2, curriculum_every_steps=100, logging_steps=100,
     save_strategy="no", report_to="none", seed=0, dataloader_num_workers=0, max_grad_norm=1.0,
+    restore_callback_states_from_checkpoint=True,  # --max_train_seconds spans resumed segments
 )
 
 

@@ -18,7 +18,9 @@ from .diagnostics import (
 )
 from .evaluation import (
     STATE_ACCURACY_METRIC_PATH,
+    STOP_BELOW,
     evaluate_length_generalization,
+    evaluate_until_failed,
     extrapolation_factor,
     load_results,
     longest_accurate_depth,
@@ -43,6 +45,7 @@ __all__ = [
     "GROUP_TASK_NAMES",
     "RENDERINGS",
     "STATE_ACCURACY_METRIC_PATH",
+    "STOP_BELOW",
     "TASK_FILE_NAME",
     "GroupTask",
     "StateMachineTask",
@@ -53,6 +56,7 @@ __all__ = [
     "derive_seed",
     "encode_batch",
     "evaluate_length_generalization",
+    "evaluate_until_failed",
     "extrapolation_factor",
     "format_profile",
     "identity_operation",

@@ -294,6 +294,48 @@ def evaluate_length_generalization(
     }
 
 
+STOP_BELOW = 0.02  # the stop rule: two consecutive depths under this end a grid (d50 is already placed)
+
+
+def evaluate_until_failed(
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    task: Task,
+    depths: Sequence[int],
+    mode: str = "forced",
+    train_max_depth: int | None = None,
+    stop_below: float = STOP_BELOW,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """:func:`evaluate_length_generalization` depth by depth in ascending order, stopping after two consecutive
+    depths whose accuracy is under `stop_below` (longer depths of a dead curve cost time and cannot move d50).
+
+    Each depth's problems are the same as in a one-call evaluation (they depend on (seed, depth) only).
+    Returns the same keys as :func:`evaluate_length_generalization` over the depths run, plus ``grid`` (the depths
+    asked for) and ``stopped_early`` (True when the rule cut the grid).
+    """
+    if not 0 <= stop_below < 1:
+        raise ValueError(f"stop_below must be in [0, 1), got {stop_below!r}")
+    grid = check_test_depths(depths)
+    rows, results, low = [], None, 0
+    for depth in grid:
+        results = evaluate_length_generalization(model, tokenizer, task, [depth], mode=mode,
+                                                 train_max_depth=train_max_depth, **kwargs)
+        rows.append(results["per_depth"][0])
+        low = low + 1 if rows[-1]["accuracy"] < stop_below else 0
+        if low == 2:
+            break
+    done = [row["depth"] for row in rows]
+    accuracies = [row["accuracy"] for row in rows]
+    results.update(
+        depths=done, accuracy=accuracies, per_depth=rows, d50=longest_accurate_depth(done, accuracies),
+        extrapolation_factor=None if train_max_depth is None else extrapolation_factor(done, accuracies, train_max_depth),
+        extrapolation_factor_is_lower_bound=bool(min(accuracies) >= ACCURACY_THRESHOLD and done == grid),
+        grid=grid, stopped_early=len(done) < len(grid), stop_below=stop_below,
+    )
+    return results
+
+
 def environment_info(device: str | torch.device | None = None) -> dict[str, Any]:
     """Versions, date and machine, for the record."""
     import datasets

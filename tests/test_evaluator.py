@@ -227,6 +227,46 @@ def test_random_model_is_at_chance():
     assert results["d50"] == 0 and results["extrapolation_factor"] == 0.0
 
 
+class HorizonModel(torch.nn.Module):
+    """Exact up to `horizon` iterations, uniform random answers beyond: a curve that dies past the horizon."""
+
+    def __init__(self, task, tokenizer, horizon):
+        super().__init__()
+        self.oracle, self.random, self.horizon = make_oracle(task, tokenizer), RandomModel(task), horizon
+        self.config = self.oracle.config
+
+    @property
+    def device(self):
+        return torch.device("cpu")
+
+    def predict(self, input_ids, num_iterations=None, **kwargs):
+        exact = self.oracle.predict(input_ids, num_iterations=num_iterations, **kwargs)
+        if int(num_iterations) > self.horizon:
+            return self.random.predict(input_ids, num_iterations=num_iterations, **kwargs)
+        return exact
+
+
+def test_stop_rule_ends_a_dead_curve_after_two_depths_and_matches_one_call():
+    from state_tracking import evaluate_until_failed
+
+    tokenizer = build_tokenizer(SWAP)
+    grid = [4, 8, 16, 32, 64, 128]
+    result = evaluate_until_failed(HorizonModel(SWAP, tokenizer, 8), tokenizer, SWAP, grid, n_per_depth=64,
+                                   train_max_depth=4, progress=False)
+    assert result["depths"] == [4, 8, 16, 32] and result["stopped_early"] and result["grid"] == grid
+    assert result["accuracy"][:2] == [1.0, 1.0] and max(result["accuracy"][2:]) < 0.02
+    assert result["d50"] == 8 and result["extrapolation_factor"] == 2.0
+    # the same problems as one call over those depths (test sets depend on (seed, depth) only)
+    whole = evaluate_length_generalization(HorizonModel(SWAP, tokenizer, 8), tokenizer, SWAP, [4, 8], n_per_depth=64,
+                                           progress=False)
+    assert whole["accuracy"] == result["accuracy"][:2]
+    alive = evaluate_until_failed(make_oracle(SWAP, tokenizer), tokenizer, SWAP, grid[:3], n_per_depth=16,
+                                  progress=False)
+    assert alive["depths"] == grid[:3] and not alive["stopped_early"]
+    with pytest.raises(ValueError, match="stop_below must be in"):
+        evaluate_until_failed(make_oracle(SWAP, tokenizer), tokenizer, SWAP, grid, stop_below=1.5)
+
+
 @pytest.mark.parametrize("rendering", ["symbolic", "text"])
 def test_oracle_with_random_initial(rendering):
     tokenizer = build_tokenizer(SWAP, rendering)

@@ -173,3 +173,112 @@ def test_rnn_baseline_rejects_bad_arguments(capsys):
         with pytest.raises(SystemExit):
             rnn.parse_args(argv)
         assert message in capsys.readouterr().err
+
+
+def test_time_budget_spans_resumed_segments(tmp_path):
+    """--max_train_seconds counts every segment: the time trained is saved in the checkpoint and a resumed run goes on
+    counting from it (a checkpoint whose budget is spent stops the resumed run after one step)."""
+    out = tmp_path / "budget"
+    flags = TINY + ["--output_dir", str(out), "--eval_depths", "2", "--eval_n", "4", "--max_train_seconds", "1000",
+                    "--save_strategy", "steps", "--save_steps", "2"]
+    train_par.main(flags)
+    state_file = out / "checkpoint-4" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    saved = state["stateful_callbacks"]["TimeBudgetCallback"]["args"]
+    assert saved["seconds"] == 1000 and 0 < saved["elapsed_before"] < 1000
+    state["stateful_callbacks"]["TimeBudgetCallback"]["args"]["elapsed_before"] = 999.999  # an earlier long segment
+    state_file.write_text(json.dumps(state))
+    summary = train_par.main([*flags[: flags.index("--max_steps")], "--max_steps", "8",
+                              *flags[flags.index("--max_steps") + 2:], "--resume_from_checkpoint", str(state_file.parent)])
+    assert summary["steps"] == 5  # resumed at 4, one step, then the restored budget stops it
+
+
+def test_time_budget_callback_state_round_trip():
+    from trainers import TimeBudgetCallback
+
+    callback = TimeBudgetCallback(60, elapsed_before=12.5)
+    assert callback.elapsed() == 12.5
+    restored = TimeBudgetCallback(**callback.state()["args"])
+    assert (restored.seconds, restored.elapsed_before) == (60, 12.5)
+    for bad, message in (((0,), "seconds must be > 0"), ((5, -1.0), "elapsed_before must be >= 0")):
+        with pytest.raises(ValueError, match=message):
+            TimeBudgetCallback(*bad)
+
+
+def test_paper_protocol_rows_are_valid_and_explicit():
+    """Every PAR row of examples/reproduce/paper_protocol.py parses as train_par.py flags, sets its view explicitly,
+    trains to d = 32 with the stated curriculum (32 reached at step 750), and the recipe row trains halting with the
+    offset-1 labels; the RNN rows take the same curriculum and steps."""
+    from trainers import curriculum_max_depth
+
+    protocol = load_example("examples/reproduce/paper_protocol.py")
+    for name, row in protocol.ROWS.items():
+        if row["kind"] == "rnn":
+            rnn = load_example("examples/baselines/rnn.py").parse_args(protocol.common_rnn() + row["flags"])
+            assert (rnn.max_train_depth, rnn.curriculum_every_steps, rnn.eval_n) == (32, 25, 1024)
+            assert rnn.depths == protocol.GRID
+            continue
+        model_args, _, args = train_par.parse_args(protocol.common_par() + row["flags"] + ["--output_dir", "x"])
+        view = train_par.resolve_view(model_args)
+        assert view == {k: getattr(model_args, k) for k in view}, name
+        assert args.max_train_depth == 32 and args.save_strategy == "steps" and args.restore_callback_states_from_checkpoint
+        start, every = args.curriculum_start_depth, args.curriculum_every_steps
+        assert curriculum_max_depth(749, start, every, 1, 32) == 31 and curriculum_max_depth(750, start, every, 1, 32) == 32
+        if name == "recipe_halting":
+            assert view == train_par.RECIPE_VIEW and args.halt_label_offset == 1 and args.halting_loss_weight > 0
+        if name.startswith("full_view"):
+            assert view == train_par.PAPER_VIEW
+            assert (args.stretch_steps > 0) == name.endswith("stretch")
+
+
+def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeypatch):
+    """The protocol script at tiny scale: a PAR row trains with checkpoints, a second call after an interruption
+    resumes from the newest checkpoint (two segments on record), the evaluation follows the stop rule on the grid,
+    an RNN row scores the same grid, and --collect writes the paper-shaped table with the paper's rows above ours."""
+    protocol = load_example("examples/reproduce/paper_protocol.py")
+    monkeypatch.setattr(protocol, "RUN_DIR", REPO / "runs" / "test_paper_protocol" / tmp_path.name)
+    monkeypatch.setattr(protocol, "OUT", tmp_path / "results")
+    for name, value in (("TRAIN_MAX_DEPTH", 3), ("GRID", [3, 6, 24, 48, 96]), ("N", 16), ("STEPS", 2),
+                        ("SAVE_STEPS", 2), ("PROFILE_DEPTHS", [6]), ("PROFILE_N", 8),
+                        ("CURRICULUM", ["--curriculum_start_depth", "2", "--curriculum_every_steps", "1"])):
+        monkeypatch.setattr(protocol, name, value)
+    small = ["--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2",
+             "--num_key_value_heads", "2", "--per_device_train_batch_size", "8", "--use_cpu", "true"]
+    rows = {"recipe_halting": dict(protocol.ROWS["recipe_halting"], flags=protocol.ROWS["recipe_halting"]["flags"] + small),
+            "lstm": dict(protocol.ROWS["lstm"], flags=["--cell", "lstm", "--hidden", "16"])}
+    monkeypatch.setattr(protocol, "ROWS", rows)
+    try:
+        protocol.main(["--row", "recipe_halting", "--seed", "0"])
+        folder = protocol.run_path("recipe_halting", 0)
+        assert (folder / "checkpoint-2").is_dir()
+        (folder / "summary.json").unlink()  # as if the segment had been cut off before the end
+        monkeypatch.setattr(protocol, "STEPS", 4)
+        protocol.main(["--row", "recipe_halting", "--seed", "0"])
+        record = json.loads(protocol.record_path("recipe_halting", 0).read_text())
+        assert [s["resumed_from"] for s in record["segments"]] == [None, "checkpoint-2"]
+        assert "--resume_from_checkpoint" in record["train_commands"][1] and record["steps"] == 4
+        for mode in ("forced", "halting"):
+            evaluation = record["evaluation"][mode]
+            depths = evaluation["depths"]
+            assert depths == protocol.GRID[: len(depths)] and evaluation["n_per_depth"] == 16
+            low = [a < 0.02 for a in evaluation["accuracy"]]
+            assert (len(depths) < len(protocol.GRID)) == (low[-2:] == [True, True]) == evaluation["stopped_early"]
+        assert record["profile"] and record["padding_control"]
+        protocol.main(["--row", "lstm", "--seed", "0"])
+        lstm = json.loads(protocol.record_path("lstm", 0).read_text())
+        assert lstm["evaluation"]["forced"]["depths"] == protocol.GRID[: len(lstm["evaluation"]["forced"]["depths"])]
+        protocol.main(["--collect"])
+        table = (tmp_path / "results" / "table.md").read_text()
+        assert table.index("PAR + learned halting — *paper, reported*") < table.index("*ours, CPU*")
+        assert "PAR recipe (local view) + halting labels, learned halting — *ours, CPU* | 1 |" in table
+        assert "LSTM, hidden 288 (≈ PAR's parameters) — *ours, CPU* | 1 |" in table
+        shipped = protocol.export("recipe_halting", 0, target=tmp_path / "ckpt")
+        summary = json.loads((shipped / "training_summary.json").read_text())
+        assert summary["max_train_depth"] == 3 and summary["steps"] == 4 and summary["n_per_depth"] == 16
+        card = (shipped / "README.md").read_text()
+        assert "learned halting (no R given)" in card, card
+        assert AutoModel.from_pretrained(shipped, trust_remote_code=True).config.max_iterations >= 1
+    finally:
+        import shutil
+
+        shutil.rmtree(REPO / "runs" / "test_paper_protocol", ignore_errors=True)

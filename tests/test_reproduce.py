@@ -26,7 +26,7 @@ def test_reproduce_swap_s5_tiny(tmp_path):
     halting = json.loads((out / "par_halting.json").read_text())["evaluation"]
     assert set(halting) == {"forced", "halting"}
     report = (out / "README.md").read_text()
-    assert "| PAR (recipe) — forced depth (2) |" in report and "halting, d unknown (1)" in report and "95.5 ± 11.0" in report
+    assert "| PAR (recipe) — forced depth (2) |" in report and "learned halting (1)" in report and "95.5 ± 11.0" in report
     assert (out / "accuracy_vs_depth.png").stat().st_size > 1000
     with safe_open(str(ckpt / "model.safetensors"), "pt") as f:
         assert str(f.get_tensor("adapter.weight").dtype) == "torch.bfloat16"

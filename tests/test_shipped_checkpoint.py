@@ -43,8 +43,8 @@ def test_shipped_checkpoint_answers_match_the_task_states(shipped, depth):
 
 
 def test_shipped_checkpoint_halts_when_no_operation_is_left(shipped):
-    """Depth unknown: learned halting confirms at R = d + 1 (the first iteration that reads no operation) and reads
-    the right state there."""
+    """No R given: learned halting confirms at R = d + 1 (the first iteration that reads no operation: under the local
+    view the given operation boundaries tell it where the operations end) and reads the right state there."""
     model, tokenizer, task = shipped
     ops = task.sample_ops(np.random.default_rng(7), 32, 24)
     input_ids, inputs = encode(task, tokenizer, ops)

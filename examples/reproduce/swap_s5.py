@@ -128,7 +128,7 @@ def write_report(records: list[dict], out_dir: Path, scale: str, command: str, b
     groups: dict[str, list[tuple[dict, str]]] = {}
     for r in records:
         for mode in r["evaluation"]:
-            key = r["label"] + (" — halting, d unknown" if mode == "halting" else " — forced depth")
+            key = r["label"] + (" — learned halting" if mode == "halting" else " — forced depth")
             groups.setdefault(key, []).append((r, mode))
     header = "| method (runs) | " + " | ".join(f"d={d}" + (" (train)" if d <= train_max else f" ({d // train_max}×)")
                                                for d in depths) + " | G | steps |"

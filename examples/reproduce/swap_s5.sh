@@ -13,7 +13,7 @@ scale="${1:-cpu}"
 case "$scale" in
   cpu)
     python examples/reproduce/swap_s5.py --scale cpu --out results/swap_s5_cpu \
-      --work-dir runs/reproduce_swap_s5_cpu --checkpoint-dir checkpoints/par-swap-s5-small
+      --work-dir runs/reproduce_swap_s5_cpu --checkpoint-dir runs/reproduce_swap_s5_cpu/best_checkpoint
     ;;
   gpu)
     if [ -d .whl ]; then

@@ -11,6 +11,8 @@ Rows (flags on top of `examples/train_par.py`'s defaults, or the TRL script for 
     (results/length_generalization_cpu/runs: local_bidir seeds 0–2 and baseline seed 0; same protocol and depths);
   * explicit chain of thought trained with TRL's SFTTrainer (examples/baselines/cot_trl.py): a 4-layer Qwen2ForCausalLM
     of the PAR model's width writes z_1 … z_d, then the answer; greedy generation with the KV cache at test;
+  * LSTM and GRU (examples/baselines/rnn.py), hidden 128 and the PAR model's parameter count (LSTM 288, GRU 336),
+    on PAR's symbolic ids, step labels, training problems and depth curriculum;
   * a plain Transformer: the same 4-layer stack, no loop (R = 1), final-answer readout at the query tokens;
   * loop ablations: a fixed R = 8 whatever d, random R ~ U{1..16} with final-answer supervision (tested at R = d),
     an unshared 18-layer stack (prelude + 8 × core + coda, R = 1), no norm anchoring, final answer at every iteration;
@@ -50,12 +52,22 @@ FULL = ["--loop_view", "full", "--progress_positions", "false", "--bidirectional
 LOCAL = ["--loop_view", "local", "--progress_positions", "true", "--bidirectional_queries", "true"]
 HALTING = ["--depth_schedule", "hold", "--hold_extra_iterations", "8", "--grad_window", "16",
            "--halting_loss_weight", "0.5", "--halt_label_offset", "1", "--eval_halting", "true"]
+RNN = "examples/baselines/rnn.py"  # its rows take PAR's data, curriculum, step labels and test problems
+RNN_EVAL = ["--eval_depths", ",".join(map(str, DEPTHS)), "--eval_n", "256"]
 COT_STEPS = "1300"  # 0.54 s/step on one thread: 1,300 steps ≈ 12 min, so three seeds fit the budget
 
 # name -> (group, what it tests, command after `python`)
 RUNS = {
     "cot_trl": ("baseline", "explicit CoT (TRL SFTTrainer), 4-layer Qwen2ForCausalLM, greedy generation, "
                 f"{COT_STEPS} steps", ["examples/baselines/cot_trl.py", "--max_steps", COT_STEPS]),
+    "lstm_h128": ("baseline", "LSTM (torch.nn), hidden 128, 1 layer, PAR's step labels, data and curriculum",
+                  [RNN, "--cell", "lstm", "--hidden", "128", *RNN_EVAL]),
+    "lstm_h288": ("baseline", "LSTM, hidden 288 (680k parameters ≈ PAR's 694k), PAR's step labels",
+                  [RNN, "--cell", "lstm", "--hidden", "288", *RNN_EVAL]),
+    "gru_h128": ("baseline", "GRU (torch.nn), hidden 128, 1 layer, PAR's step labels, data and curriculum",
+                 [RNN, "--cell", "gru", "--hidden", "128", *RNN_EVAL]),
+    "gru_h336": ("baseline", "GRU, hidden 336 (697k parameters ≈ PAR's), PAR's step labels",
+                 [RNN, "--cell", "gru", "--hidden", "336", *RNN_EVAL]),
     "plain_transformer": ("baseline", "the same 4-layer Qwen2 stack, no loop (R = 1), final answer",
                           ["examples/train_par.py", *FULL, "--depth_schedule", "fixed", "--fixed_iterations", "1",
                            "--objective", "final_only", *EVAL]),
@@ -100,9 +112,13 @@ def run_path(name: str, seed: int) -> Path:
 def run(name: str, seed: int) -> dict:
     group, description, command = RUNS[name]
     folder = run_path(name, seed)
-    args = [*command, "--seed", str(seed), "--output_dir", str(folder.relative_to(REPO))]
+    results_json = str(folder.relative_to(REPO) / "results.json")
+    if command[0] == RNN:  # writes one JSON, no output folder
+        args = [*command, "--seed", str(seed), "--results_json", results_json]
+    else:
+        args = [*command, "--seed", str(seed), "--output_dir", str(folder.relative_to(REPO))]
     if name == "cot_trl":
-        args += ["--results_json", str(folder.relative_to(REPO) / "results.json")]
+        args += ["--results_json", results_json]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1")
     started = time.time()
     subprocess.run([sys.executable, *args], cwd=REPO, env=env, check=True)
@@ -111,6 +127,8 @@ def run(name: str, seed: int) -> dict:
                wall_seconds=wall)
     if name == "cot_trl":
         row.update(cot_row(json.loads((folder / "results.json").read_text())))
+    elif command[0] == RNN:
+        row.update(rnn_row(json.loads((folder / "results.json").read_text())))
     else:
         summary = json.loads((folder / "summary.json").read_text())
         forced = json.loads((folder / "eval_forced.json").read_text())
@@ -133,6 +151,13 @@ def cot_row(result: dict) -> dict:
                 intermediate_accuracy=result["eval"]["intermediate_accuracy"],
                 tokens_per_problem=result["eval"]["mean_generated_tokens"], environment=result["machine"],
                 date=result["date"])
+
+
+def rnn_row(result: dict) -> dict:
+    """The table's fields from examples/baselines/rnn.py's results JSON."""
+    return dict(steps=result["steps"], train_seconds=result["train_seconds"], curve=result["curve"],
+                depths=result["depths"], accuracy=result["accuracy"], per_depth=result["per_depth"],
+                parameters=result["parameters"], environment=result["machine"], date=result["date"])
 
 
 def import_cot(path: str) -> dict:

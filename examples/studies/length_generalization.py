@@ -8,7 +8,7 @@ control (8 real ops + identity ops), and learned halting where the run trains it
     python examples/studies/length_generalization.py --run local_bidir --seed 0      # train + evaluate one row
     python examples/studies/length_generalization.py --evaluate local_bidir --seed 0 # re-evaluate its model
     python examples/studies/length_generalization.py --collect                     # table, plot, README
-    python examples/studies/length_generalization.py --export local_bidir_halting  # ship the checkpoint
+    python examples/studies/length_generalization.py --export local_bidir_halting  # a Hub folder of a run
 
 Writes results/length_generalization_cpu/runs/<run>_s<seed>.json (command, seed, steps, wall time, curve,
 accuracy grid, G, profiles), README.md (one row per run, mean ± sd where there are seeds) and plots.
@@ -80,22 +80,12 @@ def train(name: str, seed: int) -> dict:
 
 
 def grid_accuracy(model, tokenizer, task, mode: str, common: dict) -> dict:
-    """Accuracy on GRID, depth by depth, stopping after two consecutive depths below FAILED (a full-view loop at
-    d = 512 costs ~an hour on CPU, and d50 is already placed)."""
-    from state_tracking import evaluate_length_generalization, extrapolation_factor, longest_accurate_depth
+    """Accuracy on GRID with the stop rule (`state_tracking.evaluate_until_failed`: two consecutive depths under
+    FAILED end it; a full-view loop at d = 512 costs ~an hour on CPU, and d50 is already placed)."""
+    from state_tracking import evaluate_until_failed
 
-    depths, accuracy, per_depth, low = [], [], [], 0
-    for depth in GRID:
-        result = evaluate_length_generalization(model, tokenizer, task, [depth], mode=mode, progress=False, **common)
-        depths.append(depth)
-        accuracy.append(result["accuracy"][0])
-        per_depth.append(result["per_depth"][0])
-        low = low + 1 if accuracy[-1] < FAILED else 0
-        if low == 2:
-            break
-    return dict(depths=depths, accuracy=accuracy, per_depth=per_depth, d50=longest_accurate_depth(depths, accuracy),
-                extrapolation_factor=extrapolation_factor(depths, accuracy, TRAIN_MAX_DEPTH),
-                environment=result["environment"])
+    return evaluate_until_failed(model, tokenizer, task, GRID, mode=mode, train_max_depth=TRAIN_MAX_DEPTH,
+                                 stop_below=FAILED, progress=False, **common)
 
 
 def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
@@ -184,7 +174,7 @@ def collect() -> None:
         for r in group if group[0].get("halting") else []:
             h = r["halting"]
             bound = "≥ " if h["depths"][-1] == GRID[-1] and h["accuracy"][-1] >= 0.5 else ""
-            readme.append(f"| `{name}`, learned halting (d unknown) | " + " | ".join(seeds_cell([h], d) for d in short)
+            readme.append(f"| `{name}`, learned halting | " + " | ".join(seeds_cell([h], d) for d in short)
                           + f" | {bound}{h['extrapolation_factor']:.2f} |")
     (OUT / "readme_table.md").write_text("\n".join(readme) + "\n")
     text = (OUT / "README.md").read_text() if (OUT / "README.md").exists() else ""
@@ -213,35 +203,27 @@ def collect() -> None:
     print("\n".join(summary))
 
 
-def export_checkpoint(name: str, seed: int, target: Path = REPO / "checkpoints" / "par-swap-s5-small") -> None:
-    """Ship a study run as the package's small checkpoint: bf16 weights, remote code, tokenizer, task, a card with
+def export_checkpoint(name: str, seed: int, target: Path = RUN_DIR / "export") -> None:
+    """Export a study run as a Hub folder (the shipped checkpoints/par-swap-s5-small now comes from the paper
+    protocol, examples/reproduce/paper_protocol.py --export): bf16 weights, remote code, tokenizer, task, a card with
     the recipe, its measured accuracy and training curve, and training_summary.json (commands relative to the repo)."""
     import shutil
 
     sys.path.insert(0, str(REPO / "examples"))
-    from push_to_hub import export_for_hub
+    from push_to_hub import export_for_hub, results_section
 
     row = json.loads((OUT / "runs" / f"{name}_s{seed}.json").read_text())
-    lines = [f"Run `{name}` (seed {seed}) of the CPU length-generalization study "
-             "(`results/length_generalization_cpu/` in the package repository): "
-             f"{row['description']}.", "", f"Training command: `{row['command']}` ({row['steps']} steps, "
-             f"{row['train_seconds']:.0f} s on 2 CPU cores shared by two runs, train d ≤ {TRAIN_MAX_DEPTH}).", "",
-             "Overall state accuracy (all five boxes right), 256 fresh sequences per depth, ordinary positions:", "",
-             "| mode | " + " | ".join(f"d={d}" for d in row["depths"]) + " |", "|---|" + "---|" * len(row["depths"]),
-             "| forced depth | " + " | ".join(f"{100 * a:.1f}" for a in row["accuracy"]) + " |"]
+    intro = (f"Run `{name}` (seed {seed}) of the CPU length-generalization study (`results/length_generalization_cpu/` "
+             f"in the package repository): {row['description']}.\n\nTraining command: `{row['command']}` "
+             f"({row['steps']} steps, {row['train_seconds']:.0f} s on 2 CPU cores shared by two runs, train d ≤ "
+             f"{TRAIN_MAX_DEPTH}).\n\nOverall state accuracy (all five boxes right), 256 fresh sequences per depth, "
+             "ordinary positions:")
+    rows = {"forced depth": row["accuracy"]}
     if row.get("halting"):
-        h = row["halting"]
-        lines.append("| learned halting (d unknown) | " + " | ".join(f"{100 * a:.1f}" for a in h["accuracy"]) + " |")
-        lines += ["", "Halting: mean iterations " + ", ".join(
-            f"d={p['depth']}: {p['mean_iterations']:.1f}" for p in h["per_depth"]) + "; never halted: " + ", ".join(
-            f"{100 * p['fraction_not_halted']:.1f}%" for p in h["per_depth"]) + "."]
-    curve = row.get("curve") or []
-    lines += ["", "Training curve (every 100 steps: loss, readout accuracy at the last iteration, curriculum depth):", "",
-              "| step | loss | acc (last iteration) | max depth |", "|---|---|---|---|"]
-    lines += [f"| {c['step']} | {c['loss']:.4g} | {c.get('acc_last_iteration', float('nan')):.3f} | "
-              f"{c.get('curriculum_max_depth', '')} |" for c in curve]
+        rows["learned halting"] = row["halting"]["accuracy"]
+    text = results_section(intro, row["depths"], rows, (row.get("halting") or {}).get("per_depth"), row.get("curve"))
     results = OUT / "runs" / f"{name}_s{seed}_card.md"
-    results.write_text("\n".join(lines) + "\n")
+    results.write_text(text)
     if target.exists():
         shutil.rmtree(target)
     export_for_hub(run_path(name, seed), target, repo_id="par-swap-s5-small", dtype="bfloat16", results=results,
@@ -264,7 +246,7 @@ def main(argv=None) -> None:
     group.add_argument("--run", choices=list(RUNS), help="train and evaluate one run")
     group.add_argument("--evaluate", choices=list(RUNS), help="evaluate a trained run again")
     group.add_argument("--collect", action="store_true", help="rebuild the table, plots and README")
-    group.add_argument("--export", choices=list(RUNS), help="ship this run as checkpoints/par-swap-s5-small")
+    group.add_argument("--export", choices=list(RUNS), help="export this run to runs/length_generalization/export")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.collect:
