@@ -239,7 +239,8 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
     monkeypatch.setattr(protocol, "RUN_DIR", REPO / "runs" / "test_paper_protocol" / tmp_path.name)
     monkeypatch.setattr(protocol, "OUT", tmp_path / "results")
     for name, value in (("TRAIN_MAX_DEPTH", 3), ("GRID", [3, 6, 24, 48, 96]), ("N", 16), ("STEPS", 2),
-                        ("SAVE_STEPS", 2), ("PROFILE_DEPTHS", [6]), ("PROFILE_N", 8),
+                        ("SAVE_STEPS", 2), ("PROFILE_DEPTHS", [6]), ("PROFILE_N", 8), ("LONG_GRID", [12, 30]),
+                        ("LONG_N", 8), ("LONG_BATCH", 4),
                         ("CURRICULUM", ["--curriculum_start_depth", "2", "--curriculum_every_steps", "1"])):
         monkeypatch.setattr(protocol, name, value)
     small = ["--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2",
@@ -267,8 +268,13 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
         protocol.main(["--row", "lstm", "--seed", "0"])
         lstm = json.loads(protocol.record_path("lstm", 0).read_text())
         assert lstm["evaluation"]["forced"]["depths"] == protocol.GRID[: len(lstm["evaluation"]["forced"]["depths"])]
+        for row in ("recipe_halting", "lstm"):  # past the protocol
+            protocol.main(["--long", row, "--seed", "0"])
+            long = json.loads((tmp_path / "results" / "long" / f"{row}_s0.json").read_text())
+            assert long["evaluation"]["n_per_depth"] == 8 and long["evaluation"]["depths"][0] == 12
         protocol.main(["--collect"])
         table = (tmp_path / "results" / "table.md").read_text()
+        assert "Past the protocol (`--long`)" in table and "| d=12 (4×) | d=30 (10×) |" in table
         assert table.index("PAR + learned halting — *paper, reported*") < table.index("*ours, CPU*")
         assert "PAR recipe (local view) + halting labels, learned halting — *ours, CPU* | 1 |" in table
         assert "LSTM, hidden 288 (≈ PAR's parameters) — *ours, CPU* | 1 |" in table
