@@ -595,12 +595,17 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         """Answer each sample with per-sample early exit: a finished sample leaves the batch.
 
         Forced depth (`num_iterations` = R, an int or a (b,) tensor): read iteration R of each sample.
-        Learned halting (`halting=True`, depth unknown): read the first iteration R confirmed by `halt_confirmed`
-        over R..R+m−1, so a sample runs R + m − 1 iterations. One never confirmed by `max_iterations` (default
+        Learned halting (`halting=True`, no iteration count given): read the first iteration R confirmed by
+        `halt_confirmed` over R..R+m−1, so a sample runs R + m − 1 iterations. One never confirmed by `max_iterations` (default
         `config.max_iterations`) returns its last readout with `halted=False`. On the local window, forced depth runs
         `runtime.block_iterations` iterations at a time up to the nearest depth, and halting runs them that many at a
         time with their readouts in one coda call (a sample that halts inside a block leaves the batch at its end:
         the same answers, up to K − 1 iterations computed and not read).
+
+        Under the local view the depth is not hidden from the loop: `operation_ends` marks every operation, and
+        iteration k > d reads an empty window, which is what a model trained with `halt_label_offset=1` learns to
+        halt on (at R = d + 1). Halting there means "stop where the given operations end", not the paper's
+        "depth unknown"; under the full view the queries must infer it from the prompt.
         """
         batch = input_ids.shape[0]
         device = input_ids.device

@@ -280,7 +280,7 @@ def long_table() -> str:
         if members:
             curves = np.array([padded(r["evaluation"], LONG_GRID) for r in members])
             lines.append(f"| {ROWS[row]['label']} ({', '.join(str(r['seed']) for r in members)}) | "
-                         + " | ".join(cell(list(curves[:, i])) for i in range(len(LONG_GRID))) + " |")
+                         + " | ".join(cell(list(curves[:, i]), digits=2) for i in range(len(LONG_GRID))) + " |")
     return "\n".join(lines)
 
 
@@ -297,11 +297,12 @@ def padded(evaluation: dict, grid: list[int] | None = None) -> list[float]:
     return [got.get(d, 0.0) for d in (grid or GRID)]
 
 
-def cell(values: list[float]) -> str:
+def cell(values: list[float], digits: int = 1) -> str:
+    """'mean ± sd' (%, sample sd) over seeds, or the one value."""
     values = [100 * v for v in values]
     if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{np.mean(values):.1f} ± {np.std(values, ddof=1):.1f}"
+        return f"{values[0]:.{digits}f}"
+    return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}"
 
 
 def load_records() -> list[dict]:
@@ -329,8 +330,8 @@ def detailed_table(records: list[dict]) -> str:
     lines = [header, "|---|" + "---|" * (len(GRID) + 4)]
     for (row, mode), members in groups(records).items():
         curves = np.array([padded(r["evaluation"][mode]) for r in members])
-        cells = [cell(list(curves[:, i])) for i in range(len(GRID))]
-        at16 = (f"{100 * curves[:, GRID.index(16 * TRAIN_MAX_DEPTH)].min():.1f}"
+        cells = [cell(list(curves[:, i]), digits=2) for i in range(len(GRID))]
+        at16 = (f"{100 * curves[:, GRID.index(16 * TRAIN_MAX_DEPTH)].min():.2f}"
                 if 16 * TRAIN_MAX_DEPTH in GRID else "—")
         wrong = int(round(float(((1 - curves) * N).sum())))  # depths past the stop rule: all N wrong
         lines.append(f"| {name_of(row, mode)} ({len(members)}) | " + " | ".join(cells) + f" | {at16} | "
