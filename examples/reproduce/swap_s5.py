@@ -7,6 +7,10 @@ processes under one wall-clock budget each, then evaluated on fresh sequences pe
 Writes OUT/<run>.json (config, seed, steps, samples seen, wall time, machine, per-depth accuracy),
 OUT/README.md (mean ± sd across seeds beside the paper's numbers), OUT/accuracy_vs_depth.png, and copies the
 best PAR run as a bf16 checkpoint to --checkpoint-dir. Each run is `examples/train_par.py` with the flags below.
+
+The paper's protocol row by row (train d ≤ 32, 1,024 sequences per length, 6 seeds, resumable rows, LSTM / GRU
+baselines, the stop rule) is `examples/reproduce/paper_protocol.py`, which also ships checkpoints/par-swap-s5-small;
+this script is the one-call version (all runs in parallel under one wall-clock budget) for a GPU machine.
 """
 
 from __future__ import annotations
