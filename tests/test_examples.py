@@ -258,6 +258,8 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
         record = json.loads(protocol.record_path("recipe_halting", 0).read_text())
         assert [s["resumed_from"] for s in record["segments"]] == [None, "checkpoint-2"]
         assert "--resume_from_checkpoint" in record["train_commands"][1] and record["steps"] == 4
+        before = record["segments"][1]["trained_seconds_before"]
+        assert before > 0 and record["train_seconds"] == round(before + record["segments"][1]["wall_seconds"], 1)
         for mode in ("forced", "halting"):
             evaluation = record["evaluation"][mode]
             depths = evaluation["depths"]

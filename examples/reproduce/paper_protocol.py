@@ -116,6 +116,20 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return checkpoints[-1] if checkpoints else None
 
 
+def trained_seconds(checkpoint: Path) -> float:
+    """Training time up to `checkpoint`, all earlier segments included (kept by trainers.TimeBudgetCallback)."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return float(state.get("stateful_callbacks", {}).get("TimeBudgetCallback", {}).get("args", {}).get(
+        "elapsed_before", 0.0))
+
+
+def row_train_seconds(segments: list[dict]) -> float:
+    """The row's training time: what its checkpoint had counted when the last segment began, plus that segment's
+    wall time (time an interrupted segment spent after its last checkpoint is not counted: those steps were redone)."""
+    last = segments[-1]
+    return round(last.get("trained_seconds_before", 0.0) + last.get("wall_seconds", 0.0), 1)
+
+
 def thread_env() -> dict:
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1", TOKENIZERS_PARALLELISM="false")
 
@@ -136,8 +150,8 @@ def train_par(row: str, seed: int) -> list[dict]:
     for segment in segments:  # a segment without an end was cut off (its process ended with the session)
         segment.setdefault("status", "interrupted")
     segments.append({"command": " ".join(command), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                     "resumed_from": None if resume is None else resume.name, "status": None})
-    segments[-1].pop("status")
+                     "resumed_from": None if resume is None else resume.name,
+                     "trained_seconds_before": 0.0 if resume is None else trained_seconds(resume)})
     segments_file.write_text(json.dumps(segments, indent=1))
     started = time.time()
     with open(folder / f"train_segment{len(segments)}.log", "w") as log:
@@ -184,7 +198,7 @@ def evaluate_par(row: str, seed: int, segments: list[dict]) -> dict:
         command=f"python examples/reproduce/paper_protocol.py --row {row} --seed {seed}",
         train_commands=[s["command"] for s in segments], segments=segments,
         steps=summary["steps"], samples_seen=summary["samples_seen"],
-        train_seconds=round(sum(s.get("wall_seconds", 0.0) for s in segments), 1),
+        train_seconds=row_train_seconds(segments),
         budget_seconds=ROWS[row]["budget"], curriculum={"start": 2, "every_steps": 25, "reaches_32_at_step": 750},
         curve=summary.get("curve"), evaluation=evaluation, eval_seconds=eval_seconds,
         profile=profile, padding_control=control, environment=result["environment"],
