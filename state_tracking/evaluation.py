@@ -330,7 +330,7 @@ def evaluate_until_failed(
     results.update(
         depths=done, accuracy=accuracies, per_depth=rows, d50=longest_accurate_depth(done, accuracies),
         extrapolation_factor=None if train_max_depth is None else extrapolation_factor(done, accuracies, train_max_depth),
-        extrapolation_factor_is_lower_bound=bool(min(accuracies) >= ACCURACY_THRESHOLD and done == grid),
+        extrapolation_factor_is_lower_bound=bool(min(accuracies) >= ACCURACY_THRESHOLD),
         grid=grid, stopped_early=len(done) < len(grid), stop_below=stop_below,
     )
     return results

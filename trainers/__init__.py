@@ -1,6 +1,6 @@
 """Trainer subclasses for PAR: the progress-aligned loss, halting, depth schedules, prefix self-distillation."""
 
-from .callbacks import TimeBudgetCallback
+from .callbacks import TimeBudgetCallback, trained_seconds
 from .distributed import teardown_distributed, teardown_distributed_at_exit
 from .objectives import (
     OBJECTIVES,
@@ -29,5 +29,5 @@ __all__ = [
     "SelfDistillationArguments", "TimeBudgetCallback", "answer_loss", "apply_core_lora", "balanced_halt_loss", "core_lora_config",
     "curriculum_max_depth", "distillation_kl", "ema_update", "final_targets", "halt_labels", "hold_iterations",
     "is_adapter_parameter", "iterations_for_depth", "progress_targets", "readout_accuracy", "stretch_max_scale",
-    "teardown_distributed", "teardown_distributed_at_exit",
+    "teardown_distributed", "teardown_distributed_at_exit", "trained_seconds",
 ]

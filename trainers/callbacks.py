@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -48,3 +50,11 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
 
     def state(self) -> dict:
         return {"args": {"seconds": self.seconds, "elapsed_before": round(self.elapsed(), 3)}, "attributes": {}}
+
+
+def trained_seconds(checkpoint: str | Path) -> float:
+    """Training seconds a checkpoint had counted (earlier segments included): what `TimeBudgetCallback.state`
+    stored in its `trainer_state.json`; 0 for a checkpoint saved without a budget."""
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    saved = state.get("stateful_callbacks", {}).get(TimeBudgetCallback.__name__, {})
+    return float(saved.get("args", {}).get("elapsed_before", 0.0))

@@ -42,7 +42,7 @@ from state_tracking import (  # noqa: E402
     model_token_ids,
 )
 from state_tracking.accuracy import overall_state_accuracy  # noqa: E402
-from state_tracking.evaluation import draw_test_problems, repo_relative  # noqa: E402
+from state_tracking.evaluation import STOP_BELOW, draw_test_problems, repo_relative  # noqa: E402
 from trainers import DepthBatchSampler  # noqa: E402
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
@@ -128,8 +128,8 @@ def evaluate(model, task, tokenizer, depths, n, seed, batch_size) -> list[dict]:
         accuracy = overall_state_accuracy(np.concatenate(answers), task.final_states(ops))
         rows.append({"depth": depth, "accuracy": accuracy, "n": n})
         print(f"  d = {depth}: {accuracy:.4f}", flush=True)
-        below = below + 1 if accuracy < 0.02 else 0
-        if below == 2:  # two consecutive depths under 2% end the grid
+        below = below + 1 if accuracy < STOP_BELOW else 0
+        if below == 2:  # the evaluator's stop rule (evaluate_until_failed): two consecutive depths under 2% end it
             break
     return rows
 

@@ -38,6 +38,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "examples" / "studies"))
+
+from length_generalization import load_run  # noqa: E402 (one loader for both studies' saved runs)
 
 OUT = REPO / "results" / "paper_protocol_cpu"
 RUN_DIR = REPO / "runs" / "paper_protocol"
@@ -71,11 +74,12 @@ def common_par() -> list[str]:
     ]
 
 
-def common_rnn() -> list[str]:
-    """examples/baselines/rnn.py flags every RNN row shares: the same data, curriculum, steps, batch and test."""
+def common_rnn(depths: list[int] | None = None, n: int | None = None) -> list[str]:
+    """examples/baselines/rnn.py flags every RNN row shares: the same data, curriculum, steps, batch and test (GRID × N
+    unless given)."""
     return ["--max_train_depth", str(TRAIN_MAX_DEPTH), *CURRICULUM, "--max_steps", str(STEPS),
             "--batch_size", "64", "--learning_rate", "1e-3", "--logging_steps", "100",
-            "--eval_depths", ",".join(map(str, GRID)), "--eval_n", str(N)]
+            "--eval_depths", ",".join(map(str, depths or GRID)), "--eval_n", str(n or N)]
 
 
 LOCAL = ["--loop_view", "local", "--progress_positions", "true", "--bidirectional_queries", "true"]
@@ -116,13 +120,6 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return checkpoints[-1] if checkpoints else None
 
 
-def trained_seconds(checkpoint: Path) -> float:
-    """Training time up to `checkpoint`, all earlier segments included (kept by trainers.TimeBudgetCallback)."""
-    state = json.loads((checkpoint / "trainer_state.json").read_text())
-    return float(state.get("stateful_callbacks", {}).get("TimeBudgetCallback", {}).get("args", {}).get(
-        "elapsed_before", 0.0))
-
-
 def row_train_seconds(segments: list[dict]) -> float:
     """The row's training time: what its checkpoint had counted when the last segment began, plus that segment's
     wall time (time an interrupted segment spent after its last checkpoint is not counted: those steps were redone)."""
@@ -136,6 +133,8 @@ def thread_env() -> dict:
 
 def train_par(row: str, seed: int) -> list[dict]:
     """Train (or resume) a PAR row; returns its segments (command, start, wall seconds, steps reached, status)."""
+    from trainers import trained_seconds
+
     folder = run_path(row, seed)
     folder.mkdir(parents=True, exist_ok=True)
     segments_file = folder / "segments.json"
@@ -166,19 +165,13 @@ def train_par(row: str, seed: int) -> list[dict]:
 
 def evaluate_par(row: str, seed: int, segments: list[dict]) -> dict:
     import torch
-    from transformers import AutoTokenizer
 
-    from modeling_par import ParLoopedQwenForStateTracking
-    from state_tracking import evaluate_until_failed, load_task_from_dir, progress_profile
+    from state_tracking import evaluate_until_failed, progress_profile
 
     torch.set_num_threads(1)
     folder = run_path(row, seed)
     summary = json.loads((folder / "summary.json").read_text())
-    model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
-    # the loop cap is an inference setting: let forced depth reach the grid's end and halting confirm there
-    model.config.max_iterations = max(model.config.max_iterations, GRID[-1] + model.config.halt_window + 8)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    task = load_task_from_dir(folder)
+    model, tokenizer, task = load_run(folder, GRID[-1])
     modes = ["forced"] + (["halting"] if "--halting_loss_weight" in ROWS[row]["flags"] else [])
     evaluation, eval_seconds = {}, {}
     for mode in modes:
@@ -206,17 +199,23 @@ def evaluate_par(row: str, seed: int, segments: list[dict]) -> dict:
     )
 
 
-def train_and_evaluate_rnn(row: str, seed: int) -> dict:
+def run_rnn(row: str, seed: int, depths: list[int], n: int, name: str, extra: tuple[str, ...] = ()) -> tuple[dict, str]:
+    """Train an RNN row with examples/baselines/rnn.py (COMMON + the row's flags, scored on `depths` × `n`), logged to
+    <run>/<name>.log; returns (its results JSON, the command)."""
     folder = run_path(row, seed)
     folder.mkdir(parents=True, exist_ok=True)
-    raw = folder / "rnn.json"
-    command = ["python", "examples/baselines/rnn.py", "--seed", str(seed), *common_rnn(), *ROWS[row]["flags"],
-               "--results_json", str(raw.relative_to(REPO))]
-    started = time.time()
-    with open(folder / "train.log", "w") as log:
+    raw = folder / f"{name}.json"
+    command = ["python", "examples/baselines/rnn.py", "--seed", str(seed), *common_rnn(depths, n), *ROWS[row]["flags"],
+               *extra, "--results_json", str(raw.relative_to(REPO))]
+    with open(folder / f"{name}.log", "w") as log:
         subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=thread_env(), stdout=log, stderr=subprocess.STDOUT,
                        check=True)
-    result = json.loads(raw.read_text())
+    return json.loads(raw.read_text()), " ".join(command)
+
+
+def train_and_evaluate_rnn(row: str, seed: int) -> dict:
+    started = time.time()
+    result, command = run_rnn(row, seed, GRID, N, "rnn")
     from state_tracking import extrapolation_factor, longest_accurate_depth
 
     forced = {"depths": result["depths"], "accuracy": result["accuracy"],
@@ -226,7 +225,7 @@ def train_and_evaluate_rnn(row: str, seed: int) -> dict:
               "seed": seed}
     return dict(row=row, kind="rnn", label=ROWS[row]["label"], seed=seed, flags=ROWS[row]["flags"],
                 command=f"python examples/reproduce/paper_protocol.py --row {row} --seed {seed}",
-                train_commands=[" ".join(command)], steps=result["steps"],
+                train_commands=[command], steps=result["steps"],
                 samples_seen=result["steps"] * result["batch_size"], train_seconds=result["train_seconds"],
                 wall_seconds=round(time.time() - started, 1), curriculum=result["curriculum"], curve=result["curve"],
                 evaluation={"forced": forced}, eval_seconds={"forced": result["eval_seconds"]},
@@ -239,34 +238,18 @@ def evaluate_long(row: str, seed: int) -> dict:
     same seed and data, one thread — and scored on LONG_GRID. Writes OUT/long/<row>_s<seed>.json."""
     started = time.time()
     if ROWS[row]["kind"] == "rnn":
-        folder = run_path(row, seed)
-        folder.mkdir(parents=True, exist_ok=True)
-        raw = folder / "rnn_long.json"
-        flags = [f for f in common_rnn()]
-        flags[flags.index("--eval_depths") + 1] = ",".join(map(str, LONG_GRID))
-        flags[flags.index("--eval_n") + 1] = str(LONG_N)
-        command = ["python", "examples/baselines/rnn.py", "--seed", str(seed), *flags, *ROWS[row]["flags"],
-                   "--eval_batch_size", str(LONG_BATCH), "--results_json", str(raw.relative_to(REPO))]
-        with open(folder / "train_long.log", "w") as log:
-            subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=thread_env(), stdout=log,
-                           stderr=subprocess.STDOUT, check=True)
-        result = json.loads(raw.read_text())
+        result, how = run_rnn(row, seed, LONG_GRID, LONG_N, "rnn_long", ("--eval_batch_size", str(LONG_BATCH)))
         evaluation = {"depths": result["depths"], "accuracy": result["accuracy"], "n_per_depth": LONG_N}
-        how = " ".join(command)
     else:
         import torch
-        from transformers import AutoTokenizer
 
-        from modeling_par import ParLoopedQwenForStateTracking
-        from state_tracking import evaluate_until_failed, load_task_from_dir
+        from state_tracking import evaluate_until_failed
         from state_tracking.evaluation import repo_relative
 
         torch.set_num_threads(1)
         folder = run_path(row, seed)
-        model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
-        model.config.max_iterations = max(model.config.max_iterations, LONG_GRID[-1] + model.config.halt_window + 8)
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        result = evaluate_until_failed(model, tokenizer, load_task_from_dir(folder), LONG_GRID, mode="forced",
+        model, tokenizer, task = load_run(folder, LONG_GRID[-1])
+        result = evaluate_until_failed(model, tokenizer, task, LONG_GRID, mode="forced",
                                        train_max_depth=TRAIN_MAX_DEPTH, n_per_depth=LONG_N, seed=seed,
                                        batch_size=LONG_BATCH, progress=False)
         evaluation = {k: result[k] for k in ("depths", "accuracy", "n_per_depth", "per_depth")}

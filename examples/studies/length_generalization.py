@@ -29,10 +29,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from state_tracking.evaluation import STOP_BELOW  # noqa: E402
+
 OUT = REPO / "results" / "length_generalization_cpu"
 RUN_DIR = REPO / "runs" / "length_generalization"
 GRID = [8, 10, 12, 16, 24, 32, 48, 64, 128, 256, 512]
-FAILED = 0.02  # two consecutive depths below this end a run's grid early (d50 is placed; longer is not run)
+FAILED = STOP_BELOW  # two consecutive depths below it end a grid early (d50 is placed; longer is not run)
 PROFILE_DEPTHS = [8, 16, 32]
 TRAIN_MAX_DEPTH = 8
 
@@ -88,22 +90,28 @@ def grid_accuracy(model, tokenizer, task, mode: str, common: dict) -> dict:
                                  stop_below=FAILED, progress=False, **common)
 
 
-def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
-    import torch
-
-    from state_tracking import load_task_from_dir, progress_profile
+def load_run(folder: Path, longest_depth: int):
+    """(model, tokenizer, task) of a train_par.py output folder, ready to evaluate up to `longest_depth`: the loop
+    cap is an inference setting, raised so that forced depth reaches it and halting can confirm there."""
     from transformers import AutoTokenizer
 
     from modeling_par import ParLoopedQwenForStateTracking
+    from state_tracking import load_task_from_dir
+
+    model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
+    model.config.max_iterations = max(model.config.max_iterations, longest_depth + model.config.halt_window + 8)
+    return model, AutoTokenizer.from_pretrained(folder), load_task_from_dir(folder)
+
+
+def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
+    import torch
+
+    from state_tracking import progress_profile
 
     torch.set_num_threads(1)
     folder = run_path(name, seed)
     summary = json.loads((folder / "summary.json").read_text())
-    model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
-    # the loop cap is an inference setting: let forced depth reach the grid's end and halting confirm there
-    model.config.max_iterations = max(model.config.max_iterations, GRID[-1] + model.config.halt_window + 8)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    task = load_task_from_dir(folder)
+    model, tokenizer, task = load_run(folder, GRID[-1])
     common = dict(n_per_depth=256, seed=seed)
     forced = grid_accuracy(model, tokenizer, task, "forced", common)
     halting = None
