@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mode", choices=MODES, default="forced")
     parser.add_argument("--rendering", choices=RENDERINGS, default="symbolic")
     parser.add_argument("--random-initial", action="store_true", help="random start assignment (shown in the prompt)")
+    parser.add_argument("--phrasing", choices=["canonical", "seen", "held_out"], default="canonical",
+                        help="text rendering: first forms, drawn among the phrasings training saw, or the task's "
+                             "held-out phrasings")
     parser.add_argument("--out", required=True, help="results JSON path")
     parser.add_argument("--plot", default=None, help="optional PNG of accuracy vs depth")
     parser.add_argument("--batch-size", type=int, default=256)
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
         rendering=args.rendering, train_max_depth=args.train_max_depth, step_size=args.step_size,
         random_initial=args.random_initial, device=args.device, progress=not args.no_progress,
         workers=args.workers or default_workers(args.device, model.config._attn_implementation),
-        fixed_iterations=args.fixed_iterations,
+        fixed_iterations=args.fixed_iterations, phrasing=args.phrasing,
     )
     results["model_dir"] = repo_relative(args.model)
     results["command"] = " ".join(sys.argv if argv is None else ["examples/evaluate_par.py", *argv])

@@ -5,6 +5,10 @@
 
 The folder holds safetensors weights, a config with `auto_map`, the two remote-code files, the tokenizer,
 the task spec (if the checkpoint has one) and the rendered model card (hub_card.md) as README.md.
+
+Measured accuracies also go into the card's YAML front matter as `model-index` (the Hub's structured results,
+shown on the model page): from `measured=` (see `model_index`), or from `--results` when that is an evaluator
+JSON (examples/evaluate_par.py --out). A card with no measured numbers has no model-index.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import sys
 from pathlib import Path
 
 import torch
+import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -28,13 +33,52 @@ EXTRA_FILES = ("state_tracking_task.json",)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                    "merges.txt", "added_tokens.json", "chat_template.jinja")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MODE_LABELS = {"forced": "forced depth (R = d)", "halting": "learned halting (no R given)"}  # evaluator mode -> row
+NO_MODEL_INDEX = "# no model-index: no measured results were attached to this export"
+
+
+def model_index(model_name: str, measured: dict | None) -> list[dict] | None:
+    """The card's `model-index` (spec: huggingface/hub-docs modelcard.md), or None when nothing was measured.
+
+    `measured`: {"task": name, "depths": [d, ...], "rows": {mode label: [accuracy (fraction) per depth, ...]},
+    optional "train_max_depth", "n_sequences", "task_spec" (the spec file in the repo)}; a row may be shorter than
+    `depths` (a stop rule ended its sweep), the same convention as `results_section`. One result per test depth
+    with at least one number: task `state-tracking`; dataset = the task (type `par-state-tracking/<task>`, config
+    `d<depth>` — the Hub tells results apart by task, dataset type, config and split, not by args — and args
+    test_depth, train_max_depth, n_sequences, task_spec); one `accuracy` metric per mode measured at that depth:
+    overall state accuracy (all queries right) in percent, 2 decimals, as the metric name says."""
+    if not measured or not any(measured["rows"].values()):
+        return None
+    task, depths, train_depth = measured.get("task"), list(measured["depths"]), measured.get("train_max_depth")
+    if not task:
+        raise ValueError("measured results need a task name (measured['task']); it names the model-index dataset.")
+    for label, accuracy in measured["rows"].items():
+        if len(accuracy) > len(depths) or not all(0 <= a <= 1 for a in accuracy):
+            raise ValueError(f"row {label!r}: expected at most {len(depths)} accuracies in [0, 1], got {accuracy}")
+    args = {k: measured[k] for k in ("train_max_depth", "n_sequences", "task_spec") if measured.get(k) is not None}
+    results = []
+    for i, depth in enumerate(depths):
+        scale = f" ({depth / train_depth:g}x)" if train_depth else ""
+        metrics = [{"type": "accuracy", "value": round(100 * float(accuracy[i]), 2),
+                    "name": f"overall state accuracy (%), {label}, d = {depth}{scale}"}
+                   for label, accuracy in measured["rows"].items() if i < len(accuracy)]
+        if metrics:
+            results.append({"task": {"type": "state-tracking", "name": "State tracking"},
+                            "dataset": {"type": f"par-state-tracking/{task}", "name": task, "config": f"d{depth}",
+                                        "args": {"test_depth": int(depth), **args}},
+                            "metrics": metrics})
+    return [{"name": model_name, "results": results}]
 
 
 def render_card(model, repo_id: str, results_markdown: str | None = None, training_data: str | None = None,
-                limits: str | None = None) -> str:
-    """Fill `hub_card.md`'s {{placeholders}}; an unknown placeholder is an error, not a blank."""
+                limits: str | None = None, measured: dict | None = None) -> str:
+    """Fill `hub_card.md`'s {{placeholders}}; an unknown placeholder is an error, not a blank. `measured` (see
+    `model_index`) becomes the front matter's `model-index`."""
     c = model.config
+    index = model_index(repo_id.split("/")[-1], measured)
     values = {
+        "model_index": NO_MODEL_INDEX if index is None else yaml.safe_dump(
+            {"model-index": index}, sort_keys=False, allow_unicode=True, width=120).rstrip("\n"),
         "model_name": repo_id.split("/")[-1],
         "repo_id": repo_id,
         "prelude_layers": c.prelude_layers, "core_layers": c.core_layers, "coda_layers": c.coda_layers,
@@ -77,9 +121,35 @@ def results_section(intro: str, depths: list[int], rows: dict[str, list[float]],
     return "\n".join(lines) + "\n"
 
 
+def measured_from_evaluation(record: dict) -> dict | None:
+    """`measured` from an evaluator JSON (examples/evaluate_par.py --out); None for any other JSON."""
+    if not isinstance(record, dict) or not {"depths", "accuracy", "mode"} <= set(record):
+        return None
+    return {"task": record.get("task"), "depths": record["depths"],
+            "rows": {MODE_LABELS.get(record["mode"], record["mode"]): record["accuracy"]},
+            "train_max_depth": record.get("train_max_depth"), "n_sequences": record.get("n_per_depth")}
+
+
+def _with_task(measured: dict, checkpoint: Path) -> dict:
+    """`measured` with its task name (from the checkpoint's task spec when not given) and spec file."""
+    spec_path = checkpoint / EXTRA_FILES[0]
+    spec = json.loads(spec_path.read_text()) if spec_path.is_file() else {}
+    task = measured.get("task") or spec.get("name") or spec.get("group")
+    if not task:
+        raise ValueError(f"measured results need a task name: give measured['task'] or a {spec_path.name} in "
+                         f"{checkpoint}.")
+    return {**measured, "task": task, **({"task_spec": spec_path.name} if spec_path.is_file() else {})}
+
+
 def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str | None = None,
                    dtype: str | None = None, results: str | Path | None = None,
-                   training_data: str | None = None, limits: str | None = None) -> Path:
+                   training_data: str | None = None, limits: str | None = None,
+                   measured: dict | None = None, rendering: str | None = None,
+                   learned_halting: bool | None = None) -> Path:
+    """`measured` (see `model_index`; "task" defaults to the checkpoint's task spec) is the card's model-index;
+    without it, an evaluator JSON given as `results` supplies one. `rendering` ("symbolic" / "text") writes the
+    task's segmentation rule into a checkpoint saved before configs carried one (`config.prompt_format`, what the
+    `state-tracking` pipeline reads raw text with); `learned_halting` records whether its halting head was trained."""
     checkpoint, output_dir = Path(checkpoint), Path(output_dir)
     if not (checkpoint / "config.json").is_file():
         raise ValueError(f"--checkpoint must be a folder with config.json; {checkpoint} has none.")
@@ -88,6 +158,13 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
     if output_dir.exists() and any(output_dir.iterdir()):
         raise ValueError(f"--output-dir {output_dir} exists and is not empty; give a new folder.")
     model = ParLoopedQwenForStateTracking.from_pretrained(checkpoint)
+    if rendering is not None:
+        from state_tracking import load_task_from_dir, prompt_format_of
+
+        model.config.prompt_format = prompt_format_of(load_task_from_dir(checkpoint), rendering).to_dict()
+    if learned_halting is not None:
+        model.config.learned_halting = learned_halting
+    model.config.validate_par(require_answers=True)
     if dtype is not None:
         model = model.to(DTYPES[dtype])
     model.save_pretrained(output_dir, safe_serialization=True)
@@ -99,7 +176,12 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
         results = Path(results)
         results_markdown = results.read_text() if results.suffix == ".md" else (
             "```json\n" + json.dumps(json.loads(results.read_text()), indent=1)[:4000] + "\n```")
-    card = render_card(model, repo_id or f"local/{checkpoint.name}", results_markdown, training_data, limits)
+        if measured is None and results.suffix == ".json":
+            measured = measured_from_evaluation(json.loads(results.read_text()))
+    if measured is not None:
+        measured = _with_task(measured, checkpoint)
+    card = render_card(model, repo_id or f"local/{checkpoint.name}", results_markdown, training_data, limits,
+                       measured)
     (output_dir / "README.md").write_text(card)
     return output_dir
 
@@ -113,13 +195,18 @@ def main(argv=None):
     parser.add_argument("--results", default=None, help="a results .md (inserted) or .json (quoted) for the card")
     parser.add_argument("--training-data", default=None, help="one paragraph for the card")
     parser.add_argument("--limits", default=None, help="one line for the card's limits")
+    parser.add_argument("--rendering", default=None, choices=["symbolic", "text"],
+                        help="write the task's segmentation rule (config.prompt_format) for the pipeline")
+    parser.add_argument("--learned-halting", default=None, choices=["true", "false"],
+                        help="whether the halting head was trained (the pipeline halts by it when true)")
     parser.add_argument("--push", action="store_true", help="upload the export to --repo-id")
     parser.add_argument("--private", action="store_true")
     args = parser.parse_args(argv)
     if args.push and not args.repo_id:
         parser.error("--push needs --repo-id")
     out = export_for_hub(args.checkpoint, args.output_dir, args.repo_id, args.dtype, args.results,
-                         args.training_data, args.limits)
+                         args.training_data, args.limits, rendering=args.rendering,
+                         learned_halting=None if args.learned_halting is None else args.learned_halting == "true")
     print(f"exported to {out}: {sorted(p.name for p in out.iterdir())}")
     if args.push:
         from huggingface_hub import HfApi

@@ -10,7 +10,12 @@ Every other field is Qwen2's own, so any Qwen2 / Qwen2.5 config is a valid start
 
 from transformers import Qwen2Config
 
+from .prompt_format import PromptFormat
+
 LOOP_VIEWS = ("full", "prefix", "local")
+# Every checkpoint names its pipeline: pipeline("state-tracking", model=DIR, trust_remote_code=True)
+CUSTOM_PIPELINES = {"state-tracking": {"impl": "pipeline_par.StateTrackingPipeline", "pt": ["AutoModel"], "tf": [],
+                                       "type": "text"}}
 
 
 def _fail(field, allowed, value):
@@ -53,6 +58,11 @@ class ParLoopedQwenConfig(Qwen2Config):
             `operation_ends`.
         bidirectional_queries (`bool`, defaults to `False`): the query region attends to itself in both directions
             (otherwise causally), so every query can read every other query's state within one iteration.
+        prompt_format (`dict` or `None`): the segmentation rule that turns a raw prompt into preamble / operations /
+            queries and builds `operation_ends` (`PromptFormat.to_dict()`, see `prompt_format.py`); what the
+            `state-tracking` pipeline reads raw text with. Its candidates are the answers, in `answer_token_ids` order.
+        learned_halting (`bool`, defaults to `False`): the halting readout was trained (`halting_loss_weight` > 0), so
+            the pipeline halts by it; otherwise it runs forced depth from the segmentation.
     """
 
     model_type = "par_looped_qwen2"
@@ -76,6 +86,8 @@ class ParLoopedQwenConfig(Qwen2Config):
         loop_view: str = "full",
         progress_positions: bool = False,
         bidirectional_queries: bool = False,
+        prompt_format: dict | None = None,
+        learned_halting: bool = False,
         **kwargs,
     ):
         self.prelude_layers = prelude_layers
@@ -95,6 +107,9 @@ class ParLoopedQwenConfig(Qwen2Config):
         self.loop_view = loop_view
         self.progress_positions = progress_positions
         self.bidirectional_queries = bidirectional_queries
+        self.prompt_format = prompt_format
+        self.learned_halting = learned_halting
+        kwargs.setdefault("custom_pipelines", {k: dict(v) for k, v in CUSTOM_PIPELINES.items()})
         kwargs.setdefault("num_hidden_layers", prelude_layers + core_layers + coda_layers)
         self._check_layer_split(kwargs["num_hidden_layers"])  # before Qwen2's own layer_types check
         super().__init__(**kwargs)
@@ -124,7 +139,8 @@ class ParLoopedQwenConfig(Qwen2Config):
                 fail(field, "an integer ≥ 1", value)
         if self.loop_view not in LOOP_VIEWS:
             fail("loop_view", f"one of {LOOP_VIEWS}", self.loop_view)
-        for field in ("norm_anchoring", "checkpoint_core", "progress_positions", "bidirectional_queries"):
+        for field in ("norm_anchoring", "checkpoint_core", "progress_positions", "bidirectional_queries",
+                      "learned_halting"):
             if not isinstance(getattr(self, field), bool):
                 fail(field, "a bool", getattr(self, field))
         if self.bidirectional_queries and self.loop_view == "full" and not self.progress_positions:
@@ -150,6 +166,16 @@ class ParLoopedQwenConfig(Qwen2Config):
         if halt is not None:
             if len(halt) != 2 or any(not is_int(i) or not 0 <= i < vocab for i in halt) or halt[0] == halt[1]:
                 fail("halt_token_ids", f"None or two distinct ids (Yes, No) in [0, vocab_size={vocab})", halt)
+        if self.learned_halting and halt is None:
+            fail("learned_halting", "False without halt_token_ids (there is no halting readout)", True)
+        if self.prompt_format is not None:
+            try:
+                candidates = PromptFormat.from_dict(self.prompt_format).candidates
+            except ValueError as error:
+                fail("prompt_format", f"a valid PromptFormat.to_dict() ({error})", "…")
+            if ids and len(candidates) != len(ids):
+                fail("prompt_format", f"a format with one candidate per answer_token_ids entry ({len(ids)}); it "
+                     f"lists {len(candidates)}", "…")
 
 
-__all__ = ["LOOP_VIEWS", "ParLoopedQwenConfig"]
+__all__ = ["CUSTOM_PIPELINES", "LOOP_VIEWS", "ParLoopedQwenConfig"]

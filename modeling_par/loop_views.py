@@ -58,12 +58,17 @@ def token_segments(operation_ends: torch.Tensor, attention_mask: torch.Tensor) -
     segment(t) = #{i ≤ d : end_i < t}: 0 = preamble (t ≤ end_0), i = operation i (end_{i−1} < t ≤ end_i),
     d + 1 = the query region (t > end_d). Returns segments (b, t), depth d (b,), query_region (b, t) bool (real
     tokens only).
+
+    Computed as a running count of operation-end markers, O(b · t) (no (b, t, D+1) comparison): a marker at
+    t = end_i + 1 for every valid entry, segment(t) = cumsum(markers)(t).
     """
     valid = operation_ends >= 0
     depth = valid.sum(-1) - 1  # (b,)
-    t = torch.arange(attention_mask.shape[-1], device=operation_ends.device)
-    ends = operation_ends.masked_fill(~valid, torch.iinfo(torch.long).max)
-    segments = (ends[:, None, :] < t[None, :, None]).sum(-1)  # (b, t)
+    b, t = attention_mask.shape
+    starts = torch.where(valid, operation_ends + 1, t).clamp(max=t)  # where each next segment starts; t: none
+    markers = torch.zeros(b, t + 1, dtype=torch.long, device=operation_ends.device)
+    markers.scatter_add_(1, starts, torch.ones_like(starts))
+    segments = markers[:, :t].cumsum(-1)  # (b, t)
     query_region = (segments == depth[:, None] + 1) & attention_mask.bool()
     return segments, depth, query_region
 
@@ -85,14 +90,15 @@ def operations_read(iteration: int | torch.Tensor, depth: torch.Tensor,
 
 
 def progress_shift(operation_end_positions: torch.Tensor, depth: torch.Tensor, iteration: int | torch.Tensor,
-                   step_size: int) -> torch.Tensor:
+                   step_size: int, samples: torch.Tensor | None = None) -> torch.Tensor:
     """Progress-coupled positions: at iteration k the query region's positions move back by
     Δ_k = pos(end_d) − pos(end_min(c·k, d)), so the queries sit right after the last operation read at iteration k
     whatever d is (Δ = 0 from k = ⌈d/c⌉ on: ordinary positions; k = 0, the prelude: right after the preamble).
-    operation_end_positions (b, D+1), depth (b,) -> Δ_k (b,)
+    operation_end_positions (b, D+1), depth (n,) -> Δ_k (n,); `samples` (n,) is each row's row of
+    `operation_end_positions` (default: row i's, n = b).
     """
     _, high = operations_read(iteration, depth, step_size)
-    rows = torch.arange(depth.shape[0], device=depth.device)
+    rows = torch.arange(depth.shape[0], device=depth.device) if samples is None else samples
     return operation_end_positions[rows, depth] - operation_end_positions[rows, high]
 
 
@@ -134,10 +140,10 @@ def loop_view_mask(base_allowed: torch.Tensor, segments: torch.Tensor, depth: to
 class LoopView:
     """What the iteration-dependent views (`loop_view`, `progress_positions`) need, per sample."""
 
-    base_allowed: torch.Tensor | None  # (b, t, t) bool, the padded causal mask (None in `repeat`'s copies)
+    base_allowed: torch.Tensor | None  # (b, t, t) bool, the padded causal mask (None on the local window: unread)
     segments: torch.Tensor  # (b, t) long, see `token_segments`
     depth: torch.Tensor  # (b,) long
-    query_region: torch.Tensor | None  # (b, t) bool (None in `repeat`'s copies)
+    query_region: torch.Tensor  # (b, t) bool
     positions: torch.Tensor  # (b, t) float, before stretch
     operation_ends: torch.Tensor  # (b, D+1) token indices
     operation_end_positions: torch.Tensor  # (b, D+1) float
@@ -146,12 +152,6 @@ class LoopView:
     def select(self, keep: torch.Tensor) -> LoopView:
         return LoopView(*(None if x is None else x[keep] for x in vars(self).values()))
 
-    def repeat(self, times: int) -> LoopView:
-        """The batch `times` times over, (times · b, ...): sample i of copy j is row j · b + i. The (b, t, t) base
-        mask and the query region are left out (None): the window plans that use this read neither."""
-        return LoopView(*(None if x is None or name in ("base_allowed", "query_region")
-                          else x.repeat(times, *([1] * (x.dim() - 1))) for name, x in vars(self).items()))
-
 
 def mask_dtype(config, hidden: torch.Tensor) -> torch.dtype | None:
     """The layers' mask type: None (a boolean mask) for sdpa, else the additive float mask's dtype."""
@@ -159,14 +159,19 @@ def mask_dtype(config, hidden: torch.Tensor) -> torch.dtype | None:
 
 
 def rotary_at(config, rotary_emb, loop: LoopView, positions: torch.Tensor, is_query: torch.Tensor,
-              iteration: int | torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+              iteration: int | torch.Tensor, hidden: torch.Tensor,
+              samples: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin of iteration k: `progress_shift` on the query rows (`progress_positions`), then the stretch
-    (`stretch_positions`), then Qwen2's rotary embedding `rotary_emb`."""
+    (`stretch_positions`), then Qwen2's rotary embedding `rotary_emb`. positions / is_query (n, w); `samples` (n,) is
+    each row's sample in `loop` (default: row i is sample i, n = b)."""
+    depth, scale = loop.depth, loop.position_scale
+    if samples is not None:
+        depth, scale = depth[samples], None if scale is None else scale[samples]
     if config.progress_positions:
-        shift = progress_shift(loop.operation_end_positions, loop.depth, iteration, config.step_size)
+        shift = progress_shift(loop.operation_end_positions, depth, iteration, config.step_size, samples)
         positions = positions - shift[:, None] * is_query
-    if loop.position_scale is not None:
-        positions = stretch_positions(positions, loop.position_scale)
+    if scale is not None:
+        positions = stretch_positions(positions, scale)
     return rotary_emb(hidden, positions)
 
 

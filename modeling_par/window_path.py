@@ -6,6 +6,11 @@ other token sees only its own segment and restarts from e. So each iteration can
 instead of O(prompt), the loop state being the query region's (b, Qmax, h). Exactly the masked computation of
 `loop_views` restricted to those rows (tests/test_loop_views.py, tests/test_speed_paths.py).
 
+The prelude (k = 0) of the local view is block-diagonal too: every operation sees only itself, the preamble sees
+itself, and the query region sees the preamble and itself. `segment_rows` gathers those blocks into rows
+(operations: (Σ d, longest operation); [preamble | query region]: (b, preamble + queries)), so the prelude costs
+O(prompt) memory and time instead of a (b, t, t) mask and its scores, and the window path holds no (b, t, t) tensor.
+
 Two speed-ups on top, both tested equal to one iteration at a time:
 - window plans: the windows of `window_plan_iterations` iterations are built in one vectorized pass;
 - blocks: with no grad, `block_iterations` iterations run as one unit (`core_iterations`), one graph under
@@ -20,6 +25,84 @@ import torch
 
 from .loop_types import IterationView, LoopStep, ReadoutInput
 from .loop_views import LoopView, attention_bias, mask_dtype, operations_read, rotary_at
+
+
+@dataclass(frozen=True)
+class SegmentRows:
+    """Independent attention blocks of the prompt, one per row: `index` (n, w) the token of each column in the
+    flattened (b · t) prompt, `inside` (n, w) the columns that are the block's own tokens (each token of the prompt
+    in at most one row; the other columns repeat one of them), `allowed` (n, w, w) the keys each column sees."""
+
+    index: torch.Tensor
+    inside: torch.Tensor
+    allowed: torch.Tensor
+
+
+def operation_rows(operation_ends: torch.Tensor, attention_mask: torch.Tensor) -> SegmentRows:
+    """The operations of every sample as rows, (Σ_b d_b, longest operation): operation i's tokens
+    (end_{i−1}, end_i], causal among its real tokens, as `loop_views.loop_view_mask` (local, k = 0) lets them see."""
+    t = attention_mask.shape[1]
+    sample, op = (operation_ends[:, 1:] >= 0).nonzero(as_tuple=True)  # (n,): operation op + 1 of sample
+    start = operation_ends[sample, op] + 1
+    length = operation_ends[sample, op + 1] - operation_ends[sample, op]
+    offsets = torch.arange(int(length.max()) if length.numel() else 0, device=attention_mask.device)
+    inside = offsets[None] < length[:, None]  # (n, w)
+    index = sample[:, None] * t + torch.minimum(start[:, None] + offsets[None], (start + length - 1)[:, None])
+    real = inside & attention_mask.reshape(-1)[index].bool()
+    causal = offsets[None, :] <= offsets[:, None]  # key j not after query i, (w, w)
+    return SegmentRows(index, inside, _with_self(causal[None] & real[:, None, :]))
+
+
+def preamble_query_rows(segments: torch.Tensor, query_region: torch.Tensor, attention_mask: torch.Tensor,
+                        bidirectional_queries: bool) -> SegmentRows:
+    """One row per sample, (b, real preamble tokens + query region): the preamble causal among itself, the query region
+    seeing all of the preamble and, causally (all of it with `bidirectional_queries`), itself — what
+    `loop_views.loop_view_mask` (local, k = 0) lets them see. Padding is left out (its prelude output is never read
+    on the window path)."""
+    b, t = attention_mask.shape
+    head = ((segments == 0) & attention_mask.bool()) | query_region  # (b, t)
+    count = head.sum(-1)
+    width = int(count.max())
+    tokens = torch.arange(t, device=head.device).expand(b, t)
+    table = torch.zeros(b, width + 1, dtype=torch.long, device=head.device)  # column `width`: the tokens left out
+    table.scatter_(1, torch.where(head, head.long().cumsum(-1) - 1, width), tokens)
+    inside = torch.arange(width, device=head.device)[None] < count[:, None]
+    token = torch.where(inside, table[:, :width], table[:, :1])  # (b, w) in prompt order
+    is_query = query_region.gather(1, token) & inside
+    earlier = token[:, None, :] <= token[:, :, None]
+    sees_query = is_query[:, :, None] & is_query[:, None, :] & bidirectional_queries
+    allowed = inside[:, None, :] & (earlier | sees_query)
+    index = torch.arange(b, device=head.device)[:, None] * t + token
+    return SegmentRows(index, inside, _with_self(allowed))
+
+
+def _with_self(allowed: torch.Tensor) -> torch.Tensor:
+    """Every column sees itself, so no softmax row is empty (`loop_views.loop_view_mask` does the same)."""
+    return allowed | torch.eye(allowed.shape[-1], dtype=torch.bool, device=allowed.device)[None]
+
+
+def segment_rows(loop: LoopView, attention_mask: torch.Tensor, bidirectional_queries: bool) -> list[SegmentRows]:
+    """The local view's prelude as independent blocks: the operations' rows and the [preamble | query region] rows."""
+    return [operation_rows(loop.operation_ends, attention_mask),
+            preamble_query_rows(loop.segments, loop.query_region, attention_mask, bidirectional_queries)]
+
+
+def segmented_prelude(prelude, config, blocks: list[SegmentRows], hidden: torch.Tensor, cos: torch.Tensor,
+                      sin: torch.Tensor) -> torch.Tensor:
+    """e = P(x) under the local view, block by block: `prelude` (the model's prelude layers, called like
+    `_prelude_block`) on each `SegmentRows`' gathered rows with its own small mask, scattered back to the prompt
+    (b, t, h). Equal to the prelude with the whole-prompt mask of `loop_view_mask` (local, k = 0) on every real
+    token (tested); padding tokens get 0."""
+    b, t, h = hidden.shape
+    flat, cos, sin = hidden.reshape(b * t, h), cos.reshape(b * t, -1), sin.reshape(b * t, -1)
+    out = hidden.new_zeros(b * t, h)
+    for rows in blocks:
+        if rows.index.numel() == 0:  # no operation in the batch
+            continue
+        mask = attention_bias(rows.allowed, mask_dtype(config, hidden))
+        e = prelude(flat[rows.index], mask, cos[rows.index], sin[rows.index])
+        out = out.index_copy(0, rows.index[rows.inside], e[rows.inside])
+    return out.reshape(b, t, h)
 
 
 @dataclass(frozen=True)
@@ -48,11 +131,12 @@ def local_window_of(loop: LoopView, prelude_out: torch.Tensor, query_positions: 
 
 
 def local_window_rows(operation_ends: torch.Tensor, depth: torch.Tensor, iteration: int | torch.Tensor,
-                      step_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+                      step_size: int, samples: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Token indices of the operations iteration k reads, (end_{c·(k−1)}, end_{min(c·k, d)}], padded to the batch's
-    longest span S. Returns index (b, S) and valid (b, S)."""
+    longest span S. Returns index (n, S) and valid (n, S) for n rows of depth (n,) and iteration (n,) or an int;
+    `samples` (n,) is each row's row of `operation_ends` (default: row i's, n = b)."""
     low, high = operations_read(iteration, depth, step_size)
-    rows = torch.arange(depth.shape[0], device=depth.device)
+    rows = torch.arange(depth.shape[0], device=depth.device) if samples is None else samples
     start = operation_ends[rows, low] + 1
     length = operation_ends[rows, high] - operation_ends[rows, low]  # 0 past ⌈d/c⌉
     span = max(int(length.max()), 0)
@@ -101,17 +185,19 @@ class WindowPlan:
 def window_plan(model, loop: LoopView, window: LocalWindow, first: int, count: int,
                 hidden: torch.Tensor) -> WindowPlan:
     """The windows of iterations first..first+count−1, computed on the batch repeated `count` times: per row the
-    mask of `loop_views.loop_view_mask` (local) and the positions of `loop_views.rotary_at`, restricted to the window."""
+    mask of `loop_views.loop_view_mask` (local) and the positions of `loop_views.rotary_at`, restricted to the window.
+    Row j · b + i is sample i at iteration first + j; it reads the batch's (b, t) and (b, D+1) tensors through its
+    sample index, never a copy of them: a plan costs O(count · window), not O(count · prompt)."""
     c = model.config
     b = window.query_index.shape[0]
-    loop = loop.repeat(count)
+    samples = torch.arange(b, device=loop.depth.device).repeat(count)  # (count·b,)
     iteration = torch.arange(first, first + count, device=loop.depth.device).repeat_interleave(b)  # (count·b,)
     query_index, query_valid = window.query_index.repeat(count, 1), window.query_valid.repeat(count, 1)
-    op_index, op_valid = local_window_rows(loop.operation_ends, loop.depth, iteration, c.step_size)
+    op_index, op_valid = local_window_rows(loop.operation_ends, loop.depth[samples], iteration, c.step_size, samples)
     index = torch.cat([op_index, query_index], 1)  # (count·b, w)
     valid = torch.cat([op_valid, query_valid], 1)
     is_query = torch.cat([torch.zeros_like(op_valid), query_valid], 1)
-    segment = loop.segments.gather(1, index)
+    segment = loop.segments[samples[:, None], index]
     earlier = index[:, None, :] <= index[:, :, None]  # key j not after query i
     key_valid, query_row = valid[:, None, :], is_query[:, :, None]
     key_op = (valid & ~is_query)[:, None, :]
@@ -119,7 +205,8 @@ def window_plan(model, loop: LoopView, window: LocalWindow, first: int, count: i
     allowed = key_valid & torch.where(query_row, key_op | sees_query,
                                       key_op & earlier & (segment[:, None, :] == segment[:, :, None]))
     allowed = allowed | torch.eye(index.shape[1], dtype=torch.bool, device=index.device)[None]
-    cos, sin = rotary_at(c, model.model.rotary_emb, loop, loop.positions.gather(1, index), is_query, iteration, hidden)
+    cos, sin = rotary_at(c, model.model.rotary_emb, loop, loop.positions[samples[:, None], index], is_query, iteration,
+                         hidden, samples)
     mask = attention_bias(allowed, mask_dtype(c, hidden))
     return WindowPlan(first, *(x.reshape(count, b, *x.shape[1:]) for x in (index, mask, cos, sin)))
 
@@ -178,5 +265,6 @@ class WindowPlans:
         self.plan = None if self.plan is None else self.plan.select(keep)
 
 
-__all__ = ["LocalWindow", "WindowPlan", "WindowPlans", "core_iterations", "local_window_of", "local_window_rows",
-           "op_rows_e", "window_plan"]
+__all__ = ["LocalWindow", "SegmentRows", "WindowPlan", "WindowPlans", "core_iterations", "local_window_of",
+           "local_window_rows", "op_rows_e", "operation_rows", "preamble_query_rows", "segment_rows",
+           "segmented_prelude", "window_plan"]

@@ -27,7 +27,7 @@ from .evaluation import (
     plot_accuracy_vs_depth,
     save_results,
 )
-from .prompts import RENDERINGS, symbolic_tokens, text_prompt
+from .prompts import RENDERINGS, prompt_format_of, symbolic_tokens, text_prompt
 from .tasks import (
     GROUP_TASK_NAMES,
     TASK_FILE_NAME,
@@ -77,5 +77,6 @@ __all__ = [
     "save_task",
     "symbolic_tokens",
     "text_prompt",
+    "prompt_format_of",
     "truncate_to_prefix",
 ]

@@ -94,8 +94,13 @@ def build_dataset(
     depths: int | tuple[int, int] | range | Sequence[int] | Mapping[int, float] = (1, 32),
     seed: int = 0,
     random_initial: bool = False,
+    phrasing: str = "seen",
 ) -> Dataset:
     """n problems with depths drawn from ``depths`` (see :func:`parse_depths`), reproducible from seed.
+
+    ``phrasing`` (text rendering): ``seen`` (default) draws every sentence among the alternatives training may see
+    (a task without alternatives has one), ``held_out`` among the held-out ones, ``canonical`` writes the first form
+    (see ``Task.phrasing_options``); drawn from a generator of its own, so the ops do not depend on it.
 
     All randomness comes from ``np.random.default_rng(seed)``: first the n depths, then per depth
     (ascending) the ops and, with ``random_initial``, the start states. Work is vectorised per
@@ -118,7 +123,9 @@ def build_dataset(
         ops = task.sample_ops(rng, len(rows), int(depth))  # (m, d)
         initial = task.sample_initial(rng, len(rows)) if random_initial else None
         states = task.prefix_states(ops, initial)  # (m, d + 1, Q)
-        ids_flat, lengths, positions, operation_ends = encode_ragged(task, tokenizer, rendering, ops, initial)
+        phrasing_rng = np.random.default_rng(derive_seed(seed, "phrasing", int(depth)))
+        ids_flat, lengths, positions, operation_ends = encode_ragged(task, tokenizer, rendering, ops, initial,
+                                                                     phrasing, phrasing_rng)
         query_positions[rows] = positions
         pieces["input_ids"].append((rows, lengths, ids_flat))
         pieces["operation_ends"].append((rows, np.full(len(rows), depth + 1), operation_ends.reshape(-1)))
@@ -145,15 +152,18 @@ def build_dataset(
         }
     )
     table = pa.Table.from_arrays(list(columns.values()), schema=features.arrow_schema)
-    fingerprint = _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial)
+    task.phrasing_options(phrasing)  # checks the name
+    fingerprint = _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial,
+                               phrasing)
     return Dataset(InMemoryTable(table), info=DatasetInfo(features=features), fingerprint=fingerprint)
 
 
-def _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial) -> str:
+def _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial, phrasing) -> str:
     """A fingerprint from the build arguments (same arguments -> same data), instead of hashing
     the built table."""
     vocab = sorted(tokenizer.get_vocab().items())
-    parts = (DATA_FORMAT_VERSION, task.to_dict(), vocab, rendering, n, depth_values.tolist(), depth_probs.tolist(), seed, random_initial)
+    parts = (DATA_FORMAT_VERSION, task.to_dict(), vocab, rendering, n, depth_values.tolist(), depth_probs.tolist(), seed,
+             random_initial, phrasing)
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
 

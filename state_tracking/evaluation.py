@@ -165,6 +165,7 @@ def evaluate_length_generalization(
     progress: bool = True,
     workers: int = 1,
     fixed_iterations: int | None = None,
+    phrasing: str = "canonical",
 ) -> dict[str, Any]:
     """Accuracy of ``model`` on fresh problems at each depth.
 
@@ -176,6 +177,8 @@ def evaluate_length_generalization(
         device: where the batches go; default ``model.device``.
         fixed_iterations: forced mode only: run R = this at every depth instead of ⌈d / c⌉ (models trained with a
             fixed R whatever d: the plain Transformer is R = 1; the fixed-depth loop ablation).
+        phrasing: the text rendering's sentences: ``canonical`` (first forms), ``seen`` (drawn among the phrasings
+            training may see) or ``held_out`` (the task's held-out phrasings; see ``Task.phrasing_options``).
         workers: split each batch into this many parts and run them at once, one Python thread and one intra-op
             thread each (``torch.set_num_threads(1)`` for the call, restored after). On a small CPU this keeps every
             core busy where one batch's small matrices leave intra-op threads idle; the answers are the same.
@@ -191,6 +194,7 @@ def evaluate_length_generalization(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
     check_rendering(rendering)
+    task.phrasing_options(phrasing)  # checks the name
     depths = check_test_depths(depths)
     for name, value in (("n_per_depth", n_per_depth), ("batch_size", batch_size), ("workers", workers)):
         if not isinstance(value, (int, np.integer)) or value < 1:
@@ -221,7 +225,8 @@ def evaluate_length_generalization(
     for depth in depths:
         ops, initial = draw_test_problems(task, depth, n_per_depth, seed, random_initial)
         targets = task.final_states(ops, initial)  # (n, Q)
-        encoded = encode_batch(task, tokenizer, rendering, ops, initial)
+        encoded = encode_batch(task, tokenizer, rendering, ops, initial, phrasing,
+                               np.random.default_rng(derive_seed("phrasing", phrasing, seed, depth)))
         num_iterations = math.ceil(depth / step_size) if mode == "forced" else None
         if fixed_iterations is not None:
             num_iterations = int(fixed_iterations)
@@ -274,6 +279,7 @@ def evaluate_length_generalization(
         "task_spec": task.to_dict(),
         "mode": mode,
         "rendering": rendering,
+        "phrasing": phrasing,
         "random_initial": random_initial,
         "seed": seed,
         "n_per_depth": n_per_depth,

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from modeling_par.prompt_format import CANDIDATE, PromptFormat
+
 from .tasks import RESERVED_WORDS, Task
 
 RENDERINGS = ("symbolic", "text")
@@ -55,33 +57,49 @@ def symbolic_tokens(task: Task, ops: np.ndarray, initial: np.ndarray | None = No
     return tokens
 
 
-def text_prompt(task: Task, ops: np.ndarray, initial: np.ndarray | None = None) -> tuple[str, list[int]]:
+def text_prompt(task: Task, ops: np.ndarray, initial: np.ndarray | None = None, phrasing: str = "canonical",
+                rng: np.random.Generator | None = None) -> tuple[str, list[int]]:
     """One problem as English. ops: (d,); initial: (num_queries,) or None for the default start.
 
-    Returns the prompt and, per query, the character offset where its question words end
-    (the readout token is the one covering the character just before that offset).
+    ``phrasing`` (see ``Task.phrasing_options``): ``canonical`` writes every sentence in its first form; ``seen`` /
+    ``held_out`` draw each sentence uniformly among that split's alternatives with ``rng`` (required for them).
+    Returns the prompt and, per query, the character offset where its question words end (the readout token is the
+    one covering the character just before that offset). Where the preamble and each operation end is found by
+    segmenting the prompt (:func:`prompt_format_of`), as a checkpoint does with raw text.
     """
-    prompt, query_ends, _ = text_prompt_layout(task, ops, initial)
+    preamble, op_options, query_options = task.phrasing_options(phrasing)
+    if phrasing != "canonical" and rng is None:
+        raise ValueError(f"phrasing={phrasing!r} draws among alternatives: pass rng (a numpy Generator)")
+
+    def choose(options: list[str]) -> str:
+        return options[0] if len(options) == 1 else options[int(rng.integers(len(options)))]
+
+    if initial is None:
+        initial = task.default_initial(1)[0]
+    names = task.candidate_names
+    start = [choose(templates).replace(CANDIDATE, names[int(initial[j])]) for j, templates in enumerate(preamble)]
+    prompt = " ".join([*start, *(choose(op_options[o]) for o in ops)])
+    query_ends = []
+    for options in query_options:
+        prompt += " " + choose(options)
+        query_ends.append(len(prompt))
+        prompt += " " + QUESTION_MARK
     return prompt, query_ends
 
 
-def text_prompt_layout(task: Task, ops: np.ndarray, initial: np.ndarray | None = None) -> tuple[str, list[int], list[int]]:
-    """:func:`text_prompt` plus the character offset where the start-state sentences end and where each
-    operation's sentence ends (d + 1 offsets): the token covering the character before offset i ends
-    operation i (i = 0: the preamble)."""
-    if initial is None:
-        initial = task.default_initial(1)[0]
-    prompt = task.initial_text(initial)
-    operation_ends = [len(prompt)]
-    for o in ops:
-        prompt += " " + task.op_texts[o]
-        operation_ends.append(len(prompt))
-    query_ends = []
-    for words in task.query_texts:
-        prompt += " " + words
-        query_ends.append(len(prompt))
-        prompt += " " + QUESTION_MARK
-    return prompt, query_ends, operation_ends
+def prompt_format_of(task: Task, rendering: str) -> PromptFormat:
+    """The segmentation rule of ``task``'s ``rendering`` (saved in a checkpoint's config as ``prompt_format``): every
+    sentence each preamble unit, operation and query may be written with (seen and held-out phrasings alike). Every
+    prompt this module renders segments back into its own operations (``encode_batch`` builds ``operation_ends``
+    through it)."""
+    check_rendering(rendering)
+    if rendering == "symbolic":
+        return PromptFormat("symbolic", tuple(task.query_names), tuple(task.candidate_names),
+                            {name: (name,) for name in task.op_names}, task_name=task.name)
+    return PromptFormat("text", tuple(task.query_names), tuple(task.candidate_names),
+                        {name: tuple(task.op_phrasings[o]) for o, name in enumerate(task.op_names)},
+                        preamble=tuple(tuple(t) for t in task.preamble_phrasings()),
+                        queries=tuple(tuple(q) for q in task.query_phrasings), task_name=task.name)
 
 
 def symbolic_vocabulary(task: Task) -> list[str]:
@@ -91,10 +109,12 @@ def symbolic_vocabulary(task: Task) -> list[str]:
 
 
 def text_sentences(task: Task) -> list[str]:
-    """Sentences that together use every word the text rendering can produce."""
-    starts = [task.initial_text(row) for row in _covering_initial_states(task)]
-    questions = [f"{words} {QUESTION_MARK}" for words in task.query_texts]
-    return starts + list(task.op_texts) + questions
+    """Sentences that together use every word the text rendering can produce (every phrasing, held-out ones too)."""
+    names = task.candidate_names
+    starts = [t.replace(CANDIDATE, names[int(row[j])]) for row in _covering_initial_states(task)
+              for j, templates in enumerate(task.preamble_phrasings()) for t in templates]
+    questions = [f"{words} {QUESTION_MARK}" for options in task.query_phrasings for words in options]
+    return starts + [t for options in task.op_phrasings for t in options] + questions
 
 
 def _covering_initial_states(task: Task) -> np.ndarray:

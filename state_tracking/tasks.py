@@ -80,6 +80,40 @@ class Task(ABC):
     def num_queries(self) -> int:
         return len(self.query_names)
 
+    held_out_phrasings: int = 0  # the last N alternatives of every sentence list longer than N are kept out of training
+    PHRASINGS = ("canonical", "seen", "held_out")
+
+    def phrasing_options(self, split: str) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
+        """The sentences a prompt of phrasing ``split`` draws from: (preamble templates with ``{candidate}`` per
+        preamble sentence, alternatives per op, question words per query).
+
+        ``canonical``: the first alternative of each list (what ``op_texts`` / ``query_texts`` hold). ``seen``: every
+        alternative training draws among (all but the held-out ones). ``held_out``: the last ``held_out_phrasings``
+        alternatives of every list that has more than that many, and the seen ones where a list has none held out
+        (so a held-out prompt uses an unseen phrasing wherever the spec gives one).
+        """
+        if split not in self.PHRASINGS:
+            raise ValueError(f"phrasing must be one of {list(self.PHRASINGS)}; got {split!r}")
+        n = self.held_out_phrasings
+
+        def pick(options: list[str]) -> list[str]:
+            if split == "canonical":
+                return options[:1]
+            seen, held = (options[:-n], options[-n:]) if n and len(options) > n else (options, [])
+            return held or seen if split == "held_out" else seen
+
+        lists = (self.preamble_phrasings(), self.op_phrasings, self.query_phrasings)
+        return tuple([pick(options) for options in group] for group in lists)
+
+    def preamble_phrasings(self) -> list[list[str]]:
+        """Per preamble sentence, its templates (``{candidate}`` = the start state's candidate)."""
+        return [[f"{words} {{candidate}}."] for words in self.query_texts]
+
+    def has_phrasings(self) -> bool:
+        """Whether any sentence has alternatives."""
+        return any(len(o) > 1 for group in (self.preamble_phrasings(), self.op_phrasings, self.query_phrasings)
+                   for o in group)
+
     # -- to be provided by each kind of task ---------------------------------------------------
     @abstractmethod
     def default_initial(self, n: int) -> np.ndarray:
@@ -204,6 +238,8 @@ class GroupTask(Task):
         self.query_names = [f"box_{b + 1}" for b in range(num_boxes)]
         self.op_texts = [_permutation_text(p) for p in perms]
         self.query_texts = [f"Box {b + 1} contains the" for b in range(num_boxes)]
+        self.op_phrasings = [[t] for t in self.op_texts]
+        self.query_phrasings = [[t] for t in self.query_texts]
 
     def default_initial(self, n: int) -> np.ndarray:
         return np.tile(np.arange(self.num_boxes, dtype=np.int64), (n, 1))  # (n, boxes)
@@ -316,8 +352,13 @@ class StateMachineTask(Task):
         self.initial_state = initial_state
         self.query_names = ["state"]
         self.text = text
-        self.op_texts = [text["operations"][op] for op in op_names]
-        self.query_texts = [text["query"]]
+        alternatives = lambda value: list(value) if isinstance(value, list) else [value]  # noqa: E731
+        self.op_phrasings = [alternatives(text["operations"][op]) for op in op_names]
+        self.query_phrasings = [alternatives(text["query"])]
+        self.initial_phrasings = alternatives(text["initial"])
+        self.held_out_phrasings = text.get("held_out_phrasings", 0)
+        self.op_texts = [options[0] for options in self.op_phrasings]
+        self.query_texts = [self.query_phrasings[0][0]]
 
     def default_initial(self, n: int) -> np.ndarray:
         start = self.candidate_names.index(self.initial_state)
@@ -330,7 +371,10 @@ class StateMachineTask(Task):
         return self.transitions[op, state[:, 0]][:, None]
 
     def initial_text(self, initial: np.ndarray) -> str:
-        return self.text["initial"].format(state=self.candidate_names[int(initial[0])])
+        return self.initial_phrasings[0].format(state=self.candidate_names[int(initial[0])])
+
+    def preamble_phrasings(self) -> list[list[str]]:
+        return [[t.replace("{state}", "{candidate}") for t in self.initial_phrasings]]
 
     def to_dict(self) -> dict[str, Any]:
         operations = {
@@ -347,7 +391,7 @@ class StateMachineTask(Task):
 
 
 _MACHINE_KEYS = ("name", "states", "operations", "initial_state", "text")
-_TEXT_KEYS = ("initial", "query", "operations")
+_TEXT_KEYS = ("initial", "query", "operations", "held_out_phrasings")
 
 
 def state_machine_from_dict(spec: dict[str, Any]) -> StateMachineTask:
@@ -409,21 +453,34 @@ def state_machine_from_dict(spec: dict[str, Any]) -> StateMachineTask:
 
 
 def _machine_text(text: Any, op_names: list[str]) -> dict[str, Any]:
+    """Validate the ``text`` of a machine spec. Each of ``initial``, ``query`` and every ``operations`` entry is a
+    sentence or a list of alternative sentences (varied phrasing: training draws among them); ``held_out_phrasings``
+    (default 0) keeps the last N alternatives of every list longer than N out of training (held-out phrasings,
+    their words still in the vocabulary)."""
     if not isinstance(text, dict):
         raise ValueError(f"'text' must be a mapping with keys {list(_TEXT_KEYS)}, got {text!r}")
     unknown = sorted(set(text) - set(_TEXT_KEYS))
     if unknown:
         raise ValueError(f"unknown key(s) {unknown} in 'text'; allowed: {list(_TEXT_KEYS)}")
+
+    def sentences(field: str, value: Any) -> list[str]:
+        options = value if isinstance(value, list) else [value]
+        if not options or any(not isinstance(o, str) or not o.strip() for o in options):
+            raise ValueError(f"text {field} must be a non-empty string or a non-empty list of them, got {value!r}")
+        if len(set(options)) != len(options):
+            raise ValueError(f"text {field} lists the same sentence twice: {value!r}")
+        return options
+
     initial = text.get("initial", "The state is {state}.")
     query = text.get("query", "The state is")
-    if not isinstance(initial, str) or "{state}" not in initial:
-        raise ValueError(f"text 'initial' must be a string containing '{{state}}', got {initial!r}")
-    try:
-        initial.format(state="x")
-    except (KeyError, IndexError, ValueError) as error:
-        raise ValueError(f"text 'initial' may use only the placeholder '{{state}}': {initial!r} ({error})") from None
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError(f"text 'query' must be a non-empty string, got {query!r}")
+    for template in sentences("'initial'", initial):
+        if "{state}" not in template:
+            raise ValueError(f"text 'initial' must contain '{{state}}' in every alternative, got {template!r}")
+        try:
+            template.format(state="x")
+        except (KeyError, IndexError, ValueError) as error:
+            raise ValueError(f"text 'initial' may use only the placeholder '{{state}}': {template!r} ({error})") from None
+    sentences("'query'", query)
     op_texts = text.get("operations", {op: f"Apply {op}." for op in op_names})
     if not isinstance(op_texts, dict):
         raise ValueError(f"text 'operations' must map every operation to a sentence, got {op_texts!r}")
@@ -434,9 +491,14 @@ def _machine_text(text: Any, op_names: list[str]) -> dict[str, Any]:
             f"text 'operations' must give one sentence per operation: missing {missing_ops}, unknown {unknown_ops}"
         )
     for op, sentence in op_texts.items():
-        if not isinstance(sentence, str) or not sentence.strip():
-            raise ValueError(f"text for operation {op!r} must be a non-empty string, got {sentence!r}")
-    return {"initial": initial, "query": query, "operations": {op: op_texts[op] for op in op_names}}
+        sentences(f"for operation {op!r}", sentence)
+    held_out = text.get("held_out_phrasings", 0)
+    if not isinstance(held_out, int) or isinstance(held_out, bool) or held_out < 0:
+        raise ValueError(f"text 'held_out_phrasings' must be an integer ≥ 0, got {held_out!r}")
+    out = {"initial": initial, "query": query, "operations": {op: op_texts[op] for op in op_names}}
+    if held_out:
+        out["held_out_phrasings"] = held_out
+    return out
 
 
 def _check_names(field: str, names: list[Any]) -> None:

@@ -11,6 +11,7 @@ config needs.
 from __future__ import annotations
 
 import numpy as np
+from modeling_par.prompt_format import token_boundaries
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
@@ -26,7 +27,8 @@ from .prompts import (
     check_rendering,
     query_token,
     symbolic_vocabulary,
-    text_prompt_layout,
+    prompt_format_of,
+    text_prompt,
     text_sentences,
 )
 from .tasks import Task
@@ -112,6 +114,8 @@ def encode_batch(
     rendering: str,
     ops: np.ndarray,
     initial: np.ndarray | None = None,
+    phrasing: str = "canonical",
+    rng: np.random.Generator | None = None,
 ) -> dict[str, list[list[int]]]:
     """Token ids and query positions for a batch of problems.
 
@@ -119,12 +123,15 @@ def encode_batch(
         ops: (n, d) operation indices.
         initial: (n, num_queries) start states, or None for the task's default start (which the
             symbolic rendering leaves unwritten; the text rendering always states the start).
+        phrasing, rng: the text rendering's sentences (``canonical``, or drawn among the ``seen`` / ``held_out``
+            alternatives with ``rng``; see ``Task.phrasing_options``). The symbolic rendering has one.
     Returns:
         ``{"input_ids": n lists, "query_positions": n lists of num_queries token positions,
         "operation_ends": n lists of d + 1 token positions (the last token of the preamble, then of each
         operation)}``.
     """
-    ids_flat, lengths, query_positions, operation_ends = encode_ragged(task, tokenizer, rendering, ops, initial)
+    ids_flat, lengths, query_positions, operation_ends = encode_ragged(task, tokenizer, rendering, ops, initial,
+                                                                       phrasing, rng)
     rows = np.split(ids_flat, np.cumsum(lengths)[:-1]) if len(lengths) else []
     return {"input_ids": [row.tolist() for row in rows], "query_positions": query_positions.tolist(),
             "operation_ends": operation_ends.tolist()}
@@ -136,6 +143,8 @@ def encode_ragged(
     rendering: str,
     ops: np.ndarray,
     initial: np.ndarray | None = None,
+    phrasing: str = "canonical",
+    rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`encode_batch` as arrays: (ids_flat (sum of lengths,), lengths (n,), query_positions (n, Q),
     operation_ends (n, d + 1))."""
@@ -150,7 +159,7 @@ def encode_ragged(
         preamble_end = 0 if initial is None else task.num_queries  # <bos> [z_0 candidates]
         operation_ends = np.tile(preamble_end + np.arange(ops.shape[1] + 1), (n, 1))
         return input_ids.reshape(-1), np.full(n, length, dtype=np.int64), query_positions, operation_ends
-    return _encode_text(task, tokenizer, ops, initial)
+    return _encode_text(task, tokenizer, ops, initial, phrasing, rng)
 
 
 def _encode_symbolic(task: Task, tokenizer: PreTrainedTokenizerBase, ops: np.ndarray, initial: np.ndarray | None) -> np.ndarray:
@@ -175,15 +184,12 @@ def _encode_symbolic(task: Task, tokenizer: PreTrainedTokenizerBase, ops: np.nda
 
 
 def _encode_text(
-    task: Task, tokenizer: PreTrainedTokenizerBase, ops: np.ndarray, initial: np.ndarray | None
+    task: Task, tokenizer: PreTrainedTokenizerBase, ops: np.ndarray, initial: np.ndarray | None,
+    phrasing: str = "canonical", rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Render, then find the boundaries the way a checkpoint reads raw text: the task's `PromptFormat` segments each
+    prompt (and must give back its own operations) and `token_boundaries` maps them to tokens."""
     n = len(ops)
-    prompts, query_ends, operation_ends = [], [], []
-    for i in range(n):
-        prompt, ends, op_ends = text_prompt_layout(task, ops[i], None if initial is None else initial[i])
-        prompts.append(prompt)
-        query_ends.append(ends)
-        operation_ends.append(op_ends)
     if n == 0:
         return (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, task.num_queries), dtype=np.int64),
                 np.zeros((0, ops.shape[1] + 1), dtype=np.int64))
@@ -193,6 +199,15 @@ def _encode_text(
             "has none (is_fast is False). Load it with AutoTokenizer.from_pretrained(..., use_fast=True) or use "
             "build_tokenizer(task, 'text')."
         )
+    prompt_format = prompt_format_of(task, "text")
+    prompts = [text_prompt(task, ops[i], None if initial is None else initial[i], phrasing, rng)[0] for i in range(n)]
+    segments = [prompt_format.segment(prompt) for prompt in prompts]
+    names = task.op_names
+    for i, seg in enumerate(segments):
+        if list(seg.operations) != [names[o] for o in ops[i]]:
+            raise ValueError(f"text prompt {i} segments into other operations than it was rendered from "
+                             f"({list(seg.operations[:5])} vs {[names[o] for o in ops[i][:5]]}): two of the task's "
+                             "sentences read alike; give every operation its own sentence.")
     encoding = tokenizer(prompts, add_special_tokens=True)
     rows = encoding["input_ids"]
     unk = tokenizer.unk_token_id
@@ -201,25 +216,11 @@ def _encode_text(
             if unk in row:
                 word = prompts[i][slice(*encoding.token_to_chars(i, row.index(unk)))]
                 raise ValueError(f"word {word!r} of the text prompt is unknown to the tokenizer; use build_tokenizer(task, 'text')")
-    query_positions = np.array([_tokens_ending_at(encoding, i, prompts[i], ends, "a query")
-                                for i, ends in enumerate(query_ends)], dtype=np.int64)
-    operation_token_ends = np.array([_tokens_ending_at(encoding, i, prompts[i], ends, "the preamble or an operation")
-                                     for i, ends in enumerate(operation_ends)], dtype=np.int64).reshape(n, ops.shape[1] + 1)
+    bounds = [token_boundaries(encoding, i, prompts[i], seg) for i, seg in enumerate(segments)]
+    query_positions = np.array([queries for _, queries in bounds], dtype=np.int64).reshape(n, task.num_queries)
+    operation_token_ends = np.array([ends for ends, _ in bounds], dtype=np.int64).reshape(n, ops.shape[1] + 1)
     lengths = np.array([len(row) for row in rows], dtype=np.int64)
     ids_flat = np.fromiter((t for row in rows for t in row), dtype=np.int64, count=int(lengths.sum()))
     return ids_flat, lengths, query_positions, operation_token_ends
 
 
-def _tokens_ending_at(encoding, i: int, prompt: str, ends: list[int], what: str) -> list[int]:
-    """The token holding the last character of each span (its end offset in `ends`) of text prompt `i`; one clear
-    error where the tokenizer's offsets map that character to no token."""
-    tokens = [encoding.char_to_token(i, end - 1) for end in ends]
-    if None in tokens:
-        end = ends[tokens.index(None)]
-        raise ValueError(
-            f"the tokenizer's offsets map no token to character {end - 1} ({prompt[end - 1]!r}, the end of {what}) of "
-            f"text prompt {i}: char_to_token returned None, so the query and operation boundaries cannot be found. Use "
-            "a fast tokenizer whose offsets cover every word (build_tokenizer(task, 'text'), or e.g. Qwen2's "
-            "tokenizer loaded with AutoTokenizer)."
-        )
-    return tokens

@@ -386,3 +386,15 @@ def test_save_pretrained_loads_with_trust_remote_code_in_fresh_process(tiny_mode
     # the remote code registers its attention implementation "par_eager" (eager attention when uncompiled)
     got = load_remote(folder, batch, attn_implementation="par_eager")
     torch.testing.assert_close(got, expected.answer_logits, atol=1e-5, rtol=0)
+
+
+def test_a_model_first_called_under_inference_mode_still_trains(tiny_model):
+    """The readout's cached index tensors are built outside inference_mode, so an evaluation before training (an
+    in-training probe, a pre-training baseline) does not make every later backward fail."""
+    ids = torch.randint(30, 40, (2, 6))
+    with torch.inference_mode():
+        tiny_model.predict(ids, num_iterations=2)
+    tiny_model.train()
+    out = tiny_model(ids, num_iterations=2)
+    out.answer_logits.sum().backward()
+    assert tiny_model.lm_head.weight.grad is not None and tiny_model.lm_head.weight.grad.abs().sum() > 0

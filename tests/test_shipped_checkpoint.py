@@ -110,3 +110,21 @@ def test_shipped_checkpoint_runs_every_fast_path_as_remote_code(shipped):
     payload["depth"] = [3] * 3 + [7] * 3 + [12] * 3
     diffs = json.loads(run_blocked(FAST_PATHS_REMOTE, CHECKPOINT, json.dumps(payload)))
     assert diffs["fast"] < 2e-5 and diffs["compiled"] < 2e-5, diffs
+
+
+def test_shipped_checkpoint_answers_raw_symbolic_strings_through_the_pipeline(shipped):
+    """pipeline("state-tracking") on the shipped folder: raw op strings in, box contents out, learned halting (the
+    checkpoint was trained for it) at R = d + 1; a string with an unknown operation is refused."""
+    from transformers import pipeline
+
+    _, _, task = shipped
+    tracker = pipeline("state-tracking", model=str(CHECKPOINT), trust_remote_code=True, dtype=torch.float32)
+    ops = task.sample_ops(np.random.default_rng(11), 8, 12)
+    queries = " ".join(f"<q{j + 1}>" for j in range(task.num_queries))
+    results = tracker([" ".join(task.op_names[o] for o in row) + " " + queries for row in ops], batch_size=4)
+    want = task.final_states(ops)
+    assert [[r["answers"][q] for q in task.query_names] for r in results] == \
+        [[task.candidate_names[c] for c in row] for row in want]
+    assert all(r["mode"] == "learned halting" and r["halted"] and r["iterations"] == 13 for r in results)
+    with pytest.raises(ValueError, match="operation 2 'swap_2_9'"):
+        tracker("swap_1_2 swap_2_9 " + queries)

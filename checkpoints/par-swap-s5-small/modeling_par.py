@@ -14,7 +14,9 @@ relatively (transformers copies them into a checkpoint folder as remote code, so
 transformers): `configuration_par.py` (the config), `loop_views.py` (what the queries read at iteration k: masks and
 positions), `loop_types.py` (the outputs and the named types passed between steps), `input_checks.py`,
 `runtime_options.py` (the fast paths' switches, `model.runtime`), `window_path.py` (the local window, window plans,
-no-grad blocks), `par_attention.py` (the "par_eager" attention) and `compile_support.py` (`compile_core`).
+no-grad blocks), `par_attention.py` (the "par_eager" attention), `compile_support.py` (`compile_core`),
+`prompt_format.py` (raw text → `operation_ends`, the rule in `config.prompt_format`) and `pipeline_par.py` (the
+`state-tracking` pipeline, named in `config.custom_pipelines`).
 """
 
 from __future__ import annotations
@@ -42,13 +44,23 @@ from .loop_views import (
     padded_causal_mask,
     positions_from_mask,
     progress_shift,
+    rotary_at,
     stretch_positions,
     token_segments,
     whole_prompt_view,
 )
 from .par_attention import par_eager_attention, small_block_attention
+from .pipeline_par import StateTrackingPipeline  # noqa: F401  (imported so save_pretrained copies the pipeline code)
 from .runtime_options import RUNTIME_OPTION_NAMES, ParRuntimeOptions
-from .window_path import LocalWindow, WindowPlans, core_iterations, local_window_of, op_rows_e
+from .window_path import (
+    LocalWindow,
+    WindowPlans,
+    core_iterations,
+    local_window_of,
+    op_rows_e,
+    segment_rows,
+    segmented_prelude,
+)
 
 _RMS_EPS = 1e-12
 
@@ -107,8 +119,9 @@ class _Context:
     the prelude's view (the full view's for every iteration), the query positions, the loop view (iteration-dependent
     views only), the local window (its query region) and W_e e (`adapter_e_half`)."""
 
-    prelude_out: torch.Tensor  # (b, t, h)
-    view: IterationView  # the prelude's mask and rotary, (b, 1, t, t) / (b, t, head_dim)
+    prelude_out: torch.Tensor  # (b, t, h); on the local window 0 at padding (never read there)
+    view: IterationView  # the prelude's mask and rotary, (b, 1, t, t) / (b, t, head_dim); on the local window the
+    # mask is None: the prelude ran per segment (`window_path.segmented_prelude`)
     query_positions: torch.Tensor  # (b, q)
     loop: LoopView | None  # iteration-dependent views (loop_view != "full" or progress_positions)
     window: LocalWindow | None  # the local window (`runtime.local_window` under loop_view="local")
@@ -304,6 +317,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 raise ValueError(f"position_ids must have the shape of input_ids {tuple(input_ids.shape)}; "
                                  f"got {tuple(positions.shape)}.")
         loop = window = None
+        on_window = operation_ends is not None and self.config.loop_view == "local" and self.runtime.local_window
         if operation_ends is None:  # the full view with ordinary positions: one view for every iteration
             if position_scale is not None:
                 positions = stretch_positions(positions, position_scale)
@@ -311,15 +325,22 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         else:
             segments, depth, query_region = token_segments(operation_ends, attention_mask)
             positions = positions.float()
-            loop = LoopView(
-                base_allowed=padded_causal_mask(attention_mask, None)[:, 0], segments=segments, depth=depth,
-                query_region=query_region, positions=positions, operation_ends=operation_ends,
+            loop = LoopView(  # the window path reads no (b, t, t) mask: it is built only for the whole-prompt views
+                base_allowed=None if on_window else padded_causal_mask(attention_mask, None)[:, 0], segments=segments,
+                depth=depth, query_region=query_region, positions=positions, operation_ends=operation_ends,
                 operation_end_positions=positions.gather(1, operation_ends.clamp_min(0)), position_scale=position_scale,
             )
-            view = whole_prompt_view(self.config, self.model.rotary_emb, loop, 0, hidden)
-        prelude_out = self._part("prelude")(hidden, view.mask, view.cos, view.sin)
-        if loop is not None and self.config.loop_view == "local" and self.runtime.local_window:
+            if on_window:  # the local prelude is block-diagonal: run it per segment, O(prompt) (`segmented_prelude`)
+                view = IterationView(None, *rotary_at(self.config, self.model.rotary_emb, loop, positions,
+                                                      query_region, 0, hidden))
+            else:
+                view = whole_prompt_view(self.config, self.model.rotary_emb, loop, 0, hidden)
+        if on_window:
+            blocks = segment_rows(loop, attention_mask, self.config.bidirectional_queries)
+            prelude_out = segmented_prelude(self._part("prelude"), self.config, blocks, hidden, view.cos, view.sin)
             window = local_window_of(loop, prelude_out, query_positions)
+        else:
+            prelude_out = self._part("prelude")(hidden, view.mask, view.cos, view.sin)
         initial = prelude_out if window is None else window.query_e
         return _Context(prelude_out, view, query_positions, loop, window, self.adapter_e_half(initial))
 
@@ -513,8 +534,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                device)
         cached = getattr(self, "_rows_cache", None)
         if cached is None or cached[0] != key:
-            halt = None if key[1] is None else torch.tensor(key[1], device=device)
-            self._rows_cache = (key, torch.tensor(key[0], device=device), halt)
+            with torch.inference_mode(False):  # built under an evaluator's inference_mode, it must still index in training
+                halt = None if key[1] is None else torch.tensor(key[1], device=device)
+                self._rows_cache = (key, torch.tensor(key[0], device=device), halt)
         return self._rows_cache[1], self._rows_cache[2]
 
     # ---------------------------------------------------------------------------------------------- forward, predict
