@@ -43,6 +43,7 @@ from state_tracking import (  # noqa: E402
     load_task,
     model_token_ids,
     plot_accuracy_vs_depth,
+    prompt_format_of,
     save_results,
     save_task,
 )
@@ -57,6 +58,7 @@ from trainers import (  # noqa: E402
     ParTrainingArguments,
     PrefixSelfDistillationTrainer,
     SelfDistillationArguments,
+    StateAccuracyProbeCallback,
     apply_core_lora,
     teardown_distributed,
 )
@@ -128,6 +130,15 @@ class TaskArguments:
         "help": "evaluation: parts of each batch run at once, one thread each; 0: one per CPU thread (≤ 4) on a CPU, "
                 "1 with eager attention"})
     self_distillation: bool = field(default=False, metadata={"help": "label-free prefix self-distillation"})
+    probe_depth: int | None = field(default=None, metadata={
+        "help": "during training: overall state accuracy at this depth (forced R) on probe_n fixed sequences every "
+                "probe_every_steps steps and at step 0, logged as probe_accuracy (trainer_state.json, summary.json's "
+                "probe); off unless set (trainers.StateAccuracyProbeCallback)"})
+    probe_n: int = field(default=256, metadata={"help": "probe: sequences (drawn once from probe_seed)"})
+    probe_every_steps: int = field(default=250, metadata={"help": "probe: optimizer steps between probes"})
+    probe_seed: int | None = field(default=None, metadata={
+        "help": "probe: seed of its problems (evaluation.draw_test_problems; default --seed: with probe_n = eval_n "
+                "they are the final evaluation's problems at probe_depth)"})
 
 
 DEFAULT_TRAINING = dict(
@@ -312,6 +323,11 @@ def main(argv=None):
         raise ValueError("give at most one of --init_from_qwen2 and --init_from_par.")
     if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it
         raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
+    probe_defaults = {f: TaskArguments.__dataclass_fields__[f].default for f in ("probe_n", "probe_every_steps",
+                                                                                   "probe_seed")}
+    if task_args.probe_depth is None and any(getattr(task_args, f) != v for f, v in probe_defaults.items()):
+        raise ValueError("--probe_n, --probe_every_steps and --probe_seed need --probe_depth (without it no probe "
+                         "runs).")
     output_dir = Path(train_args.output_dir)
     task = build_task(task_args)
     tokenizer = build_tokenizer_for(task, task_args, model_args)
@@ -324,6 +340,9 @@ def main(argv=None):
                             random_initial=task_args.random_initial)
     set_seed(train_args.seed)  # the from-scratch initialisation (and the adapter of a retrofit) follow --seed
     model = build_model(model_args, token_ids, train_args)
+    # what the checkpoint needs to read raw text (the state-tracking pipeline) and whether it may halt by itself
+    model.config.prompt_format = prompt_format_of(task, task_args.rendering).to_dict()
+    model.config.learned_halting = train_args.halting_loss_weight > 0
     collator = StateTrackingCollator(pad_token_id=token_ids["pad_token_id"])
     common = dict(model=model, args=train_args, train_dataset=dataset, data_collator=collator,
                   processing_class=tokenizer)
@@ -332,6 +351,12 @@ def main(argv=None):
                                                 random_initial=task_args.random_initial)
     else:
         trainer = ParTrainer(**common)
+    if task_args.probe_depth is not None:
+        trainer.add_callback(StateAccuracyProbeCallback(
+            tokenizer, task, task_args.probe_depth, n=task_args.probe_n, every_steps=task_args.probe_every_steps,
+            seed=train_args.seed if task_args.probe_seed is None else task_args.probe_seed,
+            rendering=task_args.rendering, random_initial=task_args.random_initial,
+            batch_size=task_args.eval_batch_size, fixed_iterations=train_args.fixed_iterations))
     trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)
     train_seconds = time.time() - started
     if not trainer.is_world_process_zero():
@@ -352,6 +377,8 @@ def main(argv=None):
         "mean_iterations": {m: dict(zip(r["depths"], (row["mean_iterations"] for row in r["per_depth"])))
                             for m, r in results.items()},
         "curve": [{k: row[k] for k in CURVE_KEYS if k in row} for row in trainer.state.log_history if "loss" in row],
+        "probe": [{"step": row["step"], "accuracy": row["probe_accuracy"]} for row in trainer.state.log_history
+                  if "probe_accuracy" in row],
         "environment": results["forced"]["environment"],
         "command": "python " + " ".join([repo_relative(sys.argv[0])] + (sys.argv[1:] if argv is None else [str(a) for a in argv])),
     }

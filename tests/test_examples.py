@@ -239,7 +239,8 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
     monkeypatch.setattr(protocol, "RUN_DIR", REPO / "runs" / "test_paper_protocol" / tmp_path.name)
     monkeypatch.setattr(protocol, "OUT", tmp_path / "results")
     for name, value in (("TRAIN_MAX_DEPTH", 3), ("GRID", [3, 6, 24, 48, 96]), ("N", 16), ("STEPS", 2),
-                        ("SAVE_STEPS", 2), ("PROFILE_DEPTHS", [6]), ("PROFILE_N", 8), ("LONG_GRID", [12, 30]),
+                        ("SAVE_STEPS", 2), ("PROFILE_DEPTHS", [6]), ("PROFILE_N", 8),
+                        ("IN_RANGE_DEPTHS", [2, 3]), ("IN_RANGE_N", 8), ("LONG_GRID", [12, 30]),
                         ("LONG_N", 8), ("LONG_BATCH", 4),
                         ("CURRICULUM", ["--curriculum_start_depth", "2", "--curriculum_every_steps", "1"])):
         monkeypatch.setattr(protocol, name, value)
@@ -267,6 +268,7 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
             low = [a < 0.02 for a in evaluation["accuracy"]]
             assert (len(depths) < len(protocol.GRID)) == (low[-2:] == [True, True]) == evaluation["stopped_early"]
         assert record["profile"] and record["padding_control"]
+        assert record["in_range"]["depths"] == [2, 3] and record["in_range"]["n_per_depth"] == 8
         protocol.main(["--row", "lstm", "--seed", "0"])
         lstm = json.loads(protocol.record_path("lstm", 0).read_text())
         assert lstm["evaluation"]["forced"]["depths"] == protocol.GRID[: len(lstm["evaluation"]["forced"]["depths"])]
@@ -280,13 +282,88 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
         assert table.index("PAR + learned halting — *paper, reported*") < table.index("*ours, CPU*")
         assert "PAR recipe (local view) + halting labels, learned halting — *ours, CPU* | 1 |" in table
         assert "LSTM, hidden 288 (≈ PAR's parameters) — *ours, CPU* | 1 |" in table
+        assert "Inside the training range" in table and "| d=2 | d=3 | d=6 profile: iteration 1 / 2 |" in table
         shipped = protocol.export("recipe_halting", 0, target=tmp_path / "ckpt")
         summary = json.loads((shipped / "training_summary.json").read_text())
         assert summary["max_train_depth"] == 3 and summary["steps"] == 4 and summary["n_per_depth"] == 16
         card = (shipped / "README.md").read_text()
         assert "learned halting (no R given)" in card, card
-        assert AutoModel.from_pretrained(shipped, trust_remote_code=True).config.max_iterations >= 1
+        config = AutoModel.from_pretrained(shipped, trust_remote_code=True).config
+        assert config.max_iterations >= 1 and config.learned_halting is True
+        assert config.prompt_format["rendering"] == "symbolic" and "state-tracking" in config.custom_pipelines
     finally:
         import shutil
 
         shutil.rmtree(REPO / "runs" / "test_paper_protocol", ignore_errors=True)
+
+
+def test_s5_breakthrough_rows_are_valid_and_explicit():
+    """Every row of examples/studies/s5_breakthrough.py parses as train_par.py flags: S5, the recipe's view set
+    explicitly, train d ≤ 8, the issue's cap (10,000 steps, 7,200 s), a checkpoint and a probe (d = 8, 256 sequences)
+    every 250 steps; each variant trains what it says and each change is in the flags."""
+    study = load_example("examples/studies/s5_breakthrough.py")
+    rows = study.rows()
+    assert {name for name, spec in rows.items() if spec["change"].startswith("baseline")} == set(study.VARIANTS)
+    for name, spec in rows.items():
+        flags = study.merge(study.BASE, spec["flags"])
+        model_args, task_args, args = train_par.parse_args(flags + ["--output_dir", "x", "--seed", "0"])
+        assert train_par.resolve_view(model_args) == train_par.RECIPE_VIEW == {
+            k: getattr(model_args, k) for k in train_par.RECIPE_VIEW}, name
+        assert task_args.task == "s5" and args.max_train_depth == 8 and args.max_train_seconds == 7200
+        assert args.max_steps == (1000 if name.endswith("stretch_ft") else 10_000), name
+        assert args.save_strategy == "steps" and args.save_steps == 250 and args.restore_callback_states_from_checkpoint
+        assert (task_args.probe_depth, task_args.probe_n, task_args.probe_every_steps) == (8, 256, 250)
+        assert task_args.self_distillation == (spec["variant"] == "self_distill"), name
+        assert (args.depth_schedule == "hold") == (spec["variant"] == "halting"), name
+        assert (args.halting_loss_weight == 0.5) == (spec["variant"] == "halting" and name != "halting_noloss"), name
+        assert task_args.eval_halting == (args.halting_loss_weight > 0), name
+        change = name[len(spec["variant"]) + 1:]
+        if change.startswith("lr"):
+            assert args.learning_rate == float(change[2:]) and args.adapter_learning_rate == 2 * args.learning_rate
+        if change == "width192":
+            assert (model_args.hidden_size, model_args.intermediate_size) == (192, 384)
+        if change == "pace25":
+            assert (args.curriculum_start_depth, args.curriculum_every_steps) == (2, 25)
+        if change.startswith("ema"):
+            assert args.ema_decay == float(change[3:])
+        if spec["init_from"] is not None:
+            assert args.stretch_steps == args.max_steps and args.stretch_max_scale == 8
+            with pytest.raises(SystemExit, match="fine-tunes the trained self_distill row"):
+                study.train_flags(name, 12345)  # no trained parent for that seed
+    assert study.left_chance_step([{"step": 0, "accuracy": 0.0}, {"step": 250, "accuracy": 0.099},
+                                   {"step": 500, "accuracy": 0.1}, {"step": 750, "accuracy": 0.0}]) == 500
+    assert study.left_chance_step([{"step": 0, "accuracy": 0.05}]) is None
+    with pytest.raises(ValueError, match="need --probe_depth"):  # probe settings without a probe change nothing
+        train_par.main(TINY + ["--output_dir", "x", "--probe_every_steps", "10"])
+
+
+def test_s5_breakthrough_tiny_trains_resumes_and_collects(tmp_path, monkeypatch):
+    """The study end to end at --tiny scale: a row trains with probes at steps 0, 2, 4 and checkpoints; run again after
+    an interruption it resumes from the newest checkpoint (two segments on record, the probes of both in one curve);
+    --collect writes the README table and the curve plot."""
+    study = load_example("examples/studies/s5_breakthrough.py")
+    monkeypatch.setattr(study, "TINY_RUN_DIR", tmp_path / "runs")
+    monkeypatch.setattr(study, "TINY_OUT", tmp_path / "study")
+    study.main(["--run", "labels", "--seed", "0", "--tiny"])
+    folder = study.run_path("labels", 0, tiny=True)
+    first = json.loads(study.record_path("labels", 0, tiny=True).read_text())
+    assert [p["step"] for p in first["curve"]] == [0, 2, 4] and first["steps"] == 4
+    assert all(0.0 <= p["accuracy"] <= 1.0 for p in first["curve"]) and (folder / "checkpoint-4").is_dir()
+    assert first["final_probe_accuracy"] == first["curve"][-1]["accuracy"]  # the final test at d = 8: the probe set
+    assert "--probe_depth 8" in first["train_commands"][0] and "--max_train_seconds 7200" in first["train_commands"][0]
+
+    (folder / "summary.json").unlink()  # as if the segment had been cut off before the end
+    monkeypatch.setattr(study, "TINY_STEPS", 6)
+    study.main(["--run", "labels", "--seed", "0", "--tiny", "--collect"])
+    record = json.loads(study.record_path("labels", 0, tiny=True).read_text())
+    assert [s["resumed_from"] for s in record["segments"]] == [None, "checkpoint-4"]
+    assert "--resume_from_checkpoint" in record["train_commands"][1]
+    assert [p["step"] for p in record["curve"]] == [0, 2, 4, 6] and record["steps"] == record["max_steps"] == 6
+    assert record["curve"][:3] == first["curve"]  # the first segment's probes come back with the checkpoint
+    before = record["segments"][1]["trained_seconds_before"]
+    assert before > 0 and record["train_seconds"] == round(before + record["segments"][1]["wall_seconds"], 1)
+    assert record["stopped_by"] == "max_steps" and record["probe"]["left_chance_threshold"] == 0.1
+    readme = (tmp_path / "study" / "README.md").read_text()
+    assert "| `labels` | labels | baseline: forced depth + step labels | 0 | 6 |" in readme
+    assert "Not run yet: `halting`, `self_distill`" in readme and "EMA warm-up" in readme
+    assert (tmp_path / "study" / "accuracy_vs_step.png").is_file()

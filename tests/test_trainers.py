@@ -1,3 +1,4 @@
+import functools
 import json
 import os
 import subprocess
@@ -522,3 +523,61 @@ def test_fixed_and_random_depth_schedules(tmp_path):
 def test_ablation_schedule_arguments_are_validated(tmp_path, overrides, field):
     with pytest.raises(ValueError, match=rf"ParTrainingArguments\.{field} must be"):
         tiny_args(tmp_path, **overrides)
+
+
+def test_state_accuracy_probe_logs_every_n_steps_on_fixed_problems_and_survives_resume(tmp_path):
+    """StateAccuracyProbeCallback: a probe at step 0 and every N steps, each scoring the same problems (the
+    evaluator's draw for that depth, n and seed) in eval mode, the model back in train mode after; its accuracy is the
+    evaluator's on those problems, in one batch or several; training is unchanged by it; a run resumed from a
+    checkpoint keeps the checkpoint's probes and adds the later ones, equal to the uninterrupted run's."""
+    from state_tracking import evaluate_length_generalization
+    from state_tracking.evaluation import draw_test_problems
+    from trainers import StateAccuracyProbeCallback
+
+    depth, n, every = 4, 12, 2
+    local = dict(loop_view="local", progress_positions=True, bidirectional_queries=True)
+
+    def train(folder, probe=True, resume=None):
+        model = tiny_model(**local)
+        calls = []  # (rows, input_ids, training mode) of each predict call
+        predict = model.predict
+
+        @functools.wraps(predict)  # the same signature: the evaluator passes operation_ends
+        def spy(input_ids, **kwargs):
+            calls.append((input_ids.shape[0], input_ids.clone(), model.training))
+            return predict(input_ids, **kwargs)
+
+        model.predict = spy
+        args = tiny_args(folder, max_steps=6, save_strategy="steps", save_steps=2, curriculum_start_depth=2,
+                         curriculum_every_steps=2)
+        trainer = ParTrainer(model=model, args=args, train_dataset=DATASET, data_collator=COLLATOR)
+        if probe:
+            trainer.add_callback(StateAccuracyProbeCallback(TOKENIZER, TASK, depth, n=n, every_steps=every, seed=3))
+        trainer.train(resume_from_checkpoint=resume)
+        probes = [e for e in trainer.state.log_history if "probe_accuracy" in e]
+        return trainer, probes, calls
+
+    full, probes, calls = train(tmp_path / "a")
+    assert [p["step"] for p in probes] == [0, 2, 4, 6]
+    assert all(0.0 <= p["probe_accuracy"] <= 1.0 and (p["probe_depth"], p["probe_n"]) == (depth, n) for p in probes)
+    scored = [ids for rows, ids, _ in calls if rows == n]
+    assert len(scored) == 4 and all(torch.equal(ids, scored[0]) for ids in scored)  # the same problems every time
+    assert not any(training for *_, training in calls) and full.model.training
+    final = evaluate_length_generalization(full.model, TOKENIZER, TASK, [depth], n_per_depth=n, seed=3,
+                                           progress=False)
+    assert probes[-1]["probe_accuracy"] == final["accuracy"][0]
+    batched = StateAccuracyProbeCallback(TOKENIZER, TASK, depth, n=n, seed=3, batch_size=5)  # 5 + 5 + 2 rows
+    assert batched.evaluate(full.model.train()) == final["accuracy"][0] and full.model.training
+    assert np.array_equal(batched.ops, draw_test_problems(TASK, depth, n, 3)[0])
+    state = json.loads((tmp_path / "a" / "out" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert [e["step"] for e in state["log_history"] if "probe_accuracy" in e] == [0, 2, 4]  # saved with the step
+
+    unprobed, _, _ = train(tmp_path / "b", probe=False)
+    assert losses(unprobed) == pytest.approx(losses(full), rel=1e-6)  # the probe leaves training as it was
+
+    _, resumed_probes, resumed_calls = train(tmp_path / "c", resume=str(tmp_path / "a" / "out" / "checkpoint-4"))
+    assert [p["step"] for p in resumed_probes] == [0, 2, 4, 6]
+    assert resumed_probes[-1]["probe_accuracy"] == pytest.approx(probes[-1]["probe_accuracy"])
+    assert torch.equal([ids for rows, ids, _ in resumed_calls if rows == n][0], scored[0])  # drawn again, the same
+    with pytest.raises(ValueError, match="every_steps must be an integer >= 1"):
+        StateAccuracyProbeCallback(TOKENIZER, TASK, depth, every_steps=0)

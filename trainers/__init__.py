@@ -1,6 +1,6 @@
 """Trainer subclasses for PAR: the progress-aligned loss, halting, depth schedules, prefix self-distillation."""
 
-from .callbacks import TimeBudgetCallback, trained_seconds
+from .callbacks import StateAccuracyProbeCallback, TimeBudgetCallback, trained_seconds
 from .distributed import teardown_distributed, teardown_distributed_at_exit
 from .objectives import (
     OBJECTIVES,
@@ -26,7 +26,8 @@ from .self_distillation import (
 
 __all__ = [
     "OBJECTIVES", "DepthBatchSampler", "ParTrainer", "ParTrainingArguments", "PrefixSelfDistillationTrainer",
-    "SelfDistillationArguments", "TimeBudgetCallback", "answer_loss", "apply_core_lora", "balanced_halt_loss", "core_lora_config",
+    "SelfDistillationArguments", "StateAccuracyProbeCallback", "TimeBudgetCallback", "answer_loss", "apply_core_lora",
+    "balanced_halt_loss", "core_lora_config",
     "curriculum_max_depth", "distillation_kl", "ema_update", "final_targets", "halt_labels", "hold_iterations",
     "is_adapter_parameter", "iterations_for_depth", "progress_targets", "readout_accuracy", "stretch_max_scale",
     "teardown_distributed", "teardown_distributed_at_exit", "trained_seconds",

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
+
+from state_tracking import StateTrackingCollator, encode_batch, model_token_ids, overall_state_accuracy
+from state_tracking.evaluation import draw_test_problems
 
 from .distributed import distributed_running
 
@@ -58,3 +64,79 @@ def trained_seconds(checkpoint: str | Path) -> float:
     state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
     saved = state.get("stateful_callbacks", {}).get(TimeBudgetCallback.__name__, {})
     return float(saved.get("args", {}).get("elapsed_before", 0.0))
+
+
+class StateAccuracyProbeCallback(TrainerCallback):
+    """Overall state accuracy (every query right) at forced depth R = ⌈depth / c⌉ on a fixed probe set, every
+    `every_steps` optimizer steps and at step 0 of a fresh run: `n` sequences of `depth` operations drawn once by
+    `state_tracking.evaluation.draw_test_problems(task, depth, n, seed)` — the problems `evaluate_length_generalization`
+    scores at that depth with the same n and seed, and scored as it does (encode_batch, right padding, forced R,
+    `overall_state_accuracy`; the same numbers, tested).
+
+    Each probe appends {"step", "probe_accuracy", "probe_depth", "probe_n"} to `state.log_history` before that
+    step's checkpoint is saved, so every checkpoint's `trainer_state.json` holds the curve so far. Nothing needs
+    restoring on resume: the probe set is drawn again from its seed (the same problems) and the curve comes back with
+    the checkpoint's log history. The probe touches no random state of training (its problems have their own
+    generator; the model runs in eval mode and is put back in train mode).
+
+    It predicts under `torch.no_grad`, not the evaluator's `inference_mode`: a tensor the model caches on its first
+    call (the LM-head rows of the candidates) would otherwise be an inference tensor that the next training step
+    cannot save for backward, and under `compile_core` inference-mode inputs compile graphs of their own (the
+    no-grad ones are those training already uses for iterations outside the gradient window and the EMA teacher),
+    which brings the recompile limit, past which a part runs eager, closer. Only the main process probes; its time
+    counts as training time (`TimeBudgetCallback`)."""
+
+    def __init__(self, tokenizer, task, depth: int, n: int = 256, every_steps: int = 250, seed: int = 0,
+                 rendering: str = "symbolic", random_initial: bool = False, batch_size: int = 256,
+                 fixed_iterations: int | None = None, at_start: bool = True):
+        for name, value in (("depth", depth), ("n", n), ("every_steps", every_steps), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"StateAccuracyProbeCallback.{name} must be an integer >= 1; got {value!r}.")
+        if fixed_iterations is not None and (isinstance(fixed_iterations, bool) or fixed_iterations < 1):
+            raise ValueError(f"StateAccuracyProbeCallback.fixed_iterations must be None or >= 1; got "
+                             f"{fixed_iterations!r}.")
+        self.depth, self.n, self.every_steps, self.seed = depth, n, every_steps, seed
+        self.batch_size, self.fixed_iterations, self.at_start = batch_size, fixed_iterations, at_start
+        ops, initial = draw_test_problems(task, depth, n, seed, random_initial)  # (n, d), (n, Q) or None
+        self.ops = ops
+        self.targets = task.final_states(ops, initial)  # (n, Q)
+        self.encoded = encode_batch(task, tokenizer, rendering, ops, initial)
+        self.collate = StateTrackingCollator(model_token_ids(tokenizer, task)["pad_token_id"], padding_side="right")
+
+    def evaluate(self, model) -> float:
+        """The probe set's overall state accuracy under `model` (left in the train/eval mode it came in)."""
+        was_training = model.training
+        model.eval()
+        num_iterations = self.fixed_iterations or math.ceil(self.depth / model.config.step_size)
+        takes_operation_ends = "operation_ends" in inspect.signature(model.predict).parameters
+        answers = []
+        try:
+            for start in range(0, self.n, self.batch_size):
+                rows = slice(start, min(start + self.batch_size, self.n))
+                batch = self.collate({key: column[rows] for key, column in self.encoded.items()})
+                batch = {key: value.to(model.device) for key, value in batch.items()}
+                inputs = {"attention_mask": batch["attention_mask"], "query_positions": batch["query_positions"]}
+                if takes_operation_ends:
+                    inputs["operation_ends"] = batch["operation_ends"]
+                with torch.no_grad():
+                    answers.append(model.predict(batch["input_ids"], **inputs, num_iterations=num_iterations)
+                                   .answers.cpu().numpy())
+        finally:
+            model.train(was_training)
+        return overall_state_accuracy(np.concatenate(answers), self.targets)
+
+    def _probe(self, state, model) -> None:
+        if not state.is_world_process_zero:
+            return
+        entry = {"step": state.global_step, "probe_accuracy": self.evaluate(model), "probe_depth": self.depth,
+                 "probe_n": self.n}
+        state.log_history.append(entry)
+        print(entry, flush=True)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.at_start and state.global_step == 0:
+            self._probe(state, model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every_steps == 0:
+            self._probe(state, model)
