@@ -235,3 +235,14 @@ def test_pipeline_loads_from_the_checkpoint_folder_alone(tmp_path):
     here = pipeline("state-tracking", model=str(tmp_path), trust_remote_code=True)(prompts, return_trajectory=True)
     assert out["results"] == here
     assert out["error"].startswith("PromptFormatError: the query is cut off")
+
+
+@pytest.mark.parametrize("task", [SWAP, MACHINE], ids=lambda t: t.name)
+@pytest.mark.parametrize("rendering", ["text", "symbolic"])
+def test_the_cards_example_prompt_is_one_the_format_reads(task, rendering):
+    fmt = prompt_format_of(task, rendering)
+    names = [task.op_names[-1], task.op_names[0], task.op_names[-1]]
+    assert fmt.segment(fmt.example(names)).operations == tuple(names)
+    assert fmt.segment(fmt.example()).depth == 2
+    with pytest.raises(ValueError, match="unknown operation"):
+        fmt.example(["fly"])

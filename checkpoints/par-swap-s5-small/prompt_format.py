@@ -191,6 +191,19 @@ class PromptFormat:
                    preamble=tuples(spec.get("preamble", []), "preamble"),
                    queries=tuples(spec.get("queries", []), "queries"), delimiter=spec.get("delimiter"))
 
+    def example(self, operations: list[str] | None = None) -> str:
+        """A prompt written the way this format reads one: the first phrasing of every sentence, the first candidate as
+        the start (text), and `operations` (names; default the first two operations)."""
+        names = list(self.operations)[:2] if operations is None else operations
+        unknown = [n for n in names if n not in self.operations]
+        if unknown:
+            raise ValueError(f"example: unknown operation(s) {unknown}; known: {list(self.operations)[:8]}...")
+        ops = [self.operations[n][0] for n in names]
+        if self.rendering == "symbolic":
+            return " ".join(ops + [f"<q{j + 1}>" for j in range(len(self.query_names))])
+        start = [templates[0].replace(CANDIDATE, self.candidates[0]) for templates in self.preamble]
+        return " ".join(start + ops + [f"{words[0]} {QUESTION_MARK}" for words in self.queries])
+
     def with_delimiter(self, delimiter: str | None) -> "PromptFormat":
         """The same format with units split at `delimiter` (a regex) instead of sentence ends."""
         spec = self.to_dict()
