@@ -297,6 +297,37 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
         shutil.rmtree(REPO / "runs" / "test_paper_protocol", ignore_errors=True)
 
 
+def test_paper_protocol_s5_a5_rows_train_the_group_to_16():
+    """--protocol s5 / a5: the same rows on S5 / A5, train d ≤ 16 (reached at step 350), test 16 … 256; the label-free
+    row is prefix self-distillation; rows outside the protocol and the swap-S5 export are refused."""
+    from trainers import curriculum_max_depth
+
+    protocol = load_example("examples/reproduce/paper_protocol.py")
+    saved = {k: getattr(protocol, k) for k in protocol.PROTOCOLS["s5"]}
+    try:
+        for name in ("s5", "a5"):
+            protocol.apply_protocol(name)
+            assert protocol.GRID == [16, 32, 64, 128, 256] and protocol.OUT.parts[-2:] == ("s5_a5_cpu", name)
+            for row in protocol.PROTOCOL_ROWS[name]:
+                spec = protocol.ROWS[row]
+                if spec["kind"] == "rnn":
+                    rnn = load_example("examples/baselines/rnn.py").parse_args(protocol.common_rnn() + spec["flags"])
+                    assert (rnn.task, rnn.max_train_depth, rnn.depths) == (name, 16, protocol.GRID)
+                    continue
+                _, task_args, args = train_par.parse_args(protocol.common_par() + spec["flags"] + ["--output_dir", "x"])
+                assert task_args.task == name and args.max_train_depth == 16
+                start, every = args.curriculum_start_depth, args.curriculum_every_steps
+                assert curriculum_max_depth(349, start, every, 1, 16) == 15 == curriculum_max_depth(350, start, every, 1, 16) - 1
+                assert task_args.self_distillation == (row == "self_distill")
+    finally:
+        for k, v in saved.items():
+            setattr(protocol, k, v)
+    with pytest.raises(SystemExit):
+        protocol.main(["--protocol", "s5", "--row", "full_view"])
+    with pytest.raises(SystemExit):
+        protocol.main(["--protocol", "a5", "--export", "recipe_halting"])
+
+
 def test_s5_breakthrough_rows_are_valid_and_explicit():
     """Every row of examples/studies/s5_breakthrough.py parses as train_par.py flags: S5, the recipe's view set
     explicitly, train d ≤ 8, the issue's cap (10,000 steps, 7,200 s), a checkpoint and a probe (d = 8, 256 sequences)

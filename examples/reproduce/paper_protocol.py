@@ -7,6 +7,7 @@ sequences per length with the stop rule, one row per (method, seed), mean ± sd 
     python examples/reproduce/paper_protocol.py --long lstm --seed 0            # past the protocol: d = 2,048, 4,096
     python examples/reproduce/paper_protocol.py --collect                       # table.md, README.md, plot
     python examples/reproduce/paper_protocol.py --export recipe_halting --seed 0     # ship as checkpoints/par-swap-s5-small
+    python examples/reproduce/paper_protocol.py --protocol s5 --row self_distill --seed 0   # S5 / A5: train d ≤ 16
 
 PAR rows are `examples/train_par.py` with COMMON + the row's flags (written out explicitly, whatever the defaults), one
 torch thread each (two rows share this machine's 2 cores). They save a checkpoint every SAVE_STEPS steps; running the
@@ -59,12 +60,35 @@ SAVE_STEPS = 250
 # pace, +1 every 100 steps, would reach it only at step 3,000); then 1,250 steps over d ~ U{1..32}.
 CURRICULUM = ["--curriculum_start_depth", "2", "--curriculum_every_steps", "25"]
 STEPS = 2000
+TASK, TASK_LABEL = "swap_s5", "swap-S5"
+
+# `--protocol`: the paper's other groups (S5: any of the 120 permutations per step; A5: 3-cycles), train d ≤ 16,
+# test 1× … 16×; the same rows, evaluator, stop rule and curriculum pace (d_max reaches 16 at step 350). Each rebinds
+# the constants above (the swap-S5 protocol is the default and keeps its paths).
+PROTOCOLS = {
+    name: dict(TASK=name, TASK_LABEL=label, TRAIN_MAX_DEPTH=16, GRID=[16, 32, 64, 128, 256],
+               PROFILE_DEPTHS=[32, 64], IN_RANGE_DEPTHS=[4, 8, 12, 16], LONG_GRID=[512, 1024],
+               OUT=REPO / "results" / "s5_a5_cpu" / name, RUN_DIR=REPO / "runs" / f"paper_protocol_{name}",
+               PAPER=[("PAR + label-free prefix self-distillation (S5, G ≥ 16)", "—", "85", "—")] if name == "s5" else [])
+    for name, label in (("s5", "S5"), ("a5", "A5"))
+}
+PROTOCOL_ROWS = {"s5": ("recipe_halting", "self_distill", "lstm", "gru"), "a5": ("recipe_halting", "self_distill",
+                                                                                  "lstm", "gru")}
+
+
+def apply_protocol(name: str) -> None:
+    """Rebind this module's protocol constants to `name` ("swap_s5": the defaults, unchanged)."""
+    if name == "swap_s5":
+        return
+    if name not in PROTOCOLS:
+        raise SystemExit(f"--protocol must be one of {['swap_s5', *PROTOCOLS]}; got {name!r}")
+    globals().update(PROTOCOLS[name])
 
 
 def common_par() -> list[str]:
     """train_par.py flags every PAR row shares (the row's flags follow and win)."""
     return [
-        "--max_train_depth", str(TRAIN_MAX_DEPTH), *CURRICULUM, "--max_steps", str(STEPS),
+        "--task", TASK, "--max_train_depth", str(TRAIN_MAX_DEPTH), *CURRICULUM, "--max_steps", str(STEPS),
         "--hidden_size", "128", "--intermediate_size", "256", "--num_attention_heads", "4",
         "--num_key_value_heads", "4", "--prelude_layers", "1", "--core_layers", "2", "--coda_layers", "1",
         "--per_device_train_batch_size", "64", "--learning_rate", "1e-3", "--adapter_learning_rate", "2e-3",
@@ -78,7 +102,7 @@ def common_par() -> list[str]:
 def common_rnn(depths: list[int] | None = None, n: int | None = None) -> list[str]:
     """examples/baselines/rnn.py flags every RNN row shares: the same data, curriculum, steps, batch and test (GRID × N
     unless given)."""
-    return ["--max_train_depth", str(TRAIN_MAX_DEPTH), *CURRICULUM, "--max_steps", str(STEPS),
+    return ["--task", TASK, "--max_train_depth", str(TRAIN_MAX_DEPTH), *CURRICULUM, "--max_steps", str(STEPS),
             "--batch_size", "64", "--learning_rate", "1e-3", "--logging_steps", "100",
             "--eval_depths", ",".join(map(str, depths or GRID)), "--eval_n", str(n or N)]
 
@@ -97,6 +121,8 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
                       flags=FULL + ["--grad_window", "16"]),
     "full_view_stretch": dict(kind="par", label="PAR, paper's setting (full view) + stretch phase", budget=3 * 3600,
                               flags=FULL + ["--grad_window", "16", "--stretch_steps", "500", "--stretch_max_scale", "8"]),
+    "self_distill": dict(kind="par", label="PAR recipe (local view), label-free prefix self-distillation",
+                         budget=3600, flags=LOCAL + ["--self_distillation", "true"]),
     # The paper's sample count: 6,250 steps x 64 = 400k sequences (the rows above see 128k), same 3 h cap.
     "full_view_400k": dict(kind="par", label="PAR, paper's setting (full view), no stretch, 400k samples",
                            budget=3 * 3600, flags=FULL + ["--grad_window", "16", "--max_steps", "6250"]),
@@ -199,7 +225,8 @@ def evaluate_par(row: str, seed: int, segments: list[dict]) -> dict:
         train_commands=[s["command"] for s in segments], segments=segments,
         steps=summary["steps"], samples_seen=summary["samples_seen"],
         train_seconds=row_train_seconds(segments),
-        budget_seconds=ROWS[row]["budget"], curriculum={"start": 2, "every_steps": 25, "reaches_32_at_step": 750},
+        budget_seconds=ROWS[row]["budget"], curriculum={"start": 2, "every_steps": 25,
+                                                         f"reaches_{TRAIN_MAX_DEPTH}_at_step": 25 * (TRAIN_MAX_DEPTH - 2)},
         curve=summary.get("curve"), evaluation=evaluation, eval_seconds=eval_seconds, in_range=in_range,
         profile=profile, padding_control=control, environment=result["environment"],
         parameters=sum(p.numel() for p in model.parameters()),
@@ -346,7 +373,8 @@ def detailed_table(records: list[dict]) -> str:
 
 def paper_shaped_table(records: list[dict]) -> str:
     """The paper's columns (8×, 16×) and 32× where measured: its reported rows above ours."""
-    lines = ["| method | seeds | 8× (d = 256) | 16× (d = 512) | 32× (d = 1,024) |", "|---|---|---|---|---|"]
+    lines = ["| method | seeds | " + " | ".join(f"{k}× (d = {k * TRAIN_MAX_DEPTH:,})" for k in (8, 16, 32)) + " |",
+             "|---|---|---|---|---|"]
     for name, a8, a16, seeds in PAPER:
         lines.append(f"| {name} — *paper, reported* | {seeds} | {a8} | {a16} | — |")
     for (row, mode), members in groups(records).items():
@@ -397,7 +425,7 @@ def collect() -> None:
     (OUT / "table.md").write_text(shaped + "\n\n" + detailed + "\n")
     series = {name_of(row, mode): [{"depths": GRID, "accuracy": padded(r["evaluation"][mode])} for r in members]
               for (row, mode), members in groups(records).items()}
-    plot_accuracy_vs_depth(series, OUT / "accuracy_vs_depth.png", title="swap-S5, train d ≤ 32, 1,024 sequences per depth")
+    plot_accuracy_vs_depth(series, OUT / "accuracy_vs_depth.png", title=f"{TASK_LABEL}, train d ≤ {TRAIN_MAX_DEPTH}, {N:,} sequences per depth")
     env = next((r["environment"] for r in records if r["kind"] == "par"), records[0]["environment"])
     generated = f"""{TABLE_START}
 {shaped}
@@ -412,11 +440,13 @@ Machine: {env.get('platform', env.get('machine'))}; torch {env.get('torch', '')}
         head, rest = readme.read_text().split(TABLE_START, 1)
         readme.write_text(head + generated + rest.split(TABLE_END, 1)[1])
     else:
-        readme.write_text(f"""# swap-S5 at the paper's protocol (CPU scale)
+        readme.write_text(f"""# {TASK_LABEL} at the paper's protocol (CPU scale)
 
-Train d ≤ {TRAIN_MAX_DEPTH} (curriculum d_max = min(32, 2 + ⌊step / 25⌋): 32 from step 750; {STEPS} steps of 64
+Train d ≤ {TRAIN_MAX_DEPTH} (curriculum d_max = min({TRAIN_MAX_DEPTH}, 2 + ⌊step / 25⌋): {TRAIN_MAX_DEPTH} from step
+{25 * (TRAIN_MAX_DEPTH - 2)}; {STEPS} steps of 64
 sequences), test d = {', '.join(map(str, GRID))} on {N} fresh sequences per depth (the row's seed; the same problems
 for every method), overall state accuracy (%, all five boxes right; chance 0.8%), mean ± sd over seeds (sample sd).
+`--protocol {TASK}`.
 Two consecutive depths under 2% end a seed's grid; the depths it did not reach count as 0. From-scratch models on
 this machine (2 cores, one torch thread per run, two runs at a time), not the paper's Qwen2.5-0.5B retrofit.
 
@@ -494,9 +524,17 @@ def main(argv=None) -> None:
     action.add_argument("--export", choices=sorted(r for r in ROWS if ROWS[r]["kind"] == "par"),
                         help="ship a trained PAR row as checkpoints/par-swap-s5-small")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--protocol", default="swap_s5", choices=["swap_s5", *PROTOCOLS],
+                        help="swap_s5 (train d ≤ 32, the default) or s5 / a5 (train d ≤ 16, test to 16×)")
     args = parser.parse_args(argv)
     if args.seed < 0:
         parser.error(f"--seed must be >= 0; got {args.seed}")
+    apply_protocol(args.protocol)
+    row = args.row or args.evaluate or args.long or args.export
+    if args.protocol != "swap_s5" and row and row not in PROTOCOL_ROWS[args.protocol]:
+        parser.error(f"--protocol {args.protocol} runs the rows {list(PROTOCOL_ROWS[args.protocol])}; got {row!r}")
+    if args.protocol != "swap_s5" and args.export:
+        parser.error("--export ships the swap-S5 checkpoint; it takes --protocol swap_s5")
     if args.collect:
         return collect()
     if args.export:
