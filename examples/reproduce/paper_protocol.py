@@ -5,6 +5,7 @@ sequences per length with the stop rule, one row per (method, seed), mean ± sd 
     python examples/reproduce/paper_protocol.py --row lstm --seed 0             # LSTM baseline (examples/baselines/rnn.py)
     python examples/reproduce/paper_protocol.py --evaluate recipe_halting --seed 0   # re-evaluate a trained run
     python examples/reproduce/paper_protocol.py --long lstm --seed 0            # past the protocol: d = 2,048, 4,096
+    python examples/reproduce/paper_protocol.py --in-range full_view --seed 0   # add in-range accuracy to a record
     python examples/reproduce/paper_protocol.py --collect                       # table.md, README.md, plot
     python examples/reproduce/paper_protocol.py --export recipe_halting --seed 0     # ship as checkpoints/par-swap-s5-small
     python examples/reproduce/paper_protocol.py --protocol s5 --row self_distill --seed 0   # S5 / A5: train d ≤ 16
@@ -193,10 +194,33 @@ def train_par(row: str, seed: int) -> list[dict]:
     return segments
 
 
+def in_range_of(model, tokenizer, task, seed: int) -> dict:
+    """Accuracy inside the training range (forced depth, IN_RANGE_N sequences per IN_RANGE_DEPTHS depth)."""
+    from state_tracking import evaluate_length_generalization
+
+    result = evaluate_length_generalization(model, tokenizer, task, IN_RANGE_DEPTHS, n_per_depth=IN_RANGE_N,
+                                            seed=seed, progress=False)
+    return {k: result[k] for k in ("depths", "accuracy", "n_per_depth", "seed")}
+
+
+def add_in_range(row: str, seed: int) -> dict:
+    """--in-range: add the in-range accuracy to a row's record measured before it was part of the evaluation."""
+    import torch
+
+    torch.set_num_threads(1)
+    record = json.loads(record_path(row, seed).read_text())
+    model, tokenizer, task = load_run(run_path(row, seed), max(IN_RANGE_DEPTHS))
+    record["in_range"] = in_range_of(model, tokenizer, task, seed)
+    print(f"{row} seed {seed} in range: " + " ".join(
+        f"d={d}:{100 * a:.1f}" for d, a in zip(record["in_range"]["depths"], record["in_range"]["accuracy"])))
+    save(record)
+    return record
+
+
 def evaluate_par(row: str, seed: int, segments: list[dict]) -> dict:
     import torch
 
-    from state_tracking import evaluate_length_generalization, evaluate_until_failed, progress_profile
+    from state_tracking import evaluate_until_failed, progress_profile
 
     torch.set_num_threads(1)
     folder = run_path(row, seed)
@@ -213,9 +237,7 @@ def evaluate_par(row: str, seed: int, segments: list[dict]) -> dict:
                                                    "stopped_early", "n_per_depth", "seed")}
         print(f"{row} seed {seed} {mode}: " + " ".join(
             f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
-    in_range = evaluate_length_generalization(model, tokenizer, task, IN_RANGE_DEPTHS, n_per_depth=IN_RANGE_N,
-                                              seed=seed, progress=False)
-    in_range = {k: in_range[k] for k in ("depths", "accuracy", "n_per_depth", "seed")}
+    in_range = in_range_of(model, tokenizer, task, seed)
     common = dict(n_per_depth=PROFILE_N, seed=seed)
     profile = progress_profile(model, tokenizer, task, PROFILE_DEPTHS, **common)
     control = progress_profile(model, tokenizer, task, PROFILE_DEPTHS, padding_control_depth=TRAIN_MAX_DEPTH, **common)
@@ -521,6 +543,8 @@ def main(argv=None) -> None:
                         help="evaluate a trained PAR row again")
     action.add_argument("--long", choices=sorted(ROWS), help=f"score a trained row past the protocol, d = {LONG_GRID}")
     action.add_argument("--collect", action="store_true", help="rebuild the table, README and plot")
+    action.add_argument("--in-range", dest="in_range", choices=sorted(r for r in ROWS if ROWS[r]["kind"] == "par"),
+                        help="add the accuracy inside the training range to a row's saved record")
     action.add_argument("--export", choices=sorted(r for r in ROWS if ROWS[r]["kind"] == "par"),
                         help="ship a trained PAR row as checkpoints/par-swap-s5-small")
     parser.add_argument("--seed", type=int, default=0)
@@ -530,7 +554,7 @@ def main(argv=None) -> None:
     if args.seed < 0:
         parser.error(f"--seed must be >= 0; got {args.seed}")
     apply_protocol(args.protocol)
-    row = args.row or args.evaluate or args.long or args.export
+    row = args.row or args.evaluate or args.long or args.export or args.in_range
     if args.protocol != "swap_s5" and row and row not in PROTOCOL_ROWS[args.protocol]:
         parser.error(f"--protocol {args.protocol} runs the rows {list(PROTOCOL_ROWS[args.protocol])}; got {row!r}")
     if args.protocol != "swap_s5" and args.export:
@@ -541,6 +565,8 @@ def main(argv=None) -> None:
         return export(args.export, args.seed)
     if args.long:
         return evaluate_long(args.long, args.seed)
+    if args.in_range:
+        return add_in_range(args.in_range, args.seed)
     row = args.row or args.evaluate
     if ROWS[row]["kind"] == "rnn":
         record = train_and_evaluate_rnn(row, args.seed)
