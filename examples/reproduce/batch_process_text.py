@@ -286,6 +286,13 @@ def export(row: str, seed: int, target: Path | None = None) -> Path:
     check = pipeline_check(target, load_task_from_dir(folder), seed)
     check["command"] = check["command"].replace("<row>", row)
     (target / "pipeline_check.json").write_text(json.dumps(check, indent=1))
+    line = (f"\nThrough the pipeline (this folder alone, a fresh process with the package blocked), {check['n']:,} raw "
+            f"strings of {check['depth']} operations from an idle start (fresh generator, seed "
+            f"{check['fresh_generator_seed']}): " + ", ".join(
+                f"{p.replace('_', '-')} phrasing {100 * v['accuracy']:.2f}%" for p, v in check["by_phrasing"].items())
+            + f" ({next(iter(check['by_phrasing'].values()))['mode']}; `pipeline_check.json`).\n")
+    card = (target / "README.md").read_text()
+    (target / "README.md").write_text(card.replace("\nTraining curve (loss,", line + "\nTraining curve (loss,", 1))
     record["pipeline_check"] = check
     record_path(row, seed).write_text(json.dumps(record, indent=1))
     print(json.dumps(check["by_phrasing"], indent=1))

@@ -1,0 +1,147 @@
+"""`pipeline("state-tracking", model=DIR, trust_remote_code=True)`: raw text in, the state out.
+
+    >>> from transformers import pipeline
+    >>> tracker = pipeline("state-tracking", model="checkpoints/par-batch-process-text", trust_remote_code=True)
+    >>> tracker("The batch reactor is idle. The operator presses start. The level sensor reports full. "
+    ...         "The reactor is now ?")
+    {'answers': {'state': 'heating'}, 'iterations': 2, 'halted': True, 'mode': 'forced depth', 'depth': 2}
+
+The checkpoint's `config.prompt_format` (see `prompt_format.py`) segments each prompt into preamble, operations and
+queries; a prompt it cannot segment raises `PromptFormatError` and is never answered. The model then runs learned
+halting when the checkpoint was trained for it (`config.learned_halting`), forced depth R = ⌈d / step_size⌉ from the
+segmentation otherwise; `mode` says which (override with `halting=True/False`). `return_trajectory=True` adds the
+state after each operation, read from the progress readouts y_k = Q(s_k) of iterations k = 1..R (iteration k
+targets the state after min(c·k, d) operations). Batching (`batch_size`), padding, `device` and `dtype` are the
+Pipeline's own.
+
+Remote code: `modeling_par.py` imports this module so that `save_pretrained` copies it into every checkpoint, and
+`ParLoopedQwenConfig` names it in `custom_pipelines`.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import Pipeline
+
+from .configuration_par import CUSTOM_PIPELINES
+from .prompt_format import PromptFormat, PromptFormatError, token_boundaries
+
+PIPELINE_TASK = next(iter(CUSTOM_PIPELINES))  # "state-tracking"
+
+
+def boundary_marks(length: int, operation_ends: list[int], query_positions: list[int]) -> tuple[list[int], list[int]]:
+    """Token-aligned marks (padded like input_ids, so either padding side keeps them in place): 1 where the preamble
+    or an operation ends, and j + 1 at query j's readout token."""
+    ends, queries = [0] * length, [0] * length
+    for t in operation_ends:
+        ends[t] = 1
+    for j, t in enumerate(query_positions):
+        queries[t] = j + 1
+    return ends, queries
+
+
+def boundaries_from_marks(end_marks: torch.Tensor, query_marks: torch.Tensor, num_queries: int):
+    """Inverse of `boundary_marks` for a padded batch: operation_ends (b, D+1) with −1 past each sample's d, and
+    query_positions (b, Q)."""
+    marked = end_marks.bool()
+    counts = marked.sum(-1)  # (b,) d + 1
+    order = torch.argsort((~marked).int(), dim=-1, stable=True)[:, : int(counts.max())]  # marked indices first, in order
+    width = torch.arange(order.shape[1], device=order.device)
+    operation_ends = torch.where(width[None] < counts[:, None], order, -1)
+    query_positions = torch.stack([(query_marks == j + 1).int().argmax(-1) for j in range(num_queries)], dim=-1)
+    return operation_ends, query_positions
+
+
+class StateTrackingPipeline(Pipeline):
+    """Answers raw state-tracking prompts with a PAR looped model (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        spec = getattr(self.model.config, "prompt_format", None)
+        if spec is None:
+            raise ValueError(
+                "this checkpoint has no prompt_format in its config, so raw text cannot be segmented; set "
+                "model.config.prompt_format = state_tracking.prompts.prompt_format_of(task, rendering).to_dict() and "
+                "save it again (train_par.py and the export do this).")
+        self.prompt_format = PromptFormat.from_dict(spec)
+        if self.tokenizer is None or not getattr(self.tokenizer, "is_fast", False):
+            raise ValueError("the state-tracking pipeline needs the checkpoint's fast tokenizer (character offsets "
+                             "find the operation boundaries); load it with use_fast=True.")
+
+    def _sanitize_parameters(self, return_trajectory=None, halting=None, max_iterations=None, delimiter=None,
+                             **kwargs):
+        if kwargs:
+            raise ValueError(f"state-tracking pipeline: unknown argument(s) {sorted(kwargs)}; allowed: "
+                             "return_trajectory, halting, max_iterations, delimiter, batch_size, device, dtype.")
+        preprocess, forward, post = {}, {}, {}
+        if delimiter is not None:
+            preprocess["delimiter"] = delimiter
+        if return_trajectory is not None:
+            if not isinstance(return_trajectory, bool):
+                raise ValueError(f"return_trajectory must be a bool; got {return_trajectory!r}.")
+            forward["return_trajectory"] = post["return_trajectory"] = return_trajectory
+        if halting is not None:
+            if not isinstance(halting, bool):
+                raise ValueError(f"halting must be None (the checkpoint decides), True or False; got {halting!r}.")
+            forward["halting"] = post["halting"] = halting
+        if max_iterations is not None:
+            forward["max_iterations"] = max_iterations
+        return preprocess, forward, post
+
+    def preprocess(self, prompt, delimiter=None):
+        prompt_format = self.prompt_format if delimiter is None else self.prompt_format.with_delimiter(delimiter)
+        segments = prompt_format.segment(prompt)
+        encoding = self.tokenizer([prompt], add_special_tokens=True)
+        ids = encoding["input_ids"][0]
+        if self.tokenizer.unk_token_id is not None and self.tokenizer.unk_token_id in ids:
+            a, b = encoding.token_to_chars(0, ids.index(self.tokenizer.unk_token_id))
+            raise PromptFormatError(f"word {prompt[a:b]!r} of the prompt is unknown to the checkpoint's tokenizer.")
+        operation_ends, query_positions = token_boundaries(encoding, 0, prompt, segments)
+        end_marks, query_marks = boundary_marks(len(ids), operation_ends, query_positions)
+        return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
+                "operation_end_marks": torch.tensor([end_marks]), "query_marks": torch.tensor([query_marks])}
+
+    def _uses_halting(self, halting):
+        return bool(getattr(self.model.config, "learned_halting", False)) if halting is None else halting
+
+    def _forward(self, inputs, return_trajectory=False, halting=None, max_iterations=None):
+        config = self.model.config
+        operation_ends, query_positions = boundaries_from_marks(inputs["operation_end_marks"], inputs["query_marks"],
+                                                                len(self.prompt_format.query_names))
+        depth = (operation_ends >= 0).sum(-1) - 1  # (b,)
+        steps = torch.clamp((depth + config.step_size - 1) // config.step_size, min=1)  # R = ⌈d / c⌉
+        kw = dict(attention_mask=inputs["attention_mask"], query_positions=query_positions,
+                  operation_ends=operation_ends)
+        if self._uses_halting(halting):
+            prediction = self.model.predict(inputs["input_ids"], halting=True, max_iterations=max_iterations, **kw)
+        else:
+            prediction = self.model.predict(inputs["input_ids"], num_iterations=steps, **kw)
+        out = {"answers": prediction.answers, "iterations": prediction.iterations, "halted": prediction.halted,
+               "depth": depth}
+        if return_trajectory:
+            reads = list(range(1, int(steps.max()) + 1))
+            logits = self.model(inputs["input_ids"], num_iterations=reads[-1], readout_iterations=reads,
+                                **kw).answer_logits  # (R, b, Q, C)
+            out["trajectory"] = logits.argmax(-1).transpose(0, 1)  # (b, R, Q)
+            out["trajectory_steps"] = steps
+        return out
+
+    def postprocess(self, outputs, return_trajectory=False, halting=None):
+        names, candidates = self.prompt_format.query_names, self.prompt_format.candidates
+
+        def named(row):
+            return {name: candidates[int(c)] for name, c in zip(names, row)}
+
+        depth = int(outputs["depth"][0])
+        result = {"answers": named(outputs["answers"][0]), "iterations": int(outputs["iterations"][0]),
+                  "halted": bool(outputs["halted"][0]),
+                  "mode": "learned halting" if self._uses_halting(halting) else "forced depth", "depth": depth}
+        if return_trajectory:
+            c = self.model.config.step_size
+            steps = int(outputs["trajectory_steps"][0])
+            result["trajectory"] = [{"after_operations": min(c * k, depth), "answers": named(row)}
+                                    for k, row in enumerate(outputs["trajectory"][0][:steps].tolist(), start=1)]
+        return result
+
+
+__all__ = ["CUSTOM_PIPELINES", "PIPELINE_TASK", "StateTrackingPipeline", "boundaries_from_marks", "boundary_marks"]

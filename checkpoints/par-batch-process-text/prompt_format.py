@@ -1,0 +1,349 @@
+"""How a checkpoint reads a raw prompt: the rule that splits it into preamble, operations and queries.
+
+A local-view model needs `operation_ends` — the token index where the preamble and every operation end — and
+`query_positions`. This module turns a prompt written the way the task renders it into both, and refuses, with one
+clear `PromptFormatError`, any prompt the task's sentences cannot produce. The rule is saved in the checkpoint's
+config (`ParLoopedQwenConfig.prompt_format`, a JSON dict), so the folder alone can read raw text;
+`state_tracking.encode_batch` builds our own prompts through it too (one way to segment).
+
+A prompt is a sequence of *units*: by default sentences (a unit ends at ".", "!" or "?" followed by whitespace or
+the end), or the pieces between matches of `delimiter` (a regex, e.g. "\\n" for one log line per operation):
+
+    text:      [preamble units] [operation units]* [query units]
+               "The batch reactor is idle. The operator presses start. The reactor is now ?"
+    symbolic:  [Q candidate tokens, only for a random start] [op tokens]* <q1> ... <qQ>    (units = tokens)
+
+Each preamble unit, operation unit and query unit must be one of the sentences the format lists for it (any of
+its alternatives under varied phrasing), compared with runs of whitespace collapsed. A query unit is its question
+words followed by "?"; the readout token is the one holding the last character of the words.
+
+Remote code: imports only the standard library; `state_tracking.prompt_format_of` builds the format of a task.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+
+RENDERINGS = ("text", "symbolic")
+CANDIDATE = "{candidate}"
+QUESTION_MARK = "?"
+# one sentence: up to . ! ? before whitespace or the end (a lone mark is a unit of its own: an empty sentence)
+_SENTENCE = re.compile(r"[.!?](?=\s|$)|\S.*?(?:[.!?](?=\s|$)|$)", re.S)
+_TOKEN = re.compile(r"\S+")
+
+
+class PromptFormatError(ValueError):
+    """A prompt the checkpoint's format cannot segment (names what is wrong; never answered)."""
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class Segments:
+    """One segmented prompt, as character offsets into it (end = one past the last character).
+
+    preamble_end: where the preamble ends (None: the symbolic rendering with the default start, whose preamble is
+    the tokenizer's <bos> alone). operation_ends: (d,) where each operation ends. query_ends: (Q,) where each
+    query's question words end. operations: the d operation names, in order."""
+
+    preamble_end: int | None
+    operation_ends: tuple[int, ...]
+    query_ends: tuple[int, ...]
+    operations: tuple[str, ...]
+
+    @property
+    def depth(self) -> int:
+        return len(self.operations)
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """The segmentation rule of a checkpoint (see the module docstring).
+
+    rendering: "text" or "symbolic". query_names: one per query (answers are keyed by them). candidates: the answer
+    names, in `answer_token_ids` order. operations: op name -> accepted units (sentences, or the op token).
+    preamble: per preamble unit, accepted templates where "{candidate}" stands for any candidate (text; symbolic:
+    empty, the optional start is Q candidate tokens). queries: per query, accepted question words. delimiter: a
+    regex between units instead of sentence ends (text only), or None."""
+
+    rendering: str
+    query_names: tuple[str, ...]
+    candidates: tuple[str, ...]
+    operations: dict[str, tuple[str, ...]]
+    preamble: tuple[tuple[str, ...], ...] = ()
+    queries: tuple[tuple[str, ...], ...] = ()
+    delimiter: str | None = None
+    task_name: str = "task"
+    _lookup: dict = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        self._validate()
+        key = self._key
+        op_of = {}
+        for name, units in self.operations.items():
+            for unit in units:
+                op_of[key(unit)] = name
+        preamble = []
+        for templates in self.preamble:
+            accepted = set()
+            for template in templates:
+                accepted |= {key(template.replace(CANDIDATE, c)) for c in self.candidates}
+            preamble.append(accepted)
+        queries = [{_norm(words) for words in alternatives} for alternatives in self.queries]
+        object.__setattr__(self, "_lookup", {"op": op_of, "preamble": preamble, "query": queries,
+                                            "delimiter": re.compile(self.delimiter) if self.delimiter else None})
+
+    def _key(self, unit: str) -> str:
+        """What a unit is compared by: whitespace runs collapsed; under a delimiter, a closing '.' or '!' is optional
+        (log lines often have none)."""
+        text = _norm(unit)
+        return text.rstrip(".!").rstrip() if self.delimiter is not None and not text.endswith(QUESTION_MARK) else text
+
+    # ------------------------------------------------------------------------------------------ validation, (de)serialisation
+    def _validate(self) -> None:
+        def fail(name, allowed, value):
+            raise ValueError(f"prompt_format.{name} must be {allowed}; got {value!r}.")
+
+        if self.rendering not in RENDERINGS:
+            fail("rendering", f"one of {list(RENDERINGS)}", self.rendering)
+        for name in ("query_names", "candidates"):
+            value = getattr(self, name)
+            if not value or not all(isinstance(v, str) and v for v in value) or len(set(value)) != len(value):
+                fail(name, "a non-empty list of distinct non-empty strings", value)
+        if not isinstance(self.operations, dict) or not self.operations:
+            fail("operations", "a non-empty mapping op name -> list of accepted sentences", self.operations)
+        seen = {}
+        for name, units in self.operations.items():
+            if not isinstance(units, tuple) or not units or not all(isinstance(u, str) and _norm(u) for u in units):
+                fail(f"operations[{name!r}]", "a non-empty list of non-empty strings", units)
+            for unit in units:
+                other = seen.setdefault(_norm(unit), name)
+                if other != name:
+                    fail(f"operations[{name!r}]", f"sentences no other operation uses ({other!r} uses {unit!r})", units)
+        if self.rendering == "text":
+            if len(self.queries) != len(self.query_names):
+                fail("queries", f"one list of question words per query ({len(self.query_names)})", self.queries)
+            for alternatives in (*self.preamble, *self.queries):
+                if not isinstance(alternatives, tuple) or not alternatives or not all(
+                        isinstance(a, str) and _norm(a) for a in alternatives):
+                    fail("preamble / queries", "non-empty lists of non-empty strings", alternatives)
+            if not self.preamble:
+                fail("preamble", "at least one preamble sentence (the text rendering always states the start)",
+                     self.preamble)
+        elif self.preamble or self.queries or self.delimiter:
+            fail("rendering", "'text' to use preamble, queries or delimiter (the symbolic rendering has fixed tokens)",
+                 self.rendering)
+        if self.rendering == "text" and self.delimiter is None:  # one unit per sentence: each must be one sentence
+            named = [(f"operations[{n!r}]", u) for n, units in self.operations.items() for u in units]
+            named += [("preamble", t) for templates in self.preamble for t in templates]
+            for name, unit in named:
+                if len(_SENTENCE.findall(unit)) != 1 or unit.rstrip()[-1] not in ".!?":
+                    fail(name, "one sentence ending with '.', '!' or '?' (one operation per sentence; or give a "
+                         "delimiter)", unit)
+            for words in (w for alternatives in self.queries for w in alternatives):
+                if len(_SENTENCE.findall(words + " " + QUESTION_MARK)) != 1:
+                    fail("queries", "question words with no sentence end inside (their '?' ends the question)", words)
+        if self.delimiter is not None:
+            if not isinstance(self.delimiter, str) or not self.delimiter:
+                fail("delimiter", "None or a non-empty regex", self.delimiter)
+            try:
+                compiled = re.compile(self.delimiter)
+            except re.error as error:
+                fail("delimiter", f"a valid regex ({error})", self.delimiter)
+            if compiled.match(""):
+                fail("delimiter", "a regex that matches no empty string", self.delimiter)
+
+    def to_dict(self) -> dict:
+        return {"rendering": self.rendering, "task_name": self.task_name, "query_names": list(self.query_names),
+                "candidates": list(self.candidates),
+                "operations": {name: list(units) for name, units in self.operations.items()},
+                "preamble": [list(t) for t in self.preamble], "queries": [list(q) for q in self.queries],
+                "delimiter": self.delimiter}
+
+    @classmethod
+    def from_dict(cls, spec: dict) -> "PromptFormat":
+        if not isinstance(spec, dict):
+            raise ValueError(f"prompt_format must be a dict (PromptFormat.to_dict()); got {type(spec).__name__}.")
+        allowed = {"rendering", "task_name", "query_names", "candidates", "operations", "preamble", "queries",
+                   "delimiter"}
+        unknown = sorted(set(spec) - allowed)
+        if unknown:
+            raise ValueError(f"prompt_format has unknown key(s) {unknown}; allowed: {sorted(allowed)}.")
+        missing = sorted({"rendering", "query_names", "candidates", "operations"} - set(spec))
+        if missing:
+            raise ValueError(f"prompt_format is missing {missing}.")
+        operations = spec["operations"]
+        if not isinstance(operations, dict):
+            raise ValueError(f"prompt_format.operations must be a mapping; got {operations!r}.")
+
+        def tuples(value, name):
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"prompt_format.{name} must be a list; got {value!r}.")
+            return tuple(tuple(v) if isinstance(v, (list, tuple)) else v for v in value)
+
+        return cls(rendering=spec["rendering"], task_name=spec.get("task_name", "task"),
+                   query_names=tuple(spec["query_names"]), candidates=tuple(spec["candidates"]),
+                   operations={k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in operations.items()},
+                   preamble=tuples(spec.get("preamble", []), "preamble"),
+                   queries=tuples(spec.get("queries", []), "queries"), delimiter=spec.get("delimiter"))
+
+    def example(self, operations: list[str] | None = None) -> str:
+        """A prompt written the way this format reads one: the first phrasing of every sentence, the first candidate as
+        the start (text), and `operations` (names; default the first two operations)."""
+        names = list(self.operations)[:2] if operations is None else operations
+        unknown = [n for n in names if n not in self.operations]
+        if unknown:
+            raise ValueError(f"example: unknown operation(s) {unknown}; known: {list(self.operations)[:8]}...")
+        ops = [self.operations[n][0] for n in names]
+        if self.rendering == "symbolic":
+            return " ".join(ops + [f"<q{j + 1}>" for j in range(len(self.query_names))])
+        start = [templates[0].replace(CANDIDATE, self.candidates[0]) for templates in self.preamble]
+        return " ".join(start + ops + [f"{words[0]} {QUESTION_MARK}" for words in self.queries])
+
+    def with_delimiter(self, delimiter: str | None) -> "PromptFormat":
+        """The same format with units split at `delimiter` (a regex) instead of sentence ends."""
+        spec = self.to_dict()
+        spec["delimiter"] = delimiter
+        return PromptFormat.from_dict(spec)
+
+    # ------------------------------------------------------------------------------------------------------ segmenting
+    def units(self, prompt: str) -> list[tuple[int, int]]:
+        """(start, end) of every unit of `prompt`, whitespace trimmed; an empty unit between delimiters is an error."""
+        if self.rendering == "symbolic":
+            return [m.span() for m in _TOKEN.finditer(prompt)]
+        delimiter = self._lookup["delimiter"]
+        if delimiter is None:
+            return [m.span() for m in _SENTENCE.finditer(prompt)]
+        pieces, start = [], 0
+        for match in [*delimiter.finditer(prompt), None]:
+            end = len(prompt) if match is None else match.start()
+            piece = prompt[start:end]
+            lead = len(piece) - len(piece.lstrip())
+            pieces.append((start + lead, start + len(piece.rstrip())) if piece.strip() else (start, None))
+            if match is not None:
+                start = match.end()
+        while pieces and pieces[0][1] is None:  # text before the first / after the last delimiter may be empty
+            pieces.pop(0)
+        while pieces and pieces[-1][1] is None:
+            pieces.pop()
+        for a, b in pieces:
+            if b is None:
+                raise PromptFormatError(
+                    f"empty unit between two delimiters at character {a} of the prompt (delimiter "
+                    f"{self.delimiter!r}): an empty operation is never answered.")
+        spans = pieces
+        return spans
+
+    def segment(self, prompt: str) -> Segments:
+        """Split one raw prompt into preamble, operations and queries (character offsets); `PromptFormatError`
+        naming the first unit that does not fit."""
+        if not isinstance(prompt, str):
+            raise PromptFormatError(f"a prompt must be a string; got {type(prompt).__name__}.")
+        if not prompt.strip():
+            raise PromptFormatError("the prompt is empty.")
+        spans = self.units(prompt)
+        texts = [self._key(prompt[a:b]) for a, b in spans]
+        q = len(self.query_names)
+        if self.rendering == "symbolic":
+            return self._segment_symbolic(prompt, spans, texts, q)
+        p = len(self.preamble)
+        if len(spans) < p + q:
+            raise PromptFormatError(
+                f"the prompt has {len(spans)} unit(s) ({'sentences' if self.delimiter is None else 'delimited pieces'});"
+                f" a {self.task_name} prompt needs {p} start sentence(s), then the operations, then {q} question(s) "
+                f"({self._query_example()}).")
+        for j in range(p):
+            if texts[j] not in self._lookup["preamble"][j]:
+                raise PromptFormatError(
+                    f"start sentence {j + 1} {prompt[slice(*spans[j])]!r} is not one the task states its start with "
+                    f"(e.g. {self.preamble[j][0].replace(CANDIDATE, self.candidates[0])!r}).")
+        query_ends = []
+        for j in range(q):
+            i = len(spans) - q + j
+            text = texts[i]
+            words = text[:-1].rstrip() if text.endswith(QUESTION_MARK) else None
+            if words not in self._lookup["query"][j]:
+                got = prompt[slice(*spans[i])]
+                raise PromptFormatError(
+                    f"the query is cut off or wrong: question {j + 1} of {q} should be {self.queries[j][0] + ' ?'!r} "
+                    f"(the last {q} unit(s) of the prompt are its questions, each ending with '?'); got {got!r}.")
+            a, b = spans[i]
+            raw = prompt[a:b]
+            query_ends.append(a + len(raw[:raw.rindex(QUESTION_MARK)].rstrip()))
+        operations = []
+        for i in range(p, len(spans) - q):
+            if not any(ch.isalnum() for ch in texts[i]):
+                raise PromptFormatError(f"operation {i - p + 1} {prompt[slice(*spans[i])]!r} (characters "
+                                        f"{spans[i][0]}–{spans[i][1]}) is empty: an empty operation is never answered.")
+            name = self._lookup["op"].get(texts[i])
+            if name is None:
+                self._unknown_operation(prompt, spans[i], texts[i], i - p + 1)
+            operations.append(name)
+        op_ends = tuple(b for _, b in spans[p:len(spans) - q])
+        return Segments(spans[p - 1][1], op_ends, tuple(query_ends), tuple(operations))
+
+    def _segment_symbolic(self, prompt, spans, texts, q) -> Segments:
+        queries = [f"<q{j + 1}>" for j in range(q)]
+        if len(texts) < q or texts[-q:] != queries:
+            raise PromptFormatError(
+                f"the query is cut off or wrong: a symbolic {self.task_name} prompt ends with {' '.join(queries)!r}; "
+                f"got {' '.join(texts[-q:])!r}.")
+        body = texts[:-q]
+        start = q if len(body) >= q and all(t in self.candidates for t in body[:q]) else 0
+        operations = []
+        for i in range(start, len(body)):
+            name = self._lookup["op"].get(body[i])
+            if name is None:
+                self._unknown_operation(prompt, spans[i], body[i], i - start + 1)
+            operations.append(name)
+        return Segments(spans[start - 1][1] if start else None, tuple(b for _, b in spans[start:len(body)]),
+                        tuple(spans[len(body) + j][1] for j in range(q)), tuple(operations))
+
+    def _unknown_operation(self, prompt, span, text, k):
+        known = list(self._lookup["op"])
+        near = difflib.get_close_matches(text, known, n=1, cutoff=0.6)
+        hint = f"; nearest known: {near[0]!r}" if near else ""
+        raise PromptFormatError(
+            f"operation {k} {prompt[slice(*span)]!r} (characters {span[0]}–{span[1]}) is not an operation sentence "
+            f"of task {self.task_name!r} ({len(known)} known){hint}. An empty or unknown operation is never answered.")
+
+    def _query_example(self) -> str:
+        return " ".join(f"{alternatives[0]} ?" for alternatives in self.queries[:2]) + (" ..." if len(self.queries) > 2 else "")
+
+
+def token_boundaries(encoding, i: int, prompt: str, segments: Segments) -> tuple[list[int], list[int]]:
+    """Token indices from character offsets: `operation_ends` (d + 1: the preamble's last token, then each
+    operation's) and `query_positions` (Q) of prompt `i` of a fast-tokenizer `encoding` (needs char_to_token).
+    A preamble without characters (symbolic, default start) ends at token 0, which must be a special token."""
+    def token_at(end: int, what: str) -> int:
+        token = encoding.char_to_token(i, end - 1)
+        if token is None:
+            raise PromptFormatError(
+                f"the tokenizer's offsets map no token to character {end - 1} ({prompt[end - 1]!r}, the end of {what}) "
+                f"of prompt {i}: char_to_token returned None, so the operation and query boundaries cannot be found. Use a "
+                "fast tokenizer whose "
+                "offsets cover every word (the checkpoint's own tokenizer, or e.g. Qwen2's).")
+        return token
+
+    if segments.preamble_end is None:
+        if encoding.char_to_token(i, len(prompt) - len(prompt.lstrip())) == 0:
+            raise PromptFormatError("a symbolic prompt with the default start needs the tokenizer to prepend its "
+                                    "<bos> token (token 0 ends the preamble).")
+        preamble = 0
+    else:
+        preamble = token_at(segments.preamble_end, "the preamble")
+    ends = [preamble] + [token_at(end, f"operation {k + 1}") for k, end in enumerate(segments.operation_ends)]
+    queries = [token_at(end, f"query {j + 1}") for j, end in enumerate(segments.query_ends)]
+    for k in range(1, len(ends)):
+        if ends[k] <= ends[k - 1]:
+            raise PromptFormatError(
+                f"operation {k} of prompt {i} shares its last token with what precedes it: the tokenizer merged "
+                "the boundary; separate the sentences with whitespace.")
+    return ends, queries
+
+
+__all__ = ["CANDIDATE", "PromptFormat", "PromptFormatError", "Segments", "token_boundaries"]
