@@ -24,7 +24,7 @@ import torch
 from transformers import Pipeline
 
 from .configuration_par import CUSTOM_PIPELINES
-from .prompt_format import PromptFormat, PromptFormatError, token_boundaries
+from .prompt_format import PromptFormat, PromptFormatError, token_boundaries, unknown_word
 
 PIPELINE_TASK = next(iter(CUSTOM_PIPELINES))  # "state-tracking"
 
@@ -93,9 +93,9 @@ class StateTrackingPipeline(Pipeline):
         segments = prompt_format.segment(prompt)
         encoding = self.tokenizer([prompt], add_special_tokens=True)
         ids = encoding["input_ids"][0]
-        if self.tokenizer.unk_token_id is not None and self.tokenizer.unk_token_id in ids:
-            a, b = encoding.token_to_chars(0, ids.index(self.tokenizer.unk_token_id))
-            raise PromptFormatError(f"word {prompt[a:b]!r} of the prompt is unknown to the checkpoint's tokenizer.")
+        word = unknown_word(self.tokenizer, encoding, 0, prompt)
+        if word is not None:
+            raise PromptFormatError(f"word {word!r} of the prompt is unknown to the checkpoint's tokenizer.")
         operation_ends, query_positions = token_boundaries(encoding, 0, prompt, segments)
         end_marks, query_marks = boundary_marks(len(ids), operation_ends, query_positions)
         return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),

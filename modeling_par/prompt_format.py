@@ -315,6 +315,16 @@ class PromptFormat:
         return " ".join(f"{alternatives[0]} ?" for alternatives in self.queries[:2]) + (" ..." if len(self.queries) > 2 else "")
 
 
+def unknown_word(tokenizer, encoding, i: int, prompt: str) -> str | None:
+    """The first word of prompt `i` that the tokenizer maps to its unknown token, or None (a tokenizer without one
+    knows every word)."""
+    unk = tokenizer.unk_token_id
+    ids = encoding["input_ids"][i]
+    if unk is None or unk not in ids:
+        return None
+    return prompt[slice(*encoding.token_to_chars(i, ids.index(unk)))]
+
+
 def token_boundaries(encoding, i: int, prompt: str, segments: Segments) -> tuple[list[int], list[int]]:
     """Token indices from character offsets: `operation_ends` (d + 1: the preamble's last token, then each
     operation's) and `query_positions` (Q) of prompt `i` of a fast-tokenizer `encoding` (needs char_to_token).
@@ -346,4 +356,4 @@ def token_boundaries(encoding, i: int, prompt: str, segments: Segments) -> tuple
     return ends, queries
 
 
-__all__ = ["CANDIDATE", "PromptFormat", "PromptFormatError", "Segments", "token_boundaries"]
+__all__ = ["CANDIDATE", "PromptFormat", "PromptFormatError", "Segments", "token_boundaries", "unknown_word"]

@@ -111,6 +111,7 @@ def build_dataset(
     if not _is_int(n) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     depth_values, depth_probs = parse_depths(depths)
+    task.phrasing_options(phrasing)  # checks the name (the symbolic rendering never reads it)
     rng = np.random.default_rng(seed)
     sample_depths = rng.choice(depth_values, size=n, p=depth_probs)  # (n,)
 
@@ -152,7 +153,6 @@ def build_dataset(
         }
     )
     table = pa.Table.from_arrays(list(columns.values()), schema=features.arrow_schema)
-    task.phrasing_options(phrasing)  # checks the name
     fingerprint = _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial,
                                phrasing)
     return Dataset(InMemoryTable(table), info=DatasetInfo(features=features), fingerprint=fingerprint)

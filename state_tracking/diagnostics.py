@@ -55,6 +55,33 @@ def padded_operations(task: Task, rng: np.random.Generator, n: int, real_depth: 
     return ops
 
 
+def iteration_readouts(model: Any, tokenizer: Any, task: Task, ops: np.ndarray, initial: np.ndarray | None,
+                       num_iterations: int, rendering: str = "symbolic", batch_size: int = 256,
+                       device: str | torch.device | None = None, phrasing: str = "canonical",
+                       rng: np.random.Generator | None = None) -> np.ndarray:
+    """Every iteration's answer for each problem: the readouts y_1 … y_R of a forward with R = `num_iterations`.
+    ops (n, d), initial (n, Q) or None; phrasing / rng as in `encode_batch`.  # (n, R, Q) candidate indices"""
+    device = torch.device(device) if device is not None else getattr(model, "device", torch.device("cpu"))
+    collate = StateTrackingCollator(tokenizer.pad_token_id, padding_side="right")
+    takes_operation_ends = "operation_ends" in inspect.signature(model.forward).parameters
+    if hasattr(model, "eval"):
+        model.eval()
+    encoded = encode_batch(task, tokenizer, rendering, ops, initial, phrasing, rng)
+    reads = list(range(1, num_iterations + 1))
+    answers = []
+    for start in range(0, len(ops), batch_size):
+        batch = collate({key: column[start : start + batch_size] for key, column in encoded.items()})
+        batch = {key: value.to(device) for key, value in batch.items()}
+        kwargs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
+                      num_iterations=num_iterations, readout_iterations=reads)
+        if takes_operation_ends:
+            kwargs["operation_ends"] = batch["operation_ends"]
+        with torch.inference_mode():
+            out = model(batch["input_ids"], **kwargs)
+        answers.append(out.answer_logits.argmax(-1).cpu().numpy().transpose(1, 0, 2))  # (b, R, Q)
+    return np.concatenate(answers)
+
+
 def progress_profile(
     model: Any,
     tokenizer: Any,
@@ -87,11 +114,6 @@ def progress_profile(
     if padding_control_depth is not None and not 1 <= padding_control_depth <= depths[0]:
         raise ValueError(f"padding_control_depth must lie in [1, smallest depth={depths[0]}], got {padding_control_depth}")
     c = int(model.config.step_size)
-    device = torch.device(device) if device is not None else getattr(model, "device", torch.device("cpu"))
-    collate = StateTrackingCollator(tokenizer.pad_token_id, padding_side="right")
-    takes_operation_ends = "operation_ends" in inspect.signature(model.forward).parameters
-    if hasattr(model, "eval"):
-        model.eval()
     profiles, finals, first_failure = [], [], []
     for depth in depths:
         rng = np.random.default_rng(derive_seed("profile", seed, depth, padding_control_depth))
@@ -105,20 +127,9 @@ def progress_profile(
         num_iterations = completing + extra_iterations
         k = np.arange(1, num_iterations + 1)
         targets = states[:, np.minimum(c * k, depth)]  # (n, R, Q)
-        encoded = encode_batch(task, tokenizer, rendering, ops, initial)
-        correct = np.zeros(num_iterations)
-        for start in range(0, n_per_depth, batch_size):
-            batch = collate({key: column[start : start + batch_size] for key, column in encoded.items()})
-            batch = {key: value.to(device) for key, value in batch.items()}
-            kwargs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
-                          num_iterations=num_iterations, readout_iterations=k.tolist())
-            if takes_operation_ends:
-                kwargs["operation_ends"] = batch["operation_ends"]
-            with torch.inference_mode():
-                out = model(batch["input_ids"], **kwargs)
-            answers = out.answer_logits.argmax(-1).cpu().numpy()  # (R, b, Q)
-            expected = targets[start : start + batch_size].transpose(1, 0, 2)  # (R, b, Q)
-            correct += (answers == expected).all(-1).sum(-1)
+        answers = iteration_readouts(model, tokenizer, task, ops, initial, num_iterations, rendering=rendering,
+                                     batch_size=batch_size, device=device)  # (n, R, Q)
+        correct = (answers == targets).all(-1).sum(0)  # (R,)
         accuracy = (correct / n_per_depth).tolist()
         profiles.append(accuracy)
         finals.append(accuracy[completing - 1])

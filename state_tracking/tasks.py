@@ -109,11 +109,6 @@ class Task(ABC):
         """Per preamble sentence, its templates (``{candidate}`` = the start state's candidate)."""
         return [[f"{words} {{candidate}}."] for words in self.query_texts]
 
-    def has_phrasings(self) -> bool:
-        """Whether any sentence has alternatives."""
-        return any(len(o) > 1 for group in (self.preamble_phrasings(), self.op_phrasings, self.query_phrasings)
-                   for o in group)
-
     # -- to be provided by each kind of task ---------------------------------------------------
     @abstractmethod
     def default_initial(self, n: int) -> np.ndarray:
@@ -127,9 +122,11 @@ class Task(ABC):
     def apply(self, state: np.ndarray, op: np.ndarray) -> np.ndarray:
         """One step for a batch: state (n, num_queries), op (n,) -> next state (n, num_queries)."""
 
-    @abstractmethod
     def initial_text(self, initial: np.ndarray) -> str:
-        """The sentence(s) stating one start state (num_queries,) in the text rendering."""
+        """The sentence(s) stating one start state (num_queries,) in the text rendering's canonical phrasing."""
+        names = self.candidate_names
+        return " ".join(templates[0].replace("{candidate}", names[int(initial[j])])
+                        for j, templates in enumerate(self.preamble_phrasings()))
 
     @abstractmethod
     def to_dict(self) -> dict[str, Any]:
@@ -256,9 +253,6 @@ class GroupTask(Task):
     def apply(self, state: np.ndarray, op: np.ndarray) -> np.ndarray:
         return np.take_along_axis(state, self.perms[op], axis=1)  # new[b] = state[p[b]]
 
-    def initial_text(self, initial: np.ndarray) -> str:
-        return " ".join(f"Box {b + 1} contains the {self.candidate_names[i]}." for b, i in enumerate(initial))
-
     def to_dict(self) -> dict[str, Any]:
         return {"group": self.group, "items": list(self.candidate_names)}
 
@@ -370,11 +364,8 @@ class StateMachineTask(Task):
     def apply(self, state: np.ndarray, op: np.ndarray) -> np.ndarray:
         return self.transitions[op, state[:, 0]][:, None]
 
-    def initial_text(self, initial: np.ndarray) -> str:
-        return self.initial_phrasings[0].format(state=self.candidate_names[int(initial[0])])
-
     def preamble_phrasings(self) -> list[list[str]]:
-        return [[t.replace("{state}", "{candidate}") for t in self.initial_phrasings]]
+        return [[t.format(state="{candidate}") for t in self.initial_phrasings]]  # format: "{{" reads as "{"
 
     def to_dict(self) -> dict[str, Any]:
         operations = {

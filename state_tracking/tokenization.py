@@ -11,7 +11,7 @@ config needs.
 from __future__ import annotations
 
 import numpy as np
-from modeling_par.prompt_format import token_boundaries
+from modeling_par.prompt_format import token_boundaries, unknown_word
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
@@ -210,12 +210,10 @@ def _encode_text(
                              "sentences read alike; give every operation its own sentence.")
     encoding = tokenizer(prompts, add_special_tokens=True)
     rows = encoding["input_ids"]
-    unk = tokenizer.unk_token_id
-    if unk is not None:
-        for i, row in enumerate(rows):
-            if unk in row:
-                word = prompts[i][slice(*encoding.token_to_chars(i, row.index(unk)))]
-                raise ValueError(f"word {word!r} of the text prompt is unknown to the tokenizer; use build_tokenizer(task, 'text')")
+    for i in range(n):
+        word = unknown_word(tokenizer, encoding, i, prompts[i])
+        if word is not None:
+            raise ValueError(f"word {word!r} of the text prompt is unknown to the tokenizer; use build_tokenizer(task, 'text')")
     bounds = [token_boundaries(encoding, i, prompts[i], seg) for i, seg in enumerate(segments)]
     query_positions = np.array([queries for _, queries in bounds], dtype=np.int64).reshape(n, task.num_queries)
     operation_token_ends = np.array([ends for ends, _ in bounds], dtype=np.int64).reshape(n, ops.shape[1] + 1)

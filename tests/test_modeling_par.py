@@ -338,13 +338,13 @@ BLOCK_THIS_REPOSITORY = textwrap.dedent(
 )
 
 
-def run_blocked(script: str, folder, *args: str) -> str:
+def run_blocked(script: str, folder, *args: str, timeout: float | None = 240) -> str:
     """Run `script` (after `BLOCK_THIS_REPOSITORY`) in a fresh offline process in `folder`, with sys.argv
     [folder, repository, *args]; returns its last line of output."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_HUB_OFFLINE"] = "1"
     proc = subprocess.run([sys.executable, "-c", BLOCK_THIS_REPOSITORY + textwrap.dedent(script), str(folder),
-                           str(REPO), *args], capture_output=True, text=True, cwd=folder, env=env, timeout=240)
+                           str(REPO), *args], capture_output=True, text=True, cwd=folder, env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1]
 

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -41,7 +39,7 @@ sys.path.insert(0, str(REPO / "examples" / "reproduce"))
 sys.path.insert(0, str(REPO / "examples"))
 
 from length_generalization import load_run  # noqa: E402
-from paper_protocol import latest_checkpoint, row_train_seconds, thread_env  # noqa: E402
+from paper_protocol import row_train_seconds, train_segment  # noqa: E402
 
 TASK_FILE = "examples/tasks/batch_process_phrasings.json"
 OUT = REPO / "results" / "batch_process_text_cpu"
@@ -72,41 +70,14 @@ ROWS = {
 }
 
 
-def repo_relative(path: Path) -> str:
-    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
-
-
 def run_path(row: str, seed: int) -> Path:
     return RUN_DIR / f"{row}_s{seed}"
 
 
 def train(row: str, seed: int, steps: int | None = None) -> list[dict]:
     """Train (or resume) a row with examples/train_par.py; returns its segments."""
-    folder = run_path(row, seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    segments_file = folder / "segments.json"
-    segments = json.loads(segments_file.read_text()) if segments_file.is_file() else []
-    if (folder / "summary.json").is_file():
-        return segments
-    command = ["python", "examples/train_par.py", "--output_dir", repo_relative(folder), "--seed", str(seed),
-               *COMMON, *ROWS[row]["flags"], *([] if steps is None else ["--max_steps", str(steps)]), *TINY_FLAGS]
-    resume = latest_checkpoint(folder)
-    if resume is not None:
-        command += ["--resume_from_checkpoint", repo_relative(resume)]
-    for segment in segments:
-        segment.setdefault("status", "interrupted")
-    segments.append({"command": " ".join(command), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                     "resumed_from": None if resume is None else resume.name})
-    segments_file.write_text(json.dumps(segments, indent=1))
-    started = time.time()
-    with open(folder / f"train_segment{len(segments)}.log", "w") as log:
-        code = subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=thread_env(), stdout=log,
-                              stderr=subprocess.STDOUT).returncode
-    segments[-1].update(wall_seconds=round(time.time() - started, 1), status="finished" if code == 0 else f"exit {code}")
-    segments_file.write_text(json.dumps(segments, indent=1))
-    if code != 0:
-        raise SystemExit(f"{row} seed {seed}: train_par.py exited {code}; see {folder}/train_segment{len(segments)}.log")
-    return segments
+    flags = [*COMMON, *ROWS[row]["flags"], *([] if steps is None else ["--max_steps", str(steps)]), *TINY_FLAGS]
+    return train_segment(run_path(row, seed), seed, flags, row)
 
 
 def state_visits(task, depth_max: int, n: int = 20000, seed: int = 0, random_initial: bool = False) -> dict:
@@ -124,27 +95,15 @@ def state_visits(task, depth_max: int, n: int = 20000, seed: int = 0, random_ini
 def diagnose(model, tokenizer, task, seed: int, phrasing: str = "seen") -> dict:
     """Progress readouts at every iteration of d = DIAGNOSIS_DEPTH prompts (idle start) against z_k, and where each
     wrong sample first goes wrong: (state before, operation read) at its first wrong iteration."""
-    import torch
-
-    from state_tracking import encode_batch
-    from state_tracking.data import StateTrackingCollator, derive_seed
+    from state_tracking.data import derive_seed
+    from state_tracking.diagnostics import iteration_readouts
     from state_tracking.evaluation import draw_test_problems
 
     ops, initial = draw_test_problems(task, DIAGNOSIS_DEPTH, DIAGNOSIS_N, seed + 1, False)
     states = task.prefix_states(ops, initial)[..., 0]  # (n, d + 1)
-    encoded = encode_batch(task, tokenizer, "text", ops, initial, phrasing,
-                           np.random.default_rng(derive_seed("diagnosis", seed)))
-    collate = StateTrackingCollator(tokenizer.pad_token_id, padding_side="right")
-    reads = list(range(1, DIAGNOSIS_DEPTH + 1))
-    answers = []
-    for start in range(0, DIAGNOSIS_N, 64):
-        batch = collate({k: v[start:start + 64] for k, v in encoded.items()})
-        with torch.inference_mode():
-            logits = model(batch["input_ids"], attention_mask=batch["attention_mask"],
-                           query_positions=batch["query_positions"], operation_ends=batch["operation_ends"],
-                           num_iterations=DIAGNOSIS_DEPTH, readout_iterations=reads).answer_logits
-        answers.append(logits.argmax(-1)[..., 0].T.numpy())  # (b, d)
-    answers = np.concatenate(answers)
+    answers = iteration_readouts(model, tokenizer, task, ops, initial, DIAGNOSIS_DEPTH, rendering="text",
+                                 batch_size=64, phrasing=phrasing,
+                                 rng=np.random.default_rng(derive_seed("diagnosis", seed)))[..., 0]  # (n, d)
     right = answers == states[:, 1:]
     first_wrong = np.where(right.all(1), -1, np.argmin(right, axis=1))
     names, ops_names = task.candidate_names, task.op_names
@@ -210,7 +169,9 @@ def run_row(row: str, seed: int, steps: int | None = None) -> dict:
 # ------------------------------------------------------------------------------------------------------ export
 PIPELINE_CHECK = """
     import numpy as np
+    import torch
     from transformers import pipeline
+    torch.set_num_threads(1)
     tracker = pipeline("state-tracking", model=sys.argv[1], trust_remote_code=True)
     assert type(tracker).__module__.startswith("transformers_modules"), type(tracker).__module__
     cases = json.loads(open(sys.argv[3]).read())
@@ -231,7 +192,7 @@ def pipeline_check(folder: Path, task, seed: int, depth: int | None = None, n: i
     from state_tracking.data import derive_seed
     from state_tracking.evaluation import draw_test_problems
     from state_tracking.prompts import text_prompt
-    from tests.test_modeling_par import BLOCK_THIS_REPOSITORY
+    from tests.test_modeling_par import run_blocked
 
     depth, n = depth or PIPELINE_DEPTH, n or PIPELINE_N
     ops, _ = draw_test_problems(task, depth, n, seed + 4242, False)
@@ -243,14 +204,10 @@ def pipeline_check(folder: Path, task, seed: int, depth: int | None = None, n: i
                            "targets": [task.candidate_names[t] for t in targets]}
     cases_file = folder.parent / f".{folder.name}_pipeline_cases.json"
     cases_file.write_text(json.dumps(cases))
-    env = {k: v for k, v in thread_env().items() if k != "PYTHONPATH"}
-    env["HF_HUB_OFFLINE"] = "1"
-    proc = subprocess.run([sys.executable, "-c", BLOCK_THIS_REPOSITORY + textwrap.dedent(PIPELINE_CHECK), str(folder),
-                           str(REPO), str(cases_file)], capture_output=True, text=True, cwd=folder, env=env)
-    cases_file.unlink()
-    if proc.returncode != 0:
-        raise SystemExit(proc.stderr[-3000:])
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        result = json.loads(run_blocked(PIPELINE_CHECK, folder, str(cases_file), timeout=None))
+    finally:
+        cases_file.unlink()
     return {"depth": depth, "n": n, "start": "idle", "fresh_generator_seed": seed + 4242, "by_phrasing": result,
             "command": f"python examples/reproduce/batch_process_text.py --export <row> --seed {seed}"}
 

@@ -162,21 +162,23 @@ def thread_env() -> dict:
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1", TOKENIZERS_PARALLELISM="false")
 
 
-def train_par(row: str, seed: int) -> list[dict]:
-    """Train (or resume) a PAR row; returns its segments (command, start, wall seconds, steps reached, status)."""
+def train_segment(folder: Path, seed: int, flags: list[str], name: str) -> list[dict]:
+    """Train (or resume from the newest checkpoint in `folder`) `examples/train_par.py --output_dir folder --seed
+    seed *flags`, one thread; returns the run's segments (command, start, resume point, time trained before it, wall
+    seconds, status), kept in <folder>/segments.json. A folder with summary.json is finished: nothing runs. The
+    other scripts that train resumable rows (batch_process_text.py, s5_breakthrough.py) call this too."""
+    from state_tracking.evaluation import repo_relative
     from trainers import trained_seconds
 
-    folder = run_path(row, seed)
     folder.mkdir(parents=True, exist_ok=True)
     segments_file = folder / "segments.json"
     segments = json.loads(segments_file.read_text()) if segments_file.is_file() else []
     if (folder / "summary.json").is_file():
         return segments
-    command = ["python", "examples/train_par.py", "--output_dir", str(folder.relative_to(REPO)), "--seed", str(seed),
-               *common_par(), "--max_train_seconds", str(ROWS[row]["budget"]), *ROWS[row]["flags"]]
+    command = ["python", "examples/train_par.py", "--output_dir", repo_relative(folder), "--seed", str(seed), *flags]
     resume = latest_checkpoint(folder)
     if resume is not None:
-        command += ["--resume_from_checkpoint", str(resume.relative_to(REPO))]
+        command += ["--resume_from_checkpoint", repo_relative(resume)]
     for segment in segments:  # a segment without an end was cut off (its process ended with the session)
         segment.setdefault("status", "interrupted")
     segments.append({"command": " ".join(command), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -184,14 +186,21 @@ def train_par(row: str, seed: int) -> list[dict]:
                      "trained_seconds_before": 0.0 if resume is None else trained_seconds(resume)})
     segments_file.write_text(json.dumps(segments, indent=1))
     started = time.time()
-    with open(folder / f"train_segment{len(segments)}.log", "w") as log:
+    log_file = folder / f"train_segment{len(segments)}.log"
+    with open(log_file, "w") as log:
         code = subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=thread_env(), stdout=log,
                               stderr=subprocess.STDOUT).returncode
     segments[-1].update(wall_seconds=round(time.time() - started, 1), status="finished" if code == 0 else f"exit {code}")
     segments_file.write_text(json.dumps(segments, indent=1))
     if code != 0:
-        raise SystemExit(f"{row} seed {seed}: train_par.py exited {code}; see {folder}/train_segment{len(segments)}.log")
+        raise SystemExit(f"{name} seed {seed}: train_par.py exited {code}; see {log_file}")
     return segments
+
+
+def train_par(row: str, seed: int) -> list[dict]:
+    """Train (or resume) a PAR row; returns its segments."""
+    return train_segment(run_path(row, seed), seed,
+                         [*common_par(), "--max_train_seconds", str(ROWS[row]["budget"]), *ROWS[row]["flags"]], row)
 
 
 def in_range_of(model, tokenizer, task, seed: int) -> dict:
@@ -489,15 +498,15 @@ def export(row: str, seed: int, target: Path | None = None) -> Path:
     import shutil
 
     sys.path.insert(0, str(REPO / "examples"))
-    from push_to_hub import export_for_hub, results_section
+    from push_to_hub import MODE_LABELS, export_for_hub, results_section
     from state_tracking.evaluation import repo_relative
 
     record = json.loads(record_path(row, seed).read_text())
     target = target or REPO / "checkpoints" / "par-swap-s5-small"
     forced, halting = record["evaluation"]["forced"], record["evaluation"].get("halting")
-    rows = {"forced depth (R = d)": forced["accuracy"]}
+    rows = {MODE_LABELS["forced"]: forced["accuracy"]}
     if halting:
-        rows["learned halting (no R given)"] = halting["accuracy"]
+        rows[MODE_LABELS["halting"]] = halting["accuracy"]
     intro = (f"Row `{row}` (seed {seed}) of the paper-protocol reproduction (`examples/reproduce/paper_protocol.py`, "
              f"`results/paper_protocol_cpu/` in the package repository): {record['label']}. Trained on swap-S5, "
              f"d ≤ {TRAIN_MAX_DEPTH}, {record['steps']} steps of 64 ({record['train_seconds']:.0f} s on one CPU thread)."

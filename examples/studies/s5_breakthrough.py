@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +40,7 @@ sys.path.insert(0, str(REPO / "examples" / "reproduce"))
 
 # One resume rule for both scripts. paper_protocol's own train_par() is tied to its ROWS, common_par() and run_path(),
 # so this study runs its segments itself with the same record (segments.json, trained_seconds_before).
-from paper_protocol import latest_checkpoint, row_train_seconds, thread_env  # noqa: E402
+from paper_protocol import row_train_seconds, train_segment  # noqa: E402
 
 from state_tracking.evaluation import repo_relative  # noqa: E402
 
@@ -190,36 +188,7 @@ def train_flags(row: str, seed: int, tiny: bool = False) -> list[str]:
 def train(row: str, seed: int, tiny: bool = False) -> list[dict]:
     """Train (or resume from the newest checkpoint) one row; returns its segments (command, start, wall seconds,
     trained seconds before, status), kept in <run>/segments.json."""
-    from trainers import trained_seconds
-
-    folder = run_path(row, seed, tiny)
-    folder.mkdir(parents=True, exist_ok=True)
-    segments_file = folder / "segments.json"
-    segments = json.loads(segments_file.read_text()) if segments_file.is_file() else []
-    if (folder / "summary.json").is_file():
-        return segments
-    command = ["python", "examples/train_par.py", "--output_dir", repo_relative(folder), "--seed", str(seed),
-               *train_flags(row, seed, tiny)]
-    resume = latest_checkpoint(folder)
-    if resume is not None:
-        command += ["--resume_from_checkpoint", repo_relative(resume)]
-    for segment in segments:  # a segment without an end was cut off (its process ended with the session)
-        segment.setdefault("status", "interrupted")
-    segments.append({"command": " ".join(command), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                     "resumed_from": None if resume is None else resume.name,
-                     "trained_seconds_before": 0.0 if resume is None else trained_seconds(resume)})
-    segments_file.write_text(json.dumps(segments, indent=1))
-    started = time.time()
-    log_file = folder / f"train_segment{len(segments)}.log"
-    with open(log_file, "w") as log:
-        code = subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=thread_env(), stdout=log,
-                              stderr=subprocess.STDOUT).returncode
-    segments[-1].update(wall_seconds=round(time.time() - started, 1),
-                        status="finished" if code == 0 else f"exit {code}")
-    segments_file.write_text(json.dumps(segments, indent=1))
-    if code != 0:
-        raise SystemExit(f"{row} seed {seed}: train_par.py exited {code}; see {log_file}")
-    return segments
+    return train_segment(run_path(row, seed, tiny), seed, train_flags(row, seed, tiny), row)
 
 
 def left_chance_step(curve: list[dict], threshold: float = LEFT_CHANCE) -> int | None:
