@@ -136,6 +136,10 @@ class TaskArguments:
                 "probe); off unless set (trainers.StateAccuracyProbeCallback)"})
     probe_n: int = field(default=256, metadata={"help": "probe: sequences (drawn once from probe_seed)"})
     probe_every_steps: int = field(default=250, metadata={"help": "probe: optimizer steps between probes"})
+    probe_stop_accuracy: float | None = field(default=None, metadata={
+        "help": "probe: stop training once the last probe_stop_patience probes reached this accuracy (early stop; "
+                "off unless set; needs --probe_depth)"})
+    probe_stop_patience: int = field(default=2, metadata={"help": "probe: consecutive probes at probe_stop_accuracy"})
     probe_seed: int | None = field(default=None, metadata={
         "help": "probe: seed of its problems (evaluation.draw_test_problems; default --seed: with probe_n = eval_n "
                 "they are the final evaluation's problems at probe_depth)"})
@@ -324,10 +328,11 @@ def main(argv=None):
     if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it
         raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
     probe_defaults = {f: TaskArguments.__dataclass_fields__[f].default for f in ("probe_n", "probe_every_steps",
-                                                                                   "probe_seed")}
+                                                                                   "probe_seed", "probe_stop_accuracy",
+                                                                                   "probe_stop_patience")}
     if task_args.probe_depth is None and any(getattr(task_args, f) != v for f, v in probe_defaults.items()):
-        raise ValueError("--probe_n, --probe_every_steps and --probe_seed need --probe_depth (without it no probe "
-                         "runs).")
+        raise ValueError("--probe_n, --probe_every_steps, --probe_seed and --probe_stop_* need --probe_depth "
+                         "(without it no probe runs).")
     output_dir = Path(train_args.output_dir)
     task = build_task(task_args)
     tokenizer = build_tokenizer_for(task, task_args, model_args)
@@ -356,7 +361,8 @@ def main(argv=None):
             tokenizer, task, task_args.probe_depth, n=task_args.probe_n, every_steps=task_args.probe_every_steps,
             seed=train_args.seed if task_args.probe_seed is None else task_args.probe_seed,
             rendering=task_args.rendering, random_initial=task_args.random_initial,
-            batch_size=task_args.eval_batch_size, fixed_iterations=train_args.fixed_iterations))
+            batch_size=task_args.eval_batch_size, fixed_iterations=train_args.fixed_iterations,
+            stop_accuracy=task_args.probe_stop_accuracy, stop_patience=task_args.probe_stop_patience))
     trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)
     train_seconds = time.time() - started
     if not trainer.is_world_process_zero():
@@ -379,6 +385,7 @@ def main(argv=None):
         "curve": [{k: row[k] for k in CURVE_KEYS if k in row} for row in trainer.state.log_history if "loss" in row],
         "probe": [{"step": row["step"], "accuracy": row["probe_accuracy"]} for row in trainer.state.log_history
                   if "probe_accuracy" in row],
+        "probe_stopped_at": next((row["step"] for row in trainer.state.log_history if "probe_stop" in row), None),
         "environment": results["forced"]["environment"],
         "command": "python " + " ".join([repo_relative(sys.argv[0])] + (sys.argv[1:] if argv is None else [str(a) for a in argv])),
     }

@@ -341,7 +341,11 @@ def test_s5_breakthrough_rows_are_valid_and_explicit():
         assert train_par.resolve_view(model_args) == train_par.RECIPE_VIEW == {
             k: getattr(model_args, k) for k in train_par.RECIPE_VIEW}, name
         assert task_args.task == "s5" and args.max_train_depth == 8 and args.max_train_seconds == 7200
-        assert args.max_steps == (1000 if name.endswith("stretch_ft") else 10_000), name
+        fine_tune = {"self_distill_stretch_ft": 1000, "halting_from_labels": 2000}
+        assert args.max_steps == fine_tune.get(name, 10_000), name
+        # from-scratch rows stop once two probes in a row reach 99%; fine-tuning rows start near it and run on
+        assert task_args.probe_stop_accuracy == (None if spec["init_from"] else 0.99), name
+        assert task_args.probe_stop_patience == 2, name
         assert args.save_strategy == "steps" and args.save_steps == 250 and args.restore_callback_states_from_checkpoint
         assert (task_args.probe_depth, task_args.probe_n, task_args.probe_every_steps) == (8, 256, 250)
         assert task_args.self_distillation == (spec["variant"] == "self_distill"), name
@@ -357,9 +361,10 @@ def test_s5_breakthrough_rows_are_valid_and_explicit():
             assert (args.curriculum_start_depth, args.curriculum_every_steps) == (2, 25)
         if change.startswith("ema"):
             assert args.ema_decay == float(change[3:])
-        if spec["init_from"] is not None:
+        if name == "self_distill_stretch_ft":
             assert args.stretch_steps == args.max_steps and args.stretch_max_scale == 8
-            with pytest.raises(SystemExit, match="fine-tunes the trained self_distill row"):
+        if spec["init_from"] is not None:
+            with pytest.raises(SystemExit, match=f"fine-tunes the trained {spec['init_from']} row"):
                 study.train_flags(name, 12345)  # no trained parent for that seed
     assert study.left_chance_step([{"step": 0, "accuracy": 0.0}, {"step": 250, "accuracy": 0.099},
                                    {"step": 500, "accuracy": 0.1}, {"step": 750, "accuracy": 0.0}]) == 500

@@ -581,3 +581,39 @@ def test_state_accuracy_probe_logs_every_n_steps_on_fixed_problems_and_survives_
     assert torch.equal([ids for rows, ids, _ in resumed_calls if rows == n][0], scored[0])  # drawn again, the same
     with pytest.raises(ValueError, match="every_steps must be an integer >= 1"):
         StateAccuracyProbeCallback(TOKENIZER, TASK, depth, every_steps=0)
+
+
+def test_state_accuracy_probe_early_stop_after_patience_probes_and_across_a_resume(tmp_path):
+    """stop_accuracy: training stops at the probe step where the last `stop_patience` probes all reached it (not at
+    the first such probe), the stop is logged and that step's checkpoint saved; resumed from a checkpoint whose
+    history already holds one such probe, it stops at the next one (the count comes from the log history)."""
+    from trainers import StateAccuracyProbeCallback
+
+    class Scripted(StateAccuracyProbeCallback):  # the accuracy a probe at step s reports
+        script = {0: 0.0, 2: 0.5, 4: 0.995, 6: 0.2, 8: 0.999, 10: 1.0, 12: 1.0}
+
+        def evaluate(self, model):
+            return self.script[self.step]
+
+        def _probe(self, state, model):
+            self.step = state.global_step
+            super()._probe(state, model)
+
+    def train(folder, resume=None):
+        args = tiny_args(folder, max_steps=14, save_strategy="steps", save_steps=2)
+        trainer = ParTrainer(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
+        trainer.add_callback(Scripted(TOKENIZER, TASK, 2, n=4, every_steps=2, seed=0, stop_accuracy=0.99,
+                                      stop_patience=2))
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    trainer = train(tmp_path / "a")  # 0.995 at step 4 alone does not stop it (6 falls back); 8 and 10 do
+    assert trainer.state.global_step == 10
+    assert [e["step"] for e in trainer.state.log_history if "probe_stop" in e] == [10]
+    assert (tmp_path / "a" / "out" / "checkpoint-10").is_dir()
+    resumed = train(tmp_path / "b", resume=str(tmp_path / "a" / "out" / "checkpoint-8"))  # holds 0.999 at step 8
+    assert resumed.state.global_step == 10
+    for bad, field in ((dict(stop_accuracy=0.0), "stop_accuracy"), (dict(stop_accuracy=1.5), "stop_accuracy"),
+                       (dict(stop_accuracy=0.9, stop_patience=0), "stop_patience")):
+        with pytest.raises(ValueError, match=f"{field} must be"):
+            StateAccuracyProbeCallback(TOKENIZER, TASK, 2, n=4, **bad)

@@ -84,17 +84,29 @@ class StateAccuracyProbeCallback(TrainerCallback):
     cannot save for backward, and under `compile_core` inference-mode inputs compile graphs of their own (the
     no-grad ones are those training already uses for iterations outside the gradient window and the EMA teacher),
     which brings the recompile limit, past which a part runs eager, closer. Only the main process probes; its time
-    counts as training time (`TimeBudgetCallback`)."""
+    counts as training time (`TimeBudgetCallback`).
+
+    Early stop (`stop_accuracy`, off by default): training stops once the last `stop_patience` probes all reached
+    `stop_accuracy` (the count is read from the log history, so it survives a resume); the step it stopped at is
+    logged as {"step", "probe_stop": stop_accuracy}. A run that has learned its probe set stops spending steps on it;
+    the checkpoint of that step is saved as usual (probes fall on save steps when every_steps = save_steps)."""
 
     def __init__(self, tokenizer, task, depth: int, n: int = 256, every_steps: int = 250, seed: int = 0,
                  rendering: str = "symbolic", random_initial: bool = False, batch_size: int = 256,
-                 fixed_iterations: int | None = None, at_start: bool = True):
+                 fixed_iterations: int | None = None, at_start: bool = True, stop_accuracy: float | None = None,
+                 stop_patience: int = 2):
         for name, value in (("depth", depth), ("n", n), ("every_steps", every_steps), ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"StateAccuracyProbeCallback.{name} must be an integer >= 1; got {value!r}.")
         if fixed_iterations is not None and (isinstance(fixed_iterations, bool) or fixed_iterations < 1):
             raise ValueError(f"StateAccuracyProbeCallback.fixed_iterations must be None or >= 1; got "
                              f"{fixed_iterations!r}.")
+        if stop_accuracy is not None and (isinstance(stop_accuracy, bool) or not 0 < stop_accuracy <= 1):
+            raise ValueError(f"StateAccuracyProbeCallback.stop_accuracy must be None or in (0, 1]; got "
+                             f"{stop_accuracy!r}.")
+        if isinstance(stop_patience, bool) or not isinstance(stop_patience, int) or stop_patience < 1:
+            raise ValueError(f"StateAccuracyProbeCallback.stop_patience must be an integer >= 1; got {stop_patience!r}.")
+        self.stop_accuracy, self.stop_patience = stop_accuracy, stop_patience
         self.depth, self.n, self.every_steps, self.seed = depth, n, every_steps, seed
         self.batch_size, self.fixed_iterations, self.at_start = batch_size, fixed_iterations, at_start
         ops, initial = draw_test_problems(task, depth, n, seed, random_initial)  # (n, d), (n, Q) or None
@@ -133,10 +145,33 @@ class StateAccuracyProbeCallback(TrainerCallback):
         state.log_history.append(entry)
         print(entry, flush=True)
 
+    def should_stop(self, log_history: list[dict]) -> bool:
+        """True when the last `stop_patience` probes in `log_history` all reached `stop_accuracy` (never without it;
+        the step-0 probe counts like any other)."""
+        if self.stop_accuracy is None:
+            return False
+        probes = [row["probe_accuracy"] for row in log_history if "probe_accuracy" in row]
+        return len(probes) >= self.stop_patience and min(probes[-self.stop_patience:]) >= self.stop_accuracy
+
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if self.at_start and state.global_step == 0:
             self._probe(state, model)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step % self.every_steps == 0:
-            self._probe(state, model)
+        if state.global_step % self.every_steps != 0:
+            return control
+        self._probe(state, model)
+        if self.stop_accuracy is None:
+            return control
+        stop = torch.tensor([float(state.is_world_process_zero and self.should_stop(state.log_history))],
+                            device=args.device)
+        if distributed_running():  # only rank 0 probes; every rank stops at the same step, or DDP hangs
+            dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if stop.item() > 0:
+            if state.is_world_process_zero:
+                state.log_history.append({"step": state.global_step, "probe_stop": self.stop_accuracy})
+                print(f"probe: the last {self.stop_patience} probes reached {self.stop_accuracy}: stopping at step "
+                      f"{state.global_step}", flush=True)
+            control.should_training_stop = True
+            control.should_save = True
+        return control

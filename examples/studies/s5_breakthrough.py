@@ -18,7 +18,9 @@ are; a row's value replaces BASE's in place): S5, the recipe's local view, train
 most MAX_STEPS = 10,000 steps and BUDGET = 7,200 s of training (the issue's cap), a checkpoint every 250 steps. One
 torch thread per run (two runs share this machine's 2 cores). Running a row again after an interruption resumes from
 its newest checkpoint (examples/reproduce/paper_protocol.py's helpers; the time budget spans segments). Rows that
-stay at chance are kept: the record says how far they ran.
+stay at chance are kept: the record says how far they ran. A from-scratch row stops early once two probes in a row
+(500 steps apart) reached STOP_ACCURACY = 99% (`stopped_by: "probe early stop"`): it has learned the probe set, and
+its remaining steps go to rows still at chance.
 
 Writes runs/s5_breakthrough/<row>_s<seed>/ (the train_par output, segments.json, one log per segment) and
 results/s5_a5_cpu/study/runs/<row>_s<seed>.json (row, variant, what changed, seed, commands, segments, steps, wall
@@ -70,6 +72,11 @@ BASE = [
     "--logging_steps", "50", "--disable_tqdm", "true", "--report_to", "none",
     "--save_strategy", "steps", "--save_steps", str(SAVE_STEPS), "--save_total_limit", "1",
 ]
+# Early stop of every from-scratch row: a run whose last two probes (500 steps apart) reached 99% has learned its
+# probe set and stops there (train_par's --probe_stop_*), so the steps go to rows still climbing. Rows that fine-tune
+# a trained row (init_from) start near 99% and run their full length.
+STOP_ACCURACY, STOP_PATIENCE = 0.99, 2
+STOP = ["--probe_stop_accuracy", str(STOP_ACCURACY), "--probe_stop_patience", str(STOP_PATIENCE)]
 # The three variants, as in results/comparisons_cpu (rows s5_par_labels, s5_par_halting, s5_self_distill).
 HALTING = ["--depth_schedule", "hold", "--hold_extra_iterations", "8", "--grad_window", "16",
            "--halting_loss_weight", "0.5", "--halt_label_offset", "1", "--eval_halting", "true"]
@@ -104,6 +111,10 @@ EXTRA = {
                              "890; base 0.999 is capped until step 8,990)", ["--ema_decay", "0.99"]),
     "self_distill_ema0.9": ("self_distill", "EMA decay 0.9 (capped until step 80): a fast teacher",
                             ["--ema_decay", "0.9"]),
+    "halting_from_labels": ("halting", "the hold tail + halting loss as a fine-tuning of the trained labels row: 2,000 "
+                            "steps, lr 3e-4, warm-up 50, d ~ U{1..8} (the paper retrofits a trained model)",
+                            ["--max_steps", "2000", "--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4",
+                             "--warmup_steps", "50", "--curriculum_start_depth", "8"], "labels"),
     "self_distill_stretch_ft": ("self_distill", "stretch fine-tuning of the trained self_distill row: 1,000 steps, "
                                 "s_max ramped 1 → 8 over all of them, lr 3e-4, d ~ U{1..8}",
                                 ["--max_steps", "1000", "--stretch_steps", "1000", "--stretch_max_scale", "8",
@@ -131,6 +142,9 @@ def rows() -> dict[str, dict]:
     for name, (variant, change, extra, *init_from) in EXTRA.items():
         table[name] = dict(variant=variant, change=change, flags=merge(VARIANTS[variant][1], extra),
                            init_from=init_from[0] if init_from else None)
+    for spec in table.values():
+        if spec["init_from"] is None:
+            spec["flags"] = merge(spec["flags"], STOP)
     return table
 
 
@@ -218,7 +232,8 @@ def record(row: str, seed: int, segments: list[dict], tiny: bool = False) -> dic
         command=f"python examples/studies/s5_breakthrough.py --run {row} --seed {seed}" + (" --tiny" if tiny else ""),
         train_commands=[s["command"] for s in segments], segments=segments,
         steps=summary["steps"], max_steps=max_steps,
-        stopped_by="max_steps" if summary["steps"] >= max_steps else "time budget (max_train_seconds)",
+        stopped_by=("probe early stop" if summary.get("probe_stopped_at") is not None
+                    else "max_steps" if summary["steps"] >= max_steps else "time budget (max_train_seconds)"),
         train_seconds=row_train_seconds(segments),
         wall_seconds=round(sum(s.get("wall_seconds", 0) for s in segments), 1),
         budget_seconds=float(flags[flags.index("--max_train_seconds") + 1]),
@@ -251,7 +266,8 @@ def collect(tiny: bool = False) -> str:
     for r in records:
         left = r["left_chance_step"]
         left = f"{left:,}" if left is not None else f"never (to {r['steps']:,})"
-        steps = f"{r['steps']:,}" + ("" if r["stopped_by"] == "max_steps" else " (budget)")
+        steps = f"{r['steps']:,}" + {"max_steps": "", "probe early stop": " (learned: early stop)"}.get(
+            r["stopped_by"], " (budget)")
         lines.append(f"| `{r['row']}` | {r['variant']} | {r['change']} | {r['seed']} | {steps} | "
                      f"{r['wall_seconds']:,.0f} | {left} | {100 * r['final_probe_accuracy']:.1f}% | "
                      f"{final_cell(r['evaluation'])} |")
