@@ -247,9 +247,23 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
     small = ["--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2",
              "--num_key_value_heads", "2", "--per_device_train_batch_size", "8", "--use_cpu", "true"]
     rows = {"recipe_halting": dict(protocol.ROWS["recipe_halting"], flags=protocol.ROWS["recipe_halting"]["flags"] + small),
-            "lstm": dict(protocol.ROWS["lstm"], flags=["--cell", "lstm", "--hidden", "16"])}
+            "lstm": dict(protocol.ROWS["lstm"], flags=["--cell", "lstm", "--hidden", "16"]),
+            "recipe": dict(protocol.ROWS["recipe"], flags=protocol.ROWS["recipe"]["flags"] + small),
+            "recipe_then_halting": dict(protocol.ROWS["recipe_then_halting"],
+                                        flags=protocol.ROWS["recipe_then_halting"]["flags"] + small + ["--max_steps", "2"])}
     monkeypatch.setattr(protocol, "ROWS", rows)
     try:
+        # a two-stage row needs its trained parent, then starts from it and counts its training time
+        with pytest.raises(SystemExit, match="fine-tunes the trained recipe row"):
+            protocol.main(["--row", "recipe_then_halting", "--seed", "0"])
+        protocol.main(["--row", "recipe", "--seed", "0"])
+        protocol.main(["--row", "recipe_then_halting", "--seed", "0"])
+        staged = json.loads(protocol.record_path("recipe_then_halting", 0).read_text())
+        parent = json.loads(protocol.record_path("recipe", 0).read_text())
+        assert staged["init_from"] == "recipe" and "--init_from_par" in staged["train_commands"][0]
+        assert "runs/test_paper_protocol" in staged["train_commands"][0].split("--init_from_par ")[1]
+        assert staged["train_seconds_total"] == pytest.approx(staged["train_seconds"] + parent["train_seconds"], abs=0.2)
+        assert set(staged["evaluation"]) == {"forced", "halting"} and set(parent["evaluation"]) == {"forced"}
         protocol.main(["--row", "recipe_halting", "--seed", "0"])
         folder = protocol.run_path("recipe_halting", 0)
         assert (folder / "checkpoint-2").is_dir()
@@ -282,6 +296,7 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
         assert table.index("PAR + learned halting — *paper, reported*") < table.index("*ours, CPU*")
         assert "PAR recipe (local view) + halting labels, learned halting — *ours, CPU* | 1 |" in table
         assert "LSTM, hidden 288 (≈ PAR's parameters) — *ours, CPU* | 1 |" in table
+        assert "| 2 + 2 |" in table  # the two-stage row: its parent's steps + its own
         assert "Inside the training range" in table and "| d=2 | d=3 | d=6 profile: iteration 1 / 2 |" in table
         shipped = protocol.export("recipe_halting", 0, target=tmp_path / "ckpt")
         summary = json.loads((shipped / "training_summary.json").read_text())

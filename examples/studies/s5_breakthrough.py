@@ -115,6 +115,14 @@ EXTRA = {
                             "steps, lr 3e-4, warm-up 50, d ~ U{1..8} (the paper retrofits a trained model)",
                             ["--max_steps", "2000", "--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4",
                              "--warmup_steps", "50", "--curriculum_start_depth", "8"], "labels"),
+    "self_distill_ema0": ("self_distill", "EMA decay 0: the teacher is the student of the step before, so the KL is 0 "
+                          "and only the final answer at iteration d trains (the label-free signal alone)",
+                          ["--ema_decay", "0"]),
+    "self_distill_pace500": ("self_distill", "slow curriculum: d ≤ 2 then +1 every 500 steps (d ≤ 8 from step 3,000): "
+                             "longer on the short prompts whose final answers are the only labels of early iterations",
+                             ["--curriculum_every_steps", "500"]),
+    "halting_pace500": ("halting", "slow curriculum: d ≤ 2 then +1 every 500 steps (d ≤ 8 from step 3,000)",
+                        ["--curriculum_every_steps", "500"]),
     "self_distill_stretch_ft": ("self_distill", "stretch fine-tuning of the trained self_distill row: 1,000 steps, "
                                 "s_max ramped 1 → 8 over all of them, lr 3e-4, d ~ U{1..8}",
                                 ["--max_steps", "1000", "--stretch_steps", "1000", "--stretch_max_scale", "8",
