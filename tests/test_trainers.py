@@ -491,6 +491,27 @@ def test_self_distillation_reads_no_step_label_but_the_final_one(tmp_path, monke
     assert logged["loss_distill"] and logged["loss_final"]  # iterations 2..4 distilled, 5 on z_d
 
 
+@pytest.mark.parametrize("view, bidirectional", [("local", True), ("local", False), ("prefix", True)])
+def test_self_distillation_one_pass_teacher_equals_the_prefix_runs(tmp_path, view, bidirectional):
+    """Under a prefix-invariant view (restricted view + progress positions) the teacher's readouts come from one pass
+    over the whole prompt, equal to running it on each c·k-op prefix to iteration k; the full view keeps the prefix
+    runs (there the prompt's later operations do change iteration k)."""
+    args = tiny_args(tmp_path, cls=SelfDistillationArguments, max_steps=1)
+    model = tiny_model(loop_view=view, progress_positions=True, bidirectional_queries=bidirectional)
+    trainer = PrefixSelfDistillationTrainer(model=model, args=args, train_dataset=DATASET, data_collator=COLLATOR,
+                                            processing_class=TOKENIZER, task=TASK)
+    assert trainer.prefix_invariant()
+    batch = COLLATOR([DATASET[i] for i in range(len(DATASET)) if DATASET[i]["depth"] == 6][:5])
+    iterations = [1, 2, 3, 5]
+    fast = trainer.teacher_logits(batch, batch["depth"], iterations)
+    slow = trainer.prefix_teacher_logits(batch, batch["depth"], iterations)
+    assert fast.shape == slow.shape == (4, 5, TASK.num_queries, len(IDS["answer_token_ids"]))
+    torch.testing.assert_close(fast, slow, atol=2e-5, rtol=0)
+    full = PrefixSelfDistillationTrainer(model=tiny_model(progress_positions=True), args=args, train_dataset=DATASET,
+                                         data_collator=COLLATOR, processing_class=TOKENIZER, task=TASK)
+    assert not full.prefix_invariant()
+
+
 # ---------------------------------------------------------------------------------------------------- ablation schedules
 def test_fixed_and_random_depth_schedules(tmp_path):
     """fixed: R = fixed_iterations whatever d; random: R ~ U{1..random_max_iterations} whatever d (both ablations)."""

@@ -103,9 +103,34 @@ class PrefixSelfDistillationTrainer(ParTrainer):
         self.prefix_collator = StateTrackingCollator(pad_token_id=self.processing_class.pad_token_id)
         self.add_callback(_EmaCallback(self))
 
+    def prefix_invariant(self) -> bool:
+        """Whether iteration k of the loop computes on a prompt exactly what it computes on that prompt's first c·k
+        operations: a restricted view (`loop_view` "local" or "prefix") with progress-coupled positions
+        (tests/test_loop_views.py; for this trainer, tests/test_trainers.py). Then the teacher's readout on the c·k-op
+        prefix at iteration k is its readout at iteration k of one pass over the whole prompt, and `teacher_logits`
+        runs that one pass (O(d) iterations) instead of one run per prefix (O(d²))."""
+        config = self.model.config
+        return config.loop_view in ("local", "prefix") and bool(config.progress_positions)
+
     @torch.no_grad()
     def teacher_logits(self, inputs, depth: torch.Tensor, iterations: list[int]) -> torch.Tensor:
         """The teacher's readout on each prompt truncated to c·k ops, at its completing iteration k.
+
+        Under a prefix-invariant view (`prefix_invariant`) this is read from one teacher pass over the whole prompt
+        (the same numbers); otherwise each prefix is rendered and run.  -> (K, B, Q, C) for K = len(iterations)
+        """
+        if self.prefix_invariant():
+            out = self.ema_model(
+                input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                query_positions=inputs["query_positions"], num_iterations=max(iterations),
+                readout_iterations=list(iterations), operation_ends=inputs["operation_ends"],
+            )
+            return out.answer_logits
+        return self.prefix_teacher_logits(inputs, depth, iterations)
+
+    @torch.no_grad()
+    def prefix_teacher_logits(self, inputs, depth: torch.Tensor, iterations: list[int]) -> torch.Tensor:
+        """`teacher_logits` by rendering each c·k-op prefix and running the teacher on it to iteration k (any view).
 
         -> (K, B, Q, C) for K = len(iterations)
         """
