@@ -453,6 +453,16 @@ def steps_cell(row: str, members: list[dict]) -> str:
     return f"{int(np.mean(parents))} + {steps}" if parents else f"? + {steps}"
 
 
+def machine_line(env: dict) -> str:
+    """'platform; torch X, transformers Y' from a PAR record's environment (evaluation.environment_info) or an RNN
+    record's ({"machine": {processor, python, torch}, "date"}: transformers is not used there)."""
+    rnn = env.get("machine") if isinstance(env.get("machine"), dict) else {}
+    where = env.get("platform") or f"{rnn.get('processor', '?')}, Python {rnn.get('python', '?')}"
+    torch_version = env.get("torch") or rnn.get("torch", "?")
+    transformers = f"transformers {env['transformers']}" if "transformers" in env else "RNN rows only (no transformers)"
+    return f"{where}; torch {torch_version}, {transformers}"
+
+
 def paper_shaped_table(records: list[dict]) -> str:
     """The paper's columns (8×, 16×) and 32× where measured: its reported rows above ours."""
     lines = ["| method | seeds | " + " | ".join(f"{k}× (d = {k * TRAIN_MAX_DEPTH:,})" for k in (8, 16, 32)) + " |",
@@ -514,8 +524,7 @@ def collect() -> None:
 
 {detailed}
 
-Machine: {env.get('platform', env.get('machine'))}; torch {env.get('torch', '')}, transformers
-{env.get('transformers', '')}; dates and git commits in each `runs/<row>_s<seed>.json`. Plot: `accuracy_vs_depth.png`.
+Machine: {machine_line(env)}; dates and git commits in each `runs/<row>_s<seed>.json`. Plot: `accuracy_vs_depth.png`.
 {TABLE_END}"""
     readme = OUT / "README.md"
     if readme.is_file() and TABLE_START in readme.read_text():  # keep the written findings, regenerate the tables
