@@ -638,3 +638,77 @@ def test_state_accuracy_probe_early_stop_after_patience_probes_and_across_a_resu
                        (dict(stop_accuracy=0.9, stop_patience=0), "stop_patience")):
         with pytest.raises(ValueError, match=f"{field} must be"):
             StateAccuracyProbeCallback(TOKENIZER, TASK, 2, n=4, **bad)
+
+
+# ---------------------------------------------------------------------------------------------------- mastery curriculum
+def test_mastery_curriculum_grows_on_mastery_only_after_its_window_and_dwell():
+    """MasteryCurriculum: d_max grows once the mean of the last `window` steps at d_max reaches the threshold, no sooner
+    than `min_steps` after the previous growth, from step + lookahead; steps whose batch was below d_max (or during
+    a pending growth) do not count; it stops at max_depth."""
+    from trainers import MasteryCurriculum, mastery_max_depth
+
+    m = MasteryCurriculum(start_depth=2, increment=1, max_depth=4, threshold=0.9, window=2, min_steps=3, lookahead=2)
+    assert m.max_depth_at(0) == 2
+    assert not m.end_step(0, 1.0)  # window not full
+    assert not m.end_step(1, None)  # no batch at d_max this step
+    assert m.end_step(2, 0.95) and m.advances == [4]  # mean(1.0, 0.95) ≥ 0.9, 3 steps since the start
+    assert (m.max_depth_at(3), m.max_depth_at(4)) == (2, 3)
+    assert not m.end_step(3, 1.0)  # the growth is pending: not counted at the new d_max
+    assert not m.end_step(4, 1.0) and not m.end_step(5, 0.5)  # mean 0.75 < 0.9
+    assert not m.end_step(6, 1.0) and m.recent == [0.5, 1.0]  # still 0.75
+    assert m.end_step(7, 1.0) and m.advances == [4, 9]  # d_max 4 from step 9
+    assert not any(m.end_step(t, 1.0) for t in range(9, 20))  # at max_depth
+    assert mastery_max_depth(100, 2, 1, 4, m.advances) == 4
+    again = MasteryCurriculum(2, 1, 4, 0.9, 2, 3, 2)
+    again.load_state_dict(json.loads(json.dumps(m.state_dict())))
+    assert again.advances == m.advances and again.recent == m.recent
+    for bad, name in ((dict(threshold=0), "threshold"), (dict(window=0), "window"), (dict(min_steps=0), "min_steps")):
+        kwargs = dict(start_depth=2, increment=1, max_depth=4, threshold=0.9, window=2, min_steps=3) | bad
+        with pytest.raises(ValueError, match=f"MasteryCurriculum.{name} must be"):
+            MasteryCurriculum(**kwargs)
+
+
+def test_mastery_curriculum_in_training_draws_under_its_cap_and_resumes_the_same_batches(tmp_path):
+    """ParTrainer with curriculum_advance_accuracy: every batch's depth is under the mastery cap of its step; with
+    every batch at d_max 'mastered' the cap grows (from 2 up to max_train_depth, each growth ≥ curriculum_every_steps
+    apart); a run resumed from a checkpoint (curriculum_state.json) draws the same depths and makes the same growths
+    as the uninterrupted run; a run whose accuracy stays under the threshold never grows; arguments are validated."""
+
+    class Scripted(ParTrainer):
+        accuracy = 1.0
+
+        def observe_final_accuracy(self, depth, accuracy):
+            super().observe_final_accuracy(depth, self.accuracy)
+
+    def train(folder, resume=None, accuracy=1.0, max_steps=40):
+        Scripted.accuracy = accuracy
+        args = tiny_args(folder, max_steps=max_steps, save_strategy="steps", save_steps=8, curriculum_start_depth=2,
+                         curriculum_every_steps=3, curriculum_advance_accuracy=0.9, curriculum_window=2)
+        trainer = Scripted(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
+        trainer.train(resume_from_checkpoint=resume)
+        depths = {e["step"]: e["depth"] for e in trainer.state.log_history if "depth" in e}
+        caps = {e["step"]: e["curriculum_max_depth"] for e in trainer.state.log_history if "depth" in e}
+        return trainer, depths, caps
+
+    full, depths, caps = train(tmp_path / "a")
+    advances = full.mastery.advances
+    assert len(advances) >= 3 and all(b - a >= 3 for a, b in zip(advances, advances[1:]))  # 2 → 5 or more
+    assert all(depths[step] <= caps[step] == full.mastery.max_depth_at(step - 1) for step in depths)
+    assert caps[1] == 2 and max(caps.values()) == full.mastery.max_depth_at(39) >= 5 and max(depths.values()) >= 5
+    saved = json.loads((tmp_path / "a" / "out" / "checkpoint-8" / "curriculum_state.json").read_text())
+    assert saved["advances"] == [a for a in advances if a <= 8 + full.mastery.lookahead] and saved["advances"]
+    resumed, resumed_depths, _ = train(tmp_path / "b", resume=str(tmp_path / "a" / "out" / "checkpoint-8"))
+    assert resumed.mastery.advances == advances
+    assert {s: d for s, d in resumed_depths.items() if s > 8} == {s: d for s, d in depths.items() if s > 8}
+    stuck, stuck_depths, _ = train(tmp_path / "c", accuracy=0.5, max_steps=8)
+    assert stuck.mastery.advances == [] and max(stuck_depths.values()) <= 2
+    with pytest.raises(ValueError, match="curriculum_advance_accuracy must be"):
+        tiny_args(tmp_path, curriculum_advance_accuracy=0.9)  # no curriculum to advance
+    with pytest.raises(ValueError, match="curriculum_window must be"):
+        tiny_args(tmp_path, curriculum_start_depth=2, curriculum_window=5)  # the fixed pace reads no accuracy
+    with pytest.raises(ValueError, match="resume_from_checkpoint: .* has no curriculum_state.json"):
+        plain = ParTrainer(model=tiny_model(), args=tiny_args(tmp_path / "d", max_steps=4, save_strategy="steps",
+                                                              save_steps=2), train_dataset=DATASET,
+                           data_collator=COLLATOR)
+        plain.train()
+        train(tmp_path / "e", resume=str(tmp_path / "d" / "out" / "checkpoint-2"))

@@ -16,7 +16,7 @@ from .objectives import (
 )
 from .par_trainer import ParTrainer, ParTrainingArguments, is_adapter_parameter
 from .peft_utils import apply_core_lora, core_lora_config
-from .schedules import DepthBatchSampler, curriculum_max_depth, stretch_max_scale
+from .schedules import DepthBatchSampler, MasteryCurriculum, curriculum_max_depth, mastery_max_depth, stretch_max_scale
 from .self_distillation import (
     PrefixSelfDistillationTrainer,
     SelfDistillationArguments,
@@ -25,10 +25,10 @@ from .self_distillation import (
 )
 
 __all__ = [
-    "OBJECTIVES", "DepthBatchSampler", "ParTrainer", "ParTrainingArguments", "PrefixSelfDistillationTrainer",
+    "OBJECTIVES", "DepthBatchSampler", "MasteryCurriculum", "ParTrainer", "ParTrainingArguments", "PrefixSelfDistillationTrainer",
     "SelfDistillationArguments", "StateAccuracyProbeCallback", "TimeBudgetCallback", "answer_loss", "apply_core_lora",
     "balanced_halt_loss", "core_lora_config",
     "curriculum_max_depth", "distillation_kl", "ema_update", "final_targets", "halt_labels", "hold_iterations",
-    "is_adapter_parameter", "iterations_for_depth", "progress_targets", "readout_accuracy", "stretch_max_scale",
+    "is_adapter_parameter", "iterations_for_depth", "mastery_max_depth", "progress_targets", "readout_accuracy", "stretch_max_scale",
     "teardown_distributed", "teardown_distributed_at_exit", "trained_seconds",
 ]

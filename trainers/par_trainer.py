@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import warnings
 from collections import defaultdict
@@ -10,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from modeling_par import grad_window_iterations
 
@@ -28,7 +31,7 @@ from .objectives import (
     progress_targets,
     readout_accuracy,
 )
-from .schedules import DepthBatchSampler, curriculum_max_depth, stretch_max_scale
+from .schedules import DepthBatchSampler, MasteryCurriculum, curriculum_max_depth, stretch_max_scale
 
 DEPTH_SCHEDULES = ("forced", "hold", "fixed", "random")
 HOLD_TAILS = ("additive", "pareto")
@@ -54,6 +57,12 @@ class ParTrainingArguments(TrainingArguments):
     )
     curriculum_every_steps: int = field(default=40, metadata={"help": "curriculum: steps between increments"})
     curriculum_increment: int = field(default=1, metadata={"help": "curriculum: depth added each time"})
+    curriculum_advance_accuracy: float | None = field(default=None, metadata={
+        "help": "mastery curriculum (instead of the fixed pace): d_max grows by curriculum_increment once the final-answer "
+                "accuracy (all queries right) averaged over the last curriculum_window steps at depth d_max reaches "
+                "this, and at least curriculum_every_steps steps after the previous growth (None: the fixed pace)"})
+    curriculum_window: int = field(default=20, metadata={
+        "help": "mastery curriculum: steps at depth d_max averaged for the advance test"})
     hold_tail: str = field(default="additive", metadata={
         "help": "hold: 'additive' R = ⌈d/c⌉ + X, X ~ U{0..hold_extra_iterations} (the window always overlaps the "
                 "progress region), or 'pareto' R = ⌈d/c⌉·U^(−1/α) (heavy-tailed, grows with d)"})
@@ -124,6 +133,16 @@ class ParTrainingArguments(TrainingArguments):
             fail("curriculum_every_steps", "≥ 1")
         if self.curriculum_increment < 1:
             fail("curriculum_increment", "≥ 1")
+        if self.curriculum_advance_accuracy is not None:
+            if not 0.0 < self.curriculum_advance_accuracy <= 1.0:
+                fail("curriculum_advance_accuracy", "None or in (0, 1]")
+            if self.curriculum_start_depth is None:
+                fail("curriculum_advance_accuracy", "None without a curriculum (set curriculum_start_depth)")
+        if self.curriculum_window < 1:
+            fail("curriculum_window", "≥ 1")
+        if self.curriculum_window != 20 and self.curriculum_advance_accuracy is None:
+            fail("curriculum_window", "its default 20 without curriculum_advance_accuracy (the fixed pace reads no "
+                 "accuracy)")
         if self.hold_tail_alpha <= 0:
             fail("hold_tail_alpha", "> 0")
         if self.hold_max_factor < 1:
@@ -194,6 +213,9 @@ class ParTrainer(Trainer):
         self.model_accepts_loss_kwargs = False  # our loss is a per-batch mean: let the Trainer scale accumulation
         self._logged = defaultdict(list)
         self._micro_batch, self._micro_batch_step = 0, -1
+        self.mastery = self._build_mastery()
+        if self.mastery is not None:
+            self.add_callback(_MasteryCallback(self))
         if distributed_running():  # gloo could abort at exit otherwise (trainers/distributed.py says why)
             teardown_distributed_at_exit(self)
         if self.args.max_train_seconds is not None:
@@ -206,6 +228,25 @@ class ParTrainer(Trainer):
                     "Set stretch_steps = max_steps to stretch from the start.", stacklevel=2)
 
     # ------------------------------------------------------------------------------------------------ data
+    def _build_mastery(self) -> MasteryCurriculum | None:
+        a = self.args
+        if a.curriculum_advance_accuracy is None:
+            return None
+        # batches the loader may have drawn ahead of the step being trained: accelerate's one-batch lookahead, plus
+        # what worker processes prefetch; a growth applies only past them
+        ahead = 2 + (a.dataloader_num_workers * (a.dataloader_prefetch_factor or 2) if a.dataloader_num_workers else 0)
+        return MasteryCurriculum(a.curriculum_start_depth, a.curriculum_increment, a.max_train_depth,
+                                 a.curriculum_advance_accuracy, a.curriculum_window, a.curriculum_every_steps,
+                                 lookahead=1 + math.ceil(ahead / a.gradient_accumulation_steps))
+
+    def curriculum_cap(self, step: int) -> int:
+        """The largest depth sampled at optimizer step `step` (fixed pace or mastery)."""
+        a = self.args
+        if self.mastery is not None:
+            return self.mastery.max_depth_at(step)
+        return curriculum_max_depth(step, a.curriculum_start_depth, a.curriculum_every_steps, a.curriculum_increment,
+                                    a.max_train_depth)
+
     def get_train_dataloader(self) -> DataLoader:
         if self.train_dataset is None or "depth" not in self.train_dataset.column_names:
             raise ValueError("ParTrainer needs a train_dataset with a 'depth' column (state_tracking.build_dataset).")
@@ -217,6 +258,7 @@ class ParTrainer(Trainer):
             seed=a.seed, min_depth=a.min_train_depth, max_depth=a.max_train_depth,
             curriculum_start=a.curriculum_start_depth, curriculum_every=a.curriculum_every_steps,
             curriculum_increment=a.curriculum_increment, accumulation=a.gradient_accumulation_steps,
+            mastery=self.mastery,
         )
         loader = DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                             num_workers=a.dataloader_num_workers, pin_memory=a.dataloader_pin_memory)
@@ -339,11 +381,14 @@ class ParTrainer(Trainer):
             self._log_value("acc_first_windowed", accuracy[0].item())
             self._log_value("acc_window_mean", accuracy.mean().item())
             self.log_loop(out, d, num_iterations)
-            a = self.args
-            self._log_value("curriculum_max_depth", curriculum_max_depth(
-                self.state.global_step, a.curriculum_start_depth, a.curriculum_every_steps, a.curriculum_increment,
-                a.max_train_depth))
+            self.observe_final_accuracy(d, accuracy[-1].item())
         return (loss, out) if return_outputs else loss
+
+    def observe_final_accuracy(self, depth: int, accuracy: float) -> None:
+        """Log the curriculum cap and feed a mastery curriculum this micro-batch's final-answer accuracy."""
+        self._log_value("curriculum_max_depth", self.curriculum_cap(self.state.global_step))
+        if self.mastery is not None and self.model.training:
+            self.mastery.observe(self.state.global_step, depth, accuracy)
 
     # ------------------------------------------------------------------------------------------------ logging
     def log_loop(self, out, depth: int, num_iterations: int) -> None:
@@ -361,6 +406,25 @@ class ParTrainer(Trainer):
             logs.update({k: round(float(np.mean(v)), 5) for k, v in self._logged.items() if v})
             self._logged.clear()
         super().log(logs, *args, **kwargs)
+
+    # ------------------------------------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.mastery is not None and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            with open(os.path.join(folder, CURRICULUM_STATE_NAME), "w") as f:
+                json.dump(self.mastery.state_dict(), f)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        if self.mastery is None:
+            return
+        path = os.path.join(resume_from_checkpoint, CURRICULUM_STATE_NAME)
+        if not os.path.isfile(path):
+            raise ValueError(f"resume_from_checkpoint: {resume_from_checkpoint} has no {CURRICULUM_STATE_NAME}; it was "
+                             "not trained with curriculum_advance_accuracy (the mastery curriculum).")
+        with open(path) as f:
+            self.mastery.load_state_dict(json.load(f))
 
     # ------------------------------------------------------------------------------------------------ optimizer
     def create_optimizer(self, model=None):
@@ -382,6 +446,29 @@ class ParTrainer(Trainer):
         for group in extra_groups:
             optimizer.add_param_group(group)
         return optimizer
+
+
+CURRICULUM_STATE_NAME = "curriculum_state.json"
+
+
+class _MasteryCallback(TrainerCallback):
+    """Closes each optimizer step of a mastery curriculum: the step's final-answer accuracy at d_max, averaged over
+    micro-batches and ranks (every rank decides the same growth), goes to `MasteryCurriculum.end_step`."""
+
+    def __init__(self, trainer: ParTrainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        mastery = self.trainer.mastery
+        total = torch.tensor(mastery.pending_accuracy(), dtype=torch.float64, device=args.device)
+        if distributed_running():
+            torch.distributed.all_reduce(total)
+        accuracy = None if total[1].item() == 0 else total[0].item() / total[1].item()
+        if mastery.end_step(state.global_step - 1, accuracy) and state.is_world_process_zero:
+            print(f"curriculum: d_max {mastery.max_depth_at(state.global_step - 1)} mastered at step "
+                  f"{state.global_step}; d_max {mastery.max_depth_at(mastery.advances[-1])} from step "
+                  f"{mastery.advances[-1] + 1}", flush=True)
+        return control
 
 
 def is_adapter_parameter(name: str) -> bool:

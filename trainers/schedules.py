@@ -18,6 +18,67 @@ def curriculum_max_depth(step: int, start_depth: int | None, every_steps: int, i
     return min(max_depth, start_depth + increment * (step // every_steps))
 
 
+def mastery_max_depth(step: int, start_depth: int, increment: int, max_depth: int, advances: list[int]) -> int:
+    """Mastery curriculum: d_max(t) = min(d_max, start + increment · #{a ∈ advances : a ≤ t}), `advances` the steps
+    from which each growth applies (decided during training by `MasteryCurriculum`)."""
+    return min(max_depth, start_depth + increment * sum(1 for a in advances if a <= step))
+
+
+class MasteryCurriculum:
+    """Depth curriculum by mastery (instead of a fixed pace): d_max starts at `start_depth` and grows by `increment`
+    once the mean final-answer accuracy (every query right at the last supervised iteration) of the last `window`
+    optimizer steps whose batches had depth d_max reaches `threshold`, and at least `min_steps` steps after the previous
+    growth. A growth decided at step t applies from step t + `lookahead` (more than the data loader has already drawn),
+    so the run's batches stay a function of the seed and of `advances`, which a checkpoint keeps (`state_dict`): a
+    resumed run draws the batches the uninterrupted one drew."""
+
+    def __init__(self, start_depth: int, increment: int, max_depth: int, threshold: float, window: int,
+                 min_steps: int, lookahead: int = 2):
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"MasteryCurriculum.threshold must be in (0, 1]; got {threshold!r}.")
+        for name, value in (("window", window), ("min_steps", min_steps), ("lookahead", lookahead)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"MasteryCurriculum.{name} must be an integer >= 1; got {value!r}.")
+        self.start_depth, self.increment, self.max_depth = start_depth, increment, max_depth
+        self.threshold, self.window, self.min_steps, self.lookahead = threshold, window, min_steps, lookahead
+        self.advances: list[int] = []  # the step from which each growth applies
+        self.recent: list[float] = []  # accuracies of the last steps at depth d_max (at most `window`)
+        self._pending: list[float] = []  # this step's micro-batches at depth d_max
+
+    def max_depth_at(self, step: int) -> int:
+        return mastery_max_depth(step, self.start_depth, self.increment, self.max_depth, self.advances)
+
+    def observe(self, step: int, depth: int, accuracy: float) -> None:
+        """One training micro-batch of `depth` at optimizer step `step` had this final-answer accuracy."""
+        if depth == self.max_depth_at(step):
+            self._pending.append(float(accuracy))
+
+    def end_step(self, step: int, accuracy: float | None) -> bool:
+        """Close optimizer step `step` (0-based) with the accuracy of its micro-batches at d_max (None: none was);
+        returns whether d_max grows (from step + lookahead)."""
+        self._pending = []
+        if accuracy is None or (self.advances and step < self.advances[-1]):  # none at d_max, or d_max is changing
+            return False
+        self.recent = (self.recent + [float(accuracy)])[-self.window:]
+        last = self.advances[-1] - self.lookahead if self.advances else 0
+        if (len(self.recent) == self.window and sum(self.recent) / self.window >= self.threshold
+                and self.max_depth_at(step + self.lookahead) < self.max_depth and step + 1 - last >= self.min_steps):
+            self.advances.append(step + self.lookahead)
+            self.recent = []
+            return True
+        return False
+
+    def pending_accuracy(self) -> tuple[float, int]:
+        """(sum, count) of this step's accuracies at d_max, to reduce across ranks."""
+        return float(sum(self._pending)), len(self._pending)
+
+    def state_dict(self) -> dict:
+        return {"advances": list(self.advances), "recent": list(self.recent)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.advances, self.recent = [int(a) for a in state["advances"]], [float(a) for a in state["recent"]]
+
+
 def stretch_max_scale(step: int, phase_start: int, phase_steps: int, max_scale: float) -> float:
     """Positional-stretch phase: s_max ramps linearly 1 → max_scale over [phase_start, phase_start + steps);
     1 (no stretch) outside the phase's start. Samples then draw s ~ U[1, s_max]."""
@@ -40,11 +101,12 @@ class DepthBatchSampler(Sampler[list[int]]):
 
     def __init__(self, depths: np.ndarray, batch_size: int, num_batches: int, seed: int, min_depth: int,
                  max_depth: int, curriculum_start: int | None = None, curriculum_every: int = 40,
-                 curriculum_increment: int = 1, accumulation: int = 1):
+                 curriculum_increment: int = 1, accumulation: int = 1, mastery: MasteryCurriculum | None = None):
         depths = np.asarray(depths)
         self.batch_size, self.num_batches, self.seed = batch_size, num_batches, seed
         self.min_depth, self.max_depth, self.accumulation = min_depth, max_depth, accumulation
         self.curriculum = (curriculum_start, curriculum_every, curriculum_increment)
+        self.mastery = mastery  # a mastery curriculum replaces the fixed pace (read when each batch is drawn)
         order = np.argsort(depths, kind="stable")
         values, starts = np.unique(depths[order], return_index=True)
         self.by_depth = dict(zip(values.tolist(), np.split(order, starts[1:])))
@@ -62,7 +124,9 @@ class DepthBatchSampler(Sampler[list[int]]):
             )
 
     def depth_at(self, batch_index: int, rng: np.random.Generator) -> int:
-        cap = curriculum_max_depth(batch_index // self.accumulation, *self.curriculum, self.max_depth)
+        step = batch_index // self.accumulation
+        cap = (self.mastery.max_depth_at(step) if self.mastery is not None
+               else curriculum_max_depth(step, *self.curriculum, self.max_depth))
         return int(rng.choice(self.available[self.available <= cap]))
 
     def _shuffled(self, depth: int, epoch: int) -> np.ndarray:

@@ -172,7 +172,9 @@ class PrefixSelfDistillationTrainer(ParTrainer):
             loss_final = answer_loss(out.answer_logits[~distilled], targets)
             loss = loss + loss_final
             self._log_value("loss_final", loss_final.item())
-            self._log_value("acc_last_iteration", readout_accuracy(out.answer_logits[-1:], targets[-1:])[0].item())
+            final_accuracy = readout_accuracy(out.answer_logits[-1:], targets[-1:])[0].item()
+            self._log_value("acc_last_iteration", final_accuracy)
+            self.observe_final_accuracy(d, final_accuracy)
         if distilled.any():
             teacher = self.teacher_logits(inputs, depth, iterations[distilled].tolist())
             loss_kl = distillation_kl(out.answer_logits[distilled], teacher, self.args.distill_temperature)

@@ -121,6 +121,9 @@ EXTRA = {
     "self_distill_pace500": ("self_distill", "slow curriculum: d ≤ 2 then +1 every 500 steps (d ≤ 8 from step 3,000): "
                              "longer on the short prompts whose final answers are the only labels of early iterations",
                              ["--curriculum_every_steps", "500"]),
+    "self_distill_d2": ("self_distill", "d ≤ 2 for the whole run (no curriculum steps): every other batch's only "
+                        "label is a two-op composition; the d = 8 probe then tests whether the learned step generalizes",
+                        ["--curriculum_every_steps", "100000"]),
     "halting_pace500": ("halting", "slow curriculum: d ≤ 2 then +1 every 500 steps (d ≤ 8 from step 3,000)",
                         ["--curriculum_every_steps", "500"]),
     "self_distill_stretch_ft": ("self_distill", "stretch fine-tuning of the trained self_distill row: 1,000 steps, "
