@@ -223,7 +223,10 @@ def test_paper_protocol_rows_are_valid_and_explicit():
         assert view == {k: getattr(model_args, k) for k in view}, name
         assert args.max_train_depth == 32 and args.save_strategy == "steps" and args.restore_callback_states_from_checkpoint
         start, every = args.curriculum_start_depth, args.curriculum_every_steps
-        assert curriculum_max_depth(749, start, every, 1, 32) == 31 and curriculum_max_depth(750, start, every, 1, 32) == 32
+        if args.curriculum_advance_accuracy is not None:  # mastery: from d ≤ 2, grown by accuracy, not by step
+            assert start == 2 and args.curriculum_advance_accuracy == 0.9, name
+        else:
+            assert curriculum_max_depth(749, start, every, 1, 32) == 31 and curriculum_max_depth(750, start, every, 1, 32) == 32
         if name == "recipe_halting":
             assert view == train_par.RECIPE_VIEW and args.halt_label_offset == 1 and args.halting_loss_weight > 0
         if name.startswith("full_view"):
@@ -329,11 +332,20 @@ def test_paper_protocol_s5_a5_rows_train_the_group_to_16():
                     rnn = load_example("examples/baselines/rnn.py").parse_args(protocol.common_rnn() + spec["flags"])
                     assert (rnn.task, rnn.max_train_depth, rnn.depths) == (name, 16, protocol.GRID)
                     continue
-                _, task_args, args = train_par.parse_args(protocol.common_par() + spec["flags"] + ["--output_dir", "x"])
+                _, task_args, args = train_par.parse_args(protocol.common_par() + spec["flags"] + protocol.probe_flags(row)
+                                                          + ["--output_dir", "x"])
                 assert task_args.task == name and args.max_train_depth == 16
                 start, every = args.curriculum_start_depth, args.curriculum_every_steps
-                assert curriculum_max_depth(349, start, every, 1, 16) == 15 == curriculum_max_depth(350, start, every, 1, 16) - 1
-                assert task_args.self_distillation == (row == "self_distill")
+                if row == "self_distill_mastery":  # grown by accuracy; probed in range, stops once learned
+                    assert (args.curriculum_advance_accuracy, args.curriculum_window, every) == (0.9, 20, 100)
+                    assert (task_args.probe_depth, task_args.probe_stop_accuracy, args.max_steps) == (16, 0.99, 10_000)
+                    curriculum = protocol.curriculum_of(row, protocol.REPO / "no-such-run")
+                    assert curriculum["mastery_accuracy"] == 0.9 and curriculum["growth_steps"] is None
+                else:
+                    assert curriculum_max_depth(349, start, every, 1, 16) == 15 == curriculum_max_depth(350, start, every, 1, 16) - 1
+                    assert task_args.probe_depth is None
+                    assert protocol.curriculum_of(row, protocol.REPO)["reaches_16_at_step"] == 350
+                assert task_args.self_distillation == row.startswith("self_distill")
     finally:
         for k, v in saved.items():
             setattr(protocol, k, v)

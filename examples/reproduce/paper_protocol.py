@@ -77,7 +77,8 @@ PROTOCOLS = {
                PAPER=[("PAR + label-free prefix self-distillation (S5, G ≥ 16)", "—", "85", "—")] if name == "s5" else [])
     for name, label in (("s5", "S5"), ("a5", "A5"))
 }
-PROTOCOL_ROWS = {name: ("recipe_halting", "recipe", "recipe_then_halting", "self_distill", "lstm", "gru")
+PROTOCOL_ROWS = {name: ("recipe_halting", "recipe", "recipe_then_halting", "self_distill", "self_distill_mastery",
+                        "lstm", "gru")
                  for name in ("s5", "a5")}
 
 
@@ -137,6 +138,15 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
                                 budget=3600, init_from="recipe",
                                 flags=LOCAL + HALTING + ["--max_steps", "1000", "--learning_rate", "3e-4",
                                                          "--adapter_learning_rate", "6e-4", "--warmup_steps", "50"]),
+    # Label-free with the mastery curriculum (issue 22's study: at a fixed pace S5 self-distillation never leaves
+    # chance; growing d_max only once the final answers at d_max are 90% right, it does): from d ≤ 2, at most 10,000
+    # steps or the 1 h budget, and it stops once two probes in a row (d = TRAIN_MAX_DEPTH, 256 fixed sequences, 250
+    # steps apart) are 99% right.
+    "self_distill_mastery": dict(kind="par", label="PAR recipe (local view), label-free prefix self-distillation, "
+                                 "mastery curriculum", budget=3600, probe_in_range=True,
+                                 flags=LOCAL + ["--self_distillation", "true", "--curriculum_advance_accuracy", "0.9",
+                                                "--curriculum_window", "20", "--curriculum_every_steps", "100",
+                                                "--max_steps", "10000"]),
     # The paper's sample count: 6,250 steps x 64 = 400k sequences (the rows above see 128k), same 3 h cap.
     "full_view_400k": dict(kind="par", label="PAR, paper's setting (full view), no stretch, 400k samples",
                            budget=3 * 3600, flags=FULL + ["--grad_window", "16", "--max_steps", "6250"]),
@@ -225,11 +235,36 @@ def parent_flags(row: str, seed: int) -> list[str]:
     return ["--init_from_par", repo_relative(folder)]
 
 
+def probe_flags(row: str) -> list[str]:
+    """A row with `probe_in_range`: the in-range probe (d = TRAIN_MAX_DEPTH, 256 fixed sequences every SAVE_STEPS
+    steps) and its early stop (two probes in a row at 99%)."""
+    if not ROWS[row].get("probe_in_range"):
+        return []
+    return ["--probe_depth", str(TRAIN_MAX_DEPTH), "--probe_n", "256", "--probe_every_steps", str(SAVE_STEPS),
+            "--probe_stop_accuracy", "0.99", "--probe_stop_patience", "2"]
+
+
 def train_par(row: str, seed: int) -> list[dict]:
     """Train (or resume) a PAR row; returns its segments."""
     return train_segment(run_path(row, seed), seed,
                          [*common_par(), "--max_train_seconds", str(ROWS[row]["budget"]), *ROWS[row]["flags"],
-                          *parent_flags(row, seed)], row)
+                          *probe_flags(row), *parent_flags(row, seed)], row)
+
+
+def curriculum_of(row: str, folder: Path) -> dict:
+    """The depth curriculum a PAR row trained with: the fixed pace, or the mastery rule and its growth steps (from
+    the newest checkpoint's curriculum_state.json)."""
+    flags = dict(zip(common_par()[::2], common_par()[1::2])) | dict(zip(ROWS[row]["flags"][::2], ROWS[row]["flags"][1::2]))
+    start, every = int(flags["--curriculum_start_depth"]), int(flags["--curriculum_every_steps"])
+    if "--curriculum_advance_accuracy" not in flags:
+        return {"start": start, "every_steps": every,
+                f"reaches_{TRAIN_MAX_DEPTH}_at_step": every * (TRAIN_MAX_DEPTH - start)}
+    checkpoint = latest_checkpoint(folder)
+    state = (json.loads((checkpoint / "curriculum_state.json").read_text())
+             if checkpoint is not None and (checkpoint / "curriculum_state.json").is_file() else {})
+    return {"start": start, "mastery_accuracy": float(flags["--curriculum_advance_accuracy"]),
+            "window_steps": int(flags["--curriculum_window"]), "min_steps_between": every,
+            "growth_steps": state.get("advances")}
 
 
 def parent_train_seconds(row: str, seed: int) -> float:
@@ -295,8 +330,8 @@ def evaluate_par(row: str, seed: int, segments: list[dict]) -> dict:
         steps=summary["steps"], samples_seen=summary["samples_seen"],
         train_seconds=row_train_seconds(segments), init_from=ROWS[row].get("init_from"),
         train_seconds_total=round(row_train_seconds(segments) + parent_train_seconds(row, seed), 1),
-        budget_seconds=ROWS[row]["budget"], curriculum={"start": 2, "every_steps": 25,
-                                                         f"reaches_{TRAIN_MAX_DEPTH}_at_step": 25 * (TRAIN_MAX_DEPTH - 2)},
+        budget_seconds=ROWS[row]["budget"], curriculum=curriculum_of(row, folder),
+        probe=summary.get("probe"), probe_stopped_at=summary.get("probe_stopped_at"),
         curve=summary.get("curve"), evaluation=evaluation, eval_seconds=eval_seconds, in_range=in_range,
         profile=profile, padding_control=control, environment=result["environment"],
         parameters=sum(p.numel() for p in model.parameters()),

@@ -95,6 +95,7 @@ COMMON_CHANGES = {
                ["--curriculum_start_depth", "2", "--curriculum_every_steps", "25"]),
     "width192": ("width 192, MLP 384 (base 128 / 256)", ["--hidden_size", "192", "--intermediate_size", "384"]),
 }
+MASTERY = ["--curriculum_advance_accuracy", "0.9", "--curriculum_window", "20", "--curriculum_every_steps", "100"]
 # Rows that only one variant has: name -> (variant, what changed, flags[, row whose trained model it starts from]).
 EXTRA = {
     "labels_start8": ("labels", "no curriculum: d ~ U{1..8} from step 0 (start depth 8)",
@@ -124,6 +125,10 @@ EXTRA = {
     "self_distill_d2": ("self_distill", "d ≤ 2 for the whole run (no curriculum steps): every other batch's only "
                         "label is a two-op composition; the d = 8 probe then tests whether the learned step generalizes",
                         ["--curriculum_every_steps", "100000"]),
+    "self_distill_mastery": ("self_distill", "mastery curriculum: from d ≤ 2, d_max + 1 once the final-answer accuracy "
+                             "of the last 20 steps at d_max reaches 90% (at least 100 steps apart)", MASTERY),
+    "halting_mastery": ("halting", "mastery curriculum (as self_distill_mastery)", MASTERY),
+    "labels_mastery": ("labels", "mastery curriculum (as self_distill_mastery)", MASTERY),
     "halting_pace500": ("halting", "slow curriculum: d ≤ 2 then +1 every 500 steps (d ≤ 8 from step 3,000)",
                         ["--curriculum_every_steps", "500"]),
     "self_distill_stretch_ft": ("self_distill", "stretch fine-tuning of the trained self_distill row: 1,000 steps, "
