@@ -251,19 +251,22 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
              "--num_key_value_heads", "2", "--per_device_train_batch_size", "8", "--use_cpu", "true"]
     rows = {"recipe_halting": dict(protocol.ROWS["recipe_halting"], flags=protocol.ROWS["recipe_halting"]["flags"] + small),
             "lstm": dict(protocol.ROWS["lstm"], flags=["--cell", "lstm", "--hidden", "16"]),
-            "recipe": dict(protocol.ROWS["recipe"], flags=protocol.ROWS["recipe"]["flags"] + small),
+            "recipe_mastery": dict(protocol.ROWS["recipe_mastery"],
+                                   flags=protocol.ROWS["recipe_mastery"]["flags"] + small + ["--max_steps", "2"]),
             "recipe_then_halting": dict(protocol.ROWS["recipe_then_halting"],
                                         flags=protocol.ROWS["recipe_then_halting"]["flags"] + small + ["--max_steps", "2"])}
     monkeypatch.setattr(protocol, "ROWS", rows)
     try:
         # a two-stage row needs its trained parent, then starts from it and counts its training time
-        with pytest.raises(SystemExit, match="fine-tunes the trained recipe row"):
+        with pytest.raises(SystemExit, match="fine-tunes the trained recipe_mastery row"):
             protocol.main(["--row", "recipe_then_halting", "--seed", "0"])
-        protocol.main(["--row", "recipe", "--seed", "0"])
+        protocol.main(["--row", "recipe_mastery", "--seed", "0"])
         protocol.main(["--row", "recipe_then_halting", "--seed", "0"])
         staged = json.loads(protocol.record_path("recipe_then_halting", 0).read_text())
-        parent = json.loads(protocol.record_path("recipe", 0).read_text())
-        assert staged["init_from"] == "recipe" and "--init_from_par" in staged["train_commands"][0]
+        parent = json.loads(protocol.record_path("recipe_mastery", 0).read_text())
+        assert parent["curriculum"]["mastery_accuracy"] == 0.9 and isinstance(parent["curriculum"]["growth_steps"], list)
+        assert parent["probe"] and parent["probe"][0]["step"] == 0  # the in-range probe ran
+        assert staged["init_from"] == "recipe_mastery" and "--init_from_par" in staged["train_commands"][0]
         assert "runs/test_paper_protocol" in staged["train_commands"][0].split("--init_from_par ")[1]
         assert staged["train_seconds_total"] == pytest.approx(staged["train_seconds"] + parent["train_seconds"], abs=0.2)
         assert set(staged["evaluation"]) == {"forced", "halting"} and set(parent["evaluation"]) == {"forced"}
@@ -336,7 +339,7 @@ def test_paper_protocol_s5_a5_rows_train_the_group_to_16():
                                                           + ["--output_dir", "x"])
                 assert task_args.task == name and args.max_train_depth == 16
                 start, every = args.curriculum_start_depth, args.curriculum_every_steps
-                if row == "self_distill_mastery":  # grown by accuracy; probed in range, stops once learned
+                if row in ("self_distill_mastery", "recipe_mastery"):  # grown by accuracy; probed, stops once learned
                     assert (args.curriculum_advance_accuracy, args.curriculum_window, every) == (0.9, 20, 100)
                     assert (task_args.probe_depth, task_args.probe_stop_accuracy, args.max_steps) == (16, 0.99, 10_000)
                     curriculum = protocol.curriculum_of(row, protocol.REPO / "no-such-run")
