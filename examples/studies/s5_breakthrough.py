@@ -287,8 +287,16 @@ def collect(tiny: bool = False) -> str:
         lines.append(f"| `{r['row']}` | {r['variant']} | {r['change']} | {r['seed']} | {steps} | "
                      f"{r['wall_seconds']:,.0f} | {left} | {100 * r['final_probe_accuracy']:.1f}% | "
                      f"{final_cell(r['evaluation'])} |")
-    done = {r["row"] for r in records}
-    missing = [name for name in rows() if name not in done]
+    done = {(r["row"], r["seed"]) for r in records}
+    partial = interrupted_runs(done, tiny)
+    for r in partial:
+        left = r["left_chance_step"]
+        left = f"{left:,}" if left is not None else f"never (to {r['steps']:,})"
+        lines.append(f"| `{r['row']}` | {r['variant']} | {r['change']} | {r['seed']} | {r['steps']:,} (interrupted: "
+                     f"resume with `--run {r['row']} --seed {r['seed']}`) | — | {left} | "
+                     f"{100 * r['last_probe_accuracy']:.1f}% (last probe) | — |")
+    started = {r["row"] for r in records} | {r["row"] for r in partial}
+    missing = [name for name in rows() if name not in started]
     table = "\n".join(lines)
     if missing:
         table += "\n\nNot run yet: " + ", ".join(f"`{name}`" for name in missing) + "."
@@ -313,6 +321,29 @@ def collect(tiny: bool = False) -> str:
     plot(records, out / "accuracy_vs_step.png")
     print(table)
     return table
+
+
+def interrupted_runs(done: set[tuple[str, int]], tiny: bool = False) -> list[dict]:
+    """Rows started but not finished (a checkpoint, no record): their probe curve so far, from the newest checkpoint's
+    trainer_state.json, so a run cut off by the session's end still shows how far it got."""
+    from paper_protocol import latest_checkpoint
+
+    out = []
+    specs = rows()
+    for folder in sorted(places(tiny)[0].glob("*_s*")):
+        row, _, seed = folder.name.rpartition("_s")
+        if row not in specs or not seed.isdigit() or (row, int(seed)) in done:
+            continue
+        checkpoint = latest_checkpoint(folder)
+        if checkpoint is None:
+            continue
+        history = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
+        curve = [{"step": e["step"], "accuracy": e["probe_accuracy"]} for e in history if "probe_accuracy" in e]
+        out.append(dict(row=row, seed=int(seed), variant=specs[row]["variant"], change=specs[row]["change"],
+                        steps=int(checkpoint.name.split("-")[-1]), curve=curve,
+                        left_chance_step=left_chance_step(curve),
+                        last_probe_accuracy=curve[-1]["accuracy"] if curve else 0.0))
+    return out
 
 
 def final_cell(evaluation: dict) -> str:
