@@ -258,6 +258,7 @@ def record(row: str, seed: int, segments: list[dict], tiny: bool = False) -> dic
                    left_chance_threshold=LEFT_CHANCE, chance=CHANCE),
         curve=curve, left_chance_step=left_chance_step(probed), final_probe_accuracy=final["accuracy"],
         final_step=final["step"], evaluation=evaluation, loss_curve=summary.get("curve"),
+        curriculum_growth_steps=curriculum_growth(folder),
         environment=summary.get("environment"),
     )
     path = record_path(row, seed, tiny)
@@ -294,7 +295,8 @@ def collect(tiny: bool = False) -> str:
         left = f"{left:,}" if left is not None else f"never (to {r['steps']:,})"
         lines.append(f"| `{r['row']}` | {r['variant']} | {r['change']} | {r['seed']} | {r['steps']:,} (interrupted: "
                      f"resume with `--run {r['row']} --seed {r['seed']}`) | — | {left} | "
-                     f"{100 * r['last_probe_accuracy']:.1f}% (last probe) | — |")
+                     f"{100 * r['last_probe_accuracy']:.1f}% (last probe) | — (training batches, last 500 steps: "
+                     f"{100 * (r['train_accuracy'] or 0):.0f}% of final answers right, d ≤ {r['train_max_depth']:g}) |")
     started = {r["row"] for r in records} | {r["row"] for r in partial}
     missing = [name for name in rows() if name not in started]
     table = "\n".join(lines)
@@ -323,6 +325,26 @@ def collect(tiny: bool = False) -> str:
     return table
 
 
+def curriculum_growth(folder: Path) -> list[int] | None:
+    """The steps from which a mastery curriculum grew d_max (the newest checkpoint's curriculum_state.json); None
+    for the fixed pace."""
+    from paper_protocol import latest_checkpoint
+
+    checkpoint = latest_checkpoint(folder)
+    state = checkpoint / "curriculum_state.json" if checkpoint is not None else None
+    return json.loads(state.read_text())["advances"] if state is not None and state.is_file() else None
+
+
+def paced_max_depth(row: str, step: int) -> int:
+    """d_max of a fixed-pace row at `step` (for runs whose logs predate the logged cap)."""
+    from trainers import curriculum_max_depth
+
+    flags = merge(BASE, rows()[row]["flags"])
+    value = dict(zip(flags[::2], flags[1::2]))
+    return curriculum_max_depth(step, int(value["--curriculum_start_depth"]), int(value["--curriculum_every_steps"]),
+                                1, int(value["--max_train_depth"]))
+
+
 def interrupted_runs(done: set[tuple[str, int]], tiny: bool = False) -> list[dict]:
     """Rows started but not finished (a checkpoint, no record): their probe curve so far, from the newest checkpoint's
     trainer_state.json, so a run cut off by the session's end still shows how far it got."""
@@ -339,8 +361,12 @@ def interrupted_runs(done: set[tuple[str, int]], tiny: bool = False) -> list[dic
             continue
         history = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
         curve = [{"step": e["step"], "accuracy": e["probe_accuracy"]} for e in history if "probe_accuracy" in e]
+        logs = [e for e in history if "acc_last_iteration" in e][-10:]  # the last 500 steps' training batches
         out.append(dict(row=row, seed=int(seed), variant=specs[row]["variant"], change=specs[row]["change"],
                         steps=int(checkpoint.name.split("-")[-1]), curve=curve,
+                        train_accuracy=sum(e["acc_last_iteration"] for e in logs) / len(logs) if logs else None,
+                        train_max_depth=max((e.get("curriculum_max_depth", 0) for e in logs), default=0)
+                        or paced_max_depth(row, int(checkpoint.name.split("-")[-1])),
                         left_chance_step=left_chance_step(curve),
                         last_probe_accuracy=curve[-1]["accuracy"] if curve else 0.0))
     return out
