@@ -355,6 +355,9 @@ def test_paper_protocol_s5_a5_rows_train_the_group_to_16():
     finally:
         for k, v in saved.items():
             setattr(protocol, k, v)
+    from state_tracking import get_task
+
+    assert "no identity operation" in protocol.padding_control(None, None, get_task("a5"), {})["skipped"]
     with pytest.raises(SystemExit):
         protocol.main(["--protocol", "s5", "--row", "full_view"])
     with pytest.raises(SystemExit):

@@ -312,6 +312,19 @@ def add_in_range(row: str, seed: int) -> dict:
     return record
 
 
+def padding_control(model, tokenizer, task, common: dict) -> dict:
+    """The padding control (TRAIN_MAX_DEPTH real operations, then identity operations) on PROFILE_DEPTHS, or
+    {"skipped": why} for a task without an identity operation (A5: every operation is a 3-cycle)."""
+    from state_tracking import progress_profile
+    from state_tracking.diagnostics import identity_operation
+
+    try:
+        identity_operation(task)
+    except ValueError as error:
+        return {"skipped": str(error)}
+    return progress_profile(model, tokenizer, task, PROFILE_DEPTHS, padding_control_depth=TRAIN_MAX_DEPTH, **common)
+
+
 def evaluate_par(row: str, seed: int, segments: list[dict]) -> dict:
     import torch
 
@@ -335,7 +348,7 @@ def evaluate_par(row: str, seed: int, segments: list[dict]) -> dict:
     in_range = in_range_of(model, tokenizer, task, seed)
     common = dict(n_per_depth=PROFILE_N, seed=seed)
     profile = progress_profile(model, tokenizer, task, PROFILE_DEPTHS, **common)
-    control = progress_profile(model, tokenizer, task, PROFILE_DEPTHS, padding_control_depth=TRAIN_MAX_DEPTH, **common)
+    control = padding_control(model, tokenizer, task, common)
     return dict(
         row=row, kind="par", label=ROWS[row]["label"], seed=seed, flags=ROWS[row]["flags"],
         command=f"python examples/reproduce/paper_protocol.py --row {row} --seed {seed}",
@@ -541,10 +554,13 @@ def in_range_table(records: list[dict]) -> str:
     for r in sorted(rows, key=lambda r: (r["row"], r["seed"])):
         cells = [f"{100 * a:.1f}" for a in r["in_range"]["accuracy"]]
         profile = r["profile"]["profile"][0]
-        control = r["padding_control"]["profile"][0]
-        below = next((k + 1 for k, a in enumerate(control) if a < 0.5), None)
+        if "skipped" in r["padding_control"]:
+            below = "— (no identity operation)"
+        else:
+            control = r["padding_control"]["profile"][0]
+            below = next((k + 1 for k, a in enumerate(control) if a < 0.5), None) or "none"
         lines.append(f"| {r['label']}, seed {r['seed']} | " + " | ".join(cells) + " | "
-                     + " / ".join(f"{100 * profile[k - 1]:.0f}" for k in shown) + f" | {below or 'none'} |")
+                     + " / ".join(f"{100 * profile[k - 1]:.0f}" for k in shown) + f" | {below} |")
     return "\n".join(lines)
 
 
