@@ -339,9 +339,10 @@ def test_paper_protocol_s5_a5_rows_train_the_group_to_16():
                                                           + ["--output_dir", "x"])
                 assert task_args.task == name and args.max_train_depth == 16
                 start, every = args.curriculum_start_depth, args.curriculum_every_steps
-                if row.endswith("mastery") or row.endswith("mastery_cosine"):  # grown by accuracy; stops once learned
+                if "mastery" in row:  # grown by accuracy; probed in range, stops once learned unless nostop
                     assert (args.curriculum_advance_accuracy, args.curriculum_window, every) == (0.9, 20, 100)
-                    assert (task_args.probe_depth, task_args.probe_stop_accuracy) == (16, 0.99)
+                    stops = not row.endswith("nostop")
+                    assert (task_args.probe_depth, task_args.probe_stop_accuracy) == (16, 0.99 if stops else None)
                     constant = row == "self_distill_mastery"  # its rate does not run out while d_max grows
                     assert (args.max_steps, args.lr_scheduler_type == "constant_with_warmup") == (
                         (20_000, True) if constant else (10_000, False)), row
