@@ -1,6 +1,5 @@
 """The progress profile and padding control, checked exactly against models whose readouts are constructed."""
 
-import math
 from types import SimpleNamespace
 
 import numpy as np
