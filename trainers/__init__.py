@@ -25,11 +25,10 @@ from .self_distillation import (
 )
 
 __all__ = [
-    "OBJECTIVES", "DepthBatchSampler", "MasteryCurriculum", "ParTrainer", "ParTrainingArguments", "PrefixSelfDistillationTrainer",
-    "SelfDistillationArguments", "StateAccuracyProbeCallback", "TimeBudgetCallback", "answer_loss", "apply_core_lora",
-    "balanced_halt_loss", "core_lora_config",
-    "additive_hold_iterations", "curriculum_max_depth", "distillation_kl", "ema_update", "final_targets", "halt_labels",
-    "hold_iterations",
-    "is_adapter_parameter", "iterations_for_depth", "mastery_max_depth", "progress_targets", "readout_accuracy", "stretch_max_scale",
-    "teardown_distributed", "teardown_distributed_at_exit", "trained_seconds",
+    "OBJECTIVES", "additive_hold_iterations", "answer_loss", "apply_core_lora", "balanced_halt_loss",
+    "core_lora_config", "curriculum_max_depth", "DepthBatchSampler", "distillation_kl", "ema_update", "final_targets",
+    "halt_labels", "hold_iterations", "is_adapter_parameter", "iterations_for_depth", "mastery_max_depth",
+    "MasteryCurriculum", "ParTrainer", "ParTrainingArguments", "PrefixSelfDistillationTrainer", "progress_targets",
+    "readout_accuracy", "SelfDistillationArguments", "StateAccuracyProbeCallback", "stretch_max_scale",
+    "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback", "trained_seconds",
 ]
