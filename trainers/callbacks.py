@@ -20,6 +20,14 @@ from state_tracking.evaluation import draw_test_problems
 from .distributed import distributed_running
 
 
+def any_rank(flag: bool, device) -> bool:
+    """Whether `flag` holds on any rank (itself outside DDP): a stop every rank takes at the same step, or DDP hangs."""
+    value = torch.tensor([float(flag)], device=device)
+    if distributed_running():
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value.item() > 0
+
+
 class TimeBudgetCallback(TrainerCallback, ExportableState):
     """Stop training (cleanly, with the usual end-of-training save) once `seconds` of training wall time have passed.
     Pair it with a constant or warmup-only learning-rate schedule: a budget cuts any schedule that is defined over
@@ -47,10 +55,7 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
         self.started = time.monotonic()
 
     def on_step_end(self, args, state, control, **kwargs):
-        stop = torch.tensor([float(self.elapsed() >= self.seconds)], device=args.device)
-        if distributed_running():  # every rank stops at the same step, or DDP hangs
-            dist.all_reduce(stop, op=dist.ReduceOp.MAX)
-        if stop.item() > 0:
+        if any_rank(self.elapsed() >= self.seconds, args.device):
             control.should_training_stop = True
         return control
 
@@ -163,11 +168,8 @@ class StateAccuracyProbeCallback(TrainerCallback):
         self._probe(state, model)
         if self.stop_accuracy is None:
             return control
-        stop = torch.tensor([float(state.is_world_process_zero and self.should_stop(state.log_history))],
-                            device=args.device)
-        if distributed_running():  # only rank 0 probes; every rank stops at the same step, or DDP hangs
-            dist.all_reduce(stop, op=dist.ReduceOp.MAX)
-        if stop.item() > 0:
+        # only rank 0 probes, so only it can say stop
+        if any_rank(state.is_world_process_zero and self.should_stop(state.log_history), args.device):
             if state.is_world_process_zero:
                 state.log_history.append({"step": state.global_step, "probe_stop": self.stop_accuracy})
                 print(f"probe: the last {self.stop_patience} probes reached {self.stop_accuracy}: stopping at step "

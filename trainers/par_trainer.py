@@ -140,9 +140,6 @@ class ParTrainingArguments(TrainingArguments):
                 fail("curriculum_advance_accuracy", "None without a curriculum (set curriculum_start_depth)")
         if self.curriculum_window < 1:
             fail("curriculum_window", "≥ 1")
-        if self.curriculum_window != 20 and self.curriculum_advance_accuracy is None:
-            fail("curriculum_window", "its default 20 without curriculum_advance_accuracy (the fixed pace reads no "
-                 "accuracy)")
         if self.hold_tail_alpha <= 0:
             fail("hold_tail_alpha", "> 0")
         if self.hold_max_factor < 1:
@@ -179,7 +176,7 @@ class ParTrainingArguments(TrainingArguments):
             fail("max_steps", "> 0 (the depth schedule is defined per optimizer step)")
         # options that would silently change nothing
         default = {f: type(self).__dataclass_fields__[f].default for f in
-                   ("hold_tail_alpha", "hold_max_factor", "stretch_max_scale", "stretch_fraction")}
+                   ("hold_tail_alpha", "hold_max_factor", "stretch_max_scale", "stretch_fraction", "curriculum_window")}
         if self.halt_label_offset > 0 and self.halting_loss_weight == 0:
             fail("halt_label_offset", "0 when halting_loss_weight is 0 (there is no halting loss to label)")
         if self.hold_extra_iterations is not None and self.depth_schedule != "hold":
@@ -192,6 +189,9 @@ class ParTrainingArguments(TrainingArguments):
         for name in ("stretch_max_scale", "stretch_fraction"):
             if getattr(self, name) != default[name] and self.stretch_steps == 0:
                 fail(name, f"its default {default[name]} when stretch_steps is 0 (there is no stretch phase)")
+        if self.curriculum_window != default["curriculum_window"] and self.curriculum_advance_accuracy is None:
+            fail("curriculum_window", f"its default {default['curriculum_window']} without curriculum_advance_accuracy "
+                 "(the fixed pace reads no accuracy)")
         # Every rank takes its slice of the same global batch, hence the same depth and loop length.
         self.accelerator_config.split_batches = True
 
@@ -408,11 +408,14 @@ class ParTrainer(Trainer):
         super().log(logs, *args, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ checkpoints
+    def checkpoint_folder(self, trial) -> str:
+        """The folder `Trainer._save_checkpoint` has just written for this step (where extra state goes beside it)."""
+        return os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self.mastery is not None and self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            with open(os.path.join(folder, CURRICULUM_STATE_NAME), "w") as f:
+            with open(os.path.join(self.checkpoint_folder(trial), CURRICULUM_STATE_NAME), "w") as f:
                 json.dump(self.mastery.state_dict(), f)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):

@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_model, save_model
 from transformers import TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from modeling_par import grad_window_iterations
 from state_tracking import StateTrackingCollator, truncate_to_prefix
@@ -186,9 +185,8 @@ class PrefixSelfDistillationTrainer(ParTrainer):
     # ------------------------------------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
-        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         if self.args.should_save:
-            save_model(self.ema_model, os.path.join(folder, EMA_WEIGHTS_NAME))
+            save_model(self.ema_model, os.path.join(self.checkpoint_folder(trial), EMA_WEIGHTS_NAME))
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         super()._load_from_checkpoint(resume_from_checkpoint, model)

@@ -78,8 +78,7 @@ PROTOCOLS = {
     for name, label in (("s5", "S5"), ("a5", "A5"))
 }
 PROTOCOL_ROWS = {name: ("recipe_halting", "recipe", "recipe_mastery", "recipe_mastery_nostop", "recipe_then_halting",
-                        "self_distill",
-                        "self_distill_mastery", "self_distill_mastery_cosine", "lstm", "gru")
+                        "self_distill", "self_distill_mastery", "self_distill_mastery_cosine", "lstm", "gru")
                  for name in ("s5", "a5")}
 
 
@@ -152,7 +151,7 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
                                 flags=LOCAL + HALTING + ["--max_steps", "1000", "--learning_rate", "3e-4",
                                                          "--adapter_learning_rate", "6e-4", "--warmup_steps", "50"]),
     # Label-free with the mastery curriculum (issue 22's study: at a fixed pace S5 self-distillation never leaves
-    # chance; growing d_max only once the final answers at d_max are 90% right, it does): from d ≤ 2, at most 10,000
+    # chance; growing d_max only once the final answers at d_max are 90% right, it does): from d ≤ 2, at most 20,000
     # steps or the 1 h budget, and it stops once two probes in a row (d = TRAIN_MAX_DEPTH, 256 fixed sequences, 250
     # steps apart) are 99% right.
     # The learning rate is constant after its warm-up: a cosine over max_steps runs out while d_max is still growing
@@ -279,12 +278,20 @@ def curriculum_of(row: str, folder: Path) -> dict:
     if "--curriculum_advance_accuracy" not in flags:
         return {"start": start, "every_steps": every,
                 f"reaches_{TRAIN_MAX_DEPTH}_at_step": every * (TRAIN_MAX_DEPTH - start)}
-    checkpoint = latest_checkpoint(folder)
-    state = (json.loads((checkpoint / "curriculum_state.json").read_text())
-             if checkpoint is not None and (checkpoint / "curriculum_state.json").is_file() else {})
     return {"start": start, "mastery_accuracy": float(flags["--curriculum_advance_accuracy"]),
             "window_steps": int(flags["--curriculum_window"]), "min_steps_between": every,
-            "growth_steps": state.get("advances")}
+            "growth_steps": curriculum_growth(folder)}
+
+
+def curriculum_growth(folder: Path) -> list[int] | None:
+    """The steps from which a mastery curriculum grew d_max, from the newest checkpoint of a run folder (its
+    trainers' CURRICULUM_STATE_NAME); None without one (the fixed pace, or nothing saved yet). s5_breakthrough.py
+    reads it too."""
+    from trainers.par_trainer import CURRICULUM_STATE_NAME
+
+    checkpoint = latest_checkpoint(folder)
+    state = checkpoint / CURRICULUM_STATE_NAME if checkpoint is not None else None
+    return json.loads(state.read_text())["advances"] if state is not None and state.is_file() else None
 
 
 def parent_train_seconds(row: str, seed: int) -> float:

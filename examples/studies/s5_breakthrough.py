@@ -40,9 +40,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "examples" / "reproduce"))
 
-# One resume rule for both scripts. paper_protocol's own train_par() is tied to its ROWS, common_par() and run_path(),
-# so this study runs its segments itself with the same record (segments.json, trained_seconds_before).
-from paper_protocol import row_train_seconds, train_segment  # noqa: E402
+# One resume rule, one mastery setting and one reading of its growth for both scripts: paper_protocol's segmented
+# runner (segments.json, trained_seconds_before) trains this study's rows too.
+from paper_protocol import MASTERY, curriculum_growth, latest_checkpoint, row_train_seconds, train_segment  # noqa: E402
 
 from state_tracking.evaluation import repo_relative  # noqa: E402
 
@@ -95,7 +95,6 @@ COMMON_CHANGES = {
                ["--curriculum_start_depth", "2", "--curriculum_every_steps", "25"]),
     "width192": ("width 192, MLP 384 (base 128 / 256)", ["--hidden_size", "192", "--intermediate_size", "384"]),
 }
-MASTERY = ["--curriculum_advance_accuracy", "0.9", "--curriculum_window", "20", "--curriculum_every_steps", "100"]
 # Rows that only one variant has: name -> (variant, what changed, flags[, row whose trained model it starts from]).
 EXTRA = {
     "labels_start8": ("labels", "no curriculum: d ~ U{1..8} from step 0 (start depth 8)",
@@ -325,16 +324,6 @@ def collect(tiny: bool = False) -> str:
     return table
 
 
-def curriculum_growth(folder: Path) -> list[int] | None:
-    """The steps from which a mastery curriculum grew d_max (the newest checkpoint's curriculum_state.json); None
-    for the fixed pace."""
-    from paper_protocol import latest_checkpoint
-
-    checkpoint = latest_checkpoint(folder)
-    state = checkpoint / "curriculum_state.json" if checkpoint is not None else None
-    return json.loads(state.read_text())["advances"] if state is not None and state.is_file() else None
-
-
 def paced_max_depth(row: str, step: int) -> int:
     """d_max of a fixed-pace row at `step` (for runs whose logs predate the logged cap)."""
     from trainers import curriculum_max_depth
@@ -348,8 +337,6 @@ def paced_max_depth(row: str, step: int) -> int:
 def interrupted_runs(done: set[tuple[str, int]], tiny: bool = False) -> list[dict]:
     """Rows started but not finished (a checkpoint, no record): their probe curve so far, from the newest checkpoint's
     trainer_state.json, so a run cut off by the session's end still shows how far it got."""
-    from paper_protocol import latest_checkpoint
-
     out = []
     specs = rows()
     for folder in sorted(places(tiny)[0].glob("*_s*")):
@@ -362,11 +349,12 @@ def interrupted_runs(done: set[tuple[str, int]], tiny: bool = False) -> list[dic
         history = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
         curve = [{"step": e["step"], "accuracy": e["probe_accuracy"]} for e in history if "probe_accuracy" in e]
         logs = [e for e in history if "acc_last_iteration" in e][-10:]  # the last 500 steps' training batches
+        steps = int(checkpoint.name.split("-")[-1])
         out.append(dict(row=row, seed=int(seed), variant=specs[row]["variant"], change=specs[row]["change"],
-                        steps=int(checkpoint.name.split("-")[-1]), curve=curve,
+                        steps=steps, curve=curve,
                         train_accuracy=sum(e["acc_last_iteration"] for e in logs) / len(logs) if logs else None,
                         train_max_depth=max((e.get("curriculum_max_depth", 0) for e in logs), default=0)
-                        or paced_max_depth(row, int(checkpoint.name.split("-")[-1])),
+                        or paced_max_depth(row, steps),
                         left_chance_step=left_chance_step(curve),
                         last_probe_accuracy=curve[-1]["accuracy"] if curve else 0.0))
     return out
