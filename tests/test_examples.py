@@ -341,17 +341,18 @@ def test_paper_protocol_s5_a5_rows_train_the_group_to_16():
                 start, every = args.curriculum_start_depth, args.curriculum_every_steps
                 if "mastery" in row:  # grown by accuracy; probed in range, stops once learned unless nostop
                     assert (args.curriculum_advance_accuracy, args.curriculum_window, every) == (0.9, 20, 100)
-                    stops = not row.endswith("nostop")
+                    stops = not row.endswith(("nostop", "_more"))
                     assert (task_args.probe_depth, task_args.probe_stop_accuracy) == (16, 0.99 if stops else None)
-                    constant = row == "self_distill_mastery"  # its rate does not run out while d_max grows
-                    assert (args.max_steps, args.lr_scheduler_type == "constant_with_warmup") == (
-                        (20_000, True) if constant else (10_000, False)), row
-                    curriculum = protocol.curriculum_of(row, protocol.REPO / "no-such-run")
-                    assert curriculum["mastery_accuracy"] == 0.9 and curriculum["growth_steps"] is None
+                    constant = row.startswith("self_distill_mastery") and not row.endswith("cosine")  # its rate does
+                    assert (args.max_steps, args.lr_scheduler_type == "constant_with_warmup") == (  # not run out
+                        (20_000, True) if constant else (10_000, False)), row  # while d_max grows
+                    if not spec.get("resume_curriculum"):  # (that one reads its parent's run: next test)
+                        curriculum = protocol.curriculum_of(row, protocol.REPO / "no-such-run", 0)
+                        assert curriculum["mastery_accuracy"] == 0.9 and curriculum["growth_steps"] is None
                 else:
                     assert curriculum_max_depth(349, start, every, 1, 16) == 15 == curriculum_max_depth(350, start, every, 1, 16) - 1
                     assert task_args.probe_depth is None
-                    assert protocol.curriculum_of(row, protocol.REPO)["reaches_16_at_step"] == 350
+                    assert protocol.curriculum_of(row, protocol.REPO, 0)["reaches_16_at_step"] == 350
                 assert task_args.self_distillation == row.startswith("self_distill")
     finally:
         for k, v in saved.items():
@@ -363,6 +364,37 @@ def test_paper_protocol_s5_a5_rows_train_the_group_to_16():
         protocol.main(["--protocol", "s5", "--row", "full_view"])
     with pytest.raises(SystemExit):
         protocol.main(["--protocol", "a5", "--export", "recipe_halting"])
+
+
+def test_paper_protocol_second_stage_resumes_the_parents_curriculum(tmp_path, monkeypatch):
+    """A `resume_curriculum` row (self_distill_mastery_more) starts from its parent's trained weights with the mastery
+    curriculum at the parent's last d_max (start + growths, at most TRAIN_MAX_DEPTH), and says so in its record; a
+    parent without a curriculum state is refused by name."""
+    protocol = load_example("examples/reproduce/paper_protocol.py")
+    saved = {k: getattr(protocol, k) for k in protocol.PROTOCOLS["s5"]}
+    try:
+        protocol.apply_protocol("s5")
+        monkeypatch.setattr(protocol, "RUN_DIR", tmp_path)
+        row, parent = "self_distill_mastery_more", "self_distill_mastery"
+        assert protocol.ROWS[row]["init_from"] == parent
+        parent_checkpoint = protocol.run_path(parent, 1) / "checkpoint-900"
+        parent_checkpoint.mkdir(parents=True)
+        (protocol.run_path(parent, 1) / "summary.json").write_text("{}")
+        with pytest.raises(SystemExit, match="no curriculum state"):
+            protocol.parent_flags(row, 1)
+        (parent_checkpoint / "curriculum_state.json").write_text(json.dumps({"advances": [300, 500, 800], "recent": []}))
+        flags = protocol.parent_flags(row, 1)
+        assert flags[flags.index("--curriculum_start_depth") + 1] == "5" and "--init_from_par" in flags
+        _, _, args = train_par.parse_args(protocol.common_par() + protocol.ROWS[row]["flags"] + protocol.probe_flags(row)
+                                          + flags + ["--output_dir", "x"])
+        assert args.curriculum_start_depth == 5 and args.curriculum_advance_accuracy == 0.9
+        assert protocol.curriculum_of(row, tmp_path / "no-such-run", 1)["start"] == 5
+        (parent_checkpoint / "curriculum_state.json").write_text(json.dumps({"advances": list(range(30)), "recent": []}))
+        assert protocol.curriculum_of(row, tmp_path / "no-such-run", 1)["start"] == 16  # capped at d ≤ 16
+        assert protocol.resumed_curriculum_flags("recipe_then_halting", 1) == []
+    finally:
+        for k, v in saved.items():
+            setattr(protocol, k, v)
 
 
 def test_s5_breakthrough_rows_are_valid_and_explicit():

@@ -78,7 +78,8 @@ PROTOCOLS = {
     for name, label in (("s5", "S5"), ("a5", "A5"))
 }
 PROTOCOL_ROWS = {name: ("recipe_halting", "recipe", "recipe_mastery", "recipe_mastery_nostop", "recipe_then_halting",
-                        "self_distill", "self_distill_mastery", "self_distill_mastery_cosine", "lstm", "gru")
+                        "self_distill", "self_distill_mastery", "self_distill_mastery_more",
+                        "self_distill_mastery_cosine", "lstm", "gru")
                  for name in ("s5", "a5")}
 
 
@@ -161,6 +162,16 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
                                  "mastery curriculum", budget=3600, probe_in_range=True,
                                  flags=LOCAL + ["--self_distillation", "true"] + MASTERY
                                  + ["--max_steps", "20000", "--lr_scheduler_type", "constant_with_warmup"]),
+    # The second 20,000 steps of the row above (which runs out of steps while d_max still grows: seed 0 reached d_max
+    # 9 of 16 at step 19,223): its trained weights, a fresh optimizer and warm-up, and the mastery curriculum resumed
+    # where the parent's ended (`resume_curriculum`: start at the parent's last d_max); no early stop (in-range early
+    # stops cost extrapolation: A5 recipe_mastery, the study's seed 1). Both stages: at most 2 h, the issue's cap.
+    "self_distill_mastery_more": dict(kind="par", label="PAR recipe (local view), label-free prefix "
+                                      "self-distillation, mastery curriculum, 20,000 + 20,000 steps", budget=3600,
+                                      probe_in_range=True, early_stop=False, init_from="self_distill_mastery",
+                                      resume_curriculum=True,
+                                      flags=LOCAL + ["--self_distillation", "true"] + MASTERY
+                                      + ["--max_steps", "20000", "--lr_scheduler_type", "constant_with_warmup"]),
     "self_distill_mastery_cosine": dict(kind="par", label="PAR recipe (local view), label-free prefix "
                                         "self-distillation, mastery curriculum, cosine over 10,000 steps",
                                         budget=3600, probe_in_range=True,
@@ -250,7 +261,20 @@ def parent_flags(row: str, seed: int) -> list[str]:
                          f"({folder} has no summary.json)")
     from state_tracking.evaluation import repo_relative
 
-    return ["--init_from_par", repo_relative(folder)]
+    return ["--init_from_par", repo_relative(folder), *resumed_curriculum_flags(row, seed)]
+
+
+def resumed_curriculum_flags(row: str, seed: int) -> list[str]:
+    """`--curriculum_start_depth <the parent's last d_max>` for a two-stage row with `resume_curriculum` (its mastery
+    curriculum goes on where the parent's ended instead of from d ≤ 2 again), else nothing."""
+    if not ROWS[row].get("resume_curriculum"):
+        return []
+    parent = ROWS[row]["init_from"]
+    start = curriculum_of(parent, run_path(parent, seed), seed)
+    if start.get("growth_steps") is None:
+        raise SystemExit(f"{row} resumes the mastery curriculum of {parent} seed {seed}, whose newest checkpoint has "
+                         "no curriculum state")
+    return ["--curriculum_start_depth", str(min(TRAIN_MAX_DEPTH, start["start"] + len(start["growth_steps"])))]
 
 
 def probe_flags(row: str) -> list[str]:
@@ -270,10 +294,11 @@ def train_par(row: str, seed: int) -> list[dict]:
                           *probe_flags(row), *parent_flags(row, seed)], row)
 
 
-def curriculum_of(row: str, folder: Path) -> dict:
+def curriculum_of(row: str, folder: Path, seed: int) -> dict:
     """The depth curriculum a PAR row trained with: the fixed pace, or the mastery rule and its growth steps (from
-    the newest checkpoint's curriculum_state.json)."""
-    flags = dict(zip(common_par()[::2], common_par()[1::2])) | dict(zip(ROWS[row]["flags"][::2], ROWS[row]["flags"][1::2]))
+    the newest checkpoint's curriculum_state.json; a `resume_curriculum` row starts where its parent's ended)."""
+    flags = [*common_par(), *ROWS[row]["flags"], *resumed_curriculum_flags(row, seed)]
+    flags = dict(zip(flags[::2], flags[1::2]))
     start, every = int(flags["--curriculum_start_depth"]), int(flags["--curriculum_every_steps"])
     if "--curriculum_advance_accuracy" not in flags:
         return {"start": start, "every_steps": every,
@@ -370,7 +395,7 @@ def evaluate_par(row: str, seed: int, segments: list[dict]) -> dict:
         steps=summary["steps"], samples_seen=summary["samples_seen"],
         train_seconds=row_train_seconds(segments), init_from=ROWS[row].get("init_from"),
         train_seconds_total=round(row_train_seconds(segments) + parent_train_seconds(row, seed), 1),
-        budget_seconds=ROWS[row]["budget"], curriculum=curriculum_of(row, folder),
+        budget_seconds=ROWS[row]["budget"], curriculum=curriculum_of(row, folder, seed),
         probe=summary.get("probe"), probe_stopped_at=summary.get("probe_stopped_at"),
         curve=summary.get("curve"), evaluation=evaluation, eval_seconds=eval_seconds, in_range=in_range,
         profile=profile, padding_control=control, environment=result["environment"],
