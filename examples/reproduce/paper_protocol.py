@@ -166,12 +166,17 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
     # 9 of 16 at step 19,223): its trained weights, a fresh optimizer and warm-up, and the mastery curriculum resumed
     # where the parent's ended (`resume_curriculum`: start at the parent's last d_max); no early stop (in-range early
     # stops cost extrapolation: A5 recipe_mastery, the study's seed 1). Both stages: at most 2 h, the issue's cap.
+    # Its constant rate is 3e-4: at the parent's 1e-3 training is unstable at these depths (S5 seed 1's parent fell
+    # from 95% to 1% final-answer accuracy at step ~6,300 and took 6,000 steps to recover; this row at 1e-3, seed 0,
+    # mastered d ≤ 10 by step 886, then fell from 98% to 40% at step ~1,900 and oscillated at 70-90% at d_max 11 until
+    # it was stopped at step 6,350: runs/paper_protocol_s5/self_distill_mastery_more_lr1e-3_s0_interrupted).
     "self_distill_mastery_more": dict(kind="par", label="PAR recipe (local view), label-free prefix "
-                                      "self-distillation, mastery curriculum, 20,000 + 20,000 steps", budget=3600,
-                                      probe_in_range=True, early_stop=False, init_from="self_distill_mastery",
-                                      resume_curriculum=True,
+                                      "self-distillation, mastery curriculum, 20,000 steps + 20,000 at rate 3e-4",
+                                      budget=3600, probe_in_range=True, early_stop=False,
+                                      init_from="self_distill_mastery", resume_curriculum=True,
                                       flags=LOCAL + ["--self_distillation", "true"] + MASTERY
-                                      + ["--max_steps", "20000", "--lr_scheduler_type", "constant_with_warmup"]),
+                                      + ["--max_steps", "20000", "--lr_scheduler_type", "constant_with_warmup",
+                                         "--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4"]),
     "self_distill_mastery_cosine": dict(kind="par", label="PAR recipe (local view), label-free prefix "
                                         "self-distillation, mastery curriculum, cosine over 10,000 steps",
                                         budget=3600, probe_in_range=True,
