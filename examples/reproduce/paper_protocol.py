@@ -79,7 +79,7 @@ PROTOCOLS = {
 }
 PROTOCOL_ROWS = {name: ("recipe_halting", "recipe", "recipe_mastery", "recipe_mastery_nostop", "recipe_then_halting",
                         "self_distill", "self_distill_mastery", "self_distill_mastery_more",
-                        "self_distill_mastery_cosine", "lstm", "gru")
+                        "self_distill_mastery_more_stop", "self_distill_mastery_cosine", "lstm", "gru")
                  for name in ("s5", "a5")}
 
 
@@ -177,6 +177,16 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
                                       flags=LOCAL + ["--self_distillation", "true"] + MASTERY
                                       + ["--max_steps", "20000", "--lr_scheduler_type", "constant_with_warmup",
                                          "--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4"]),
+    # The same second stage with the in-range early stop: at 3e-4 without it S5 seed 0 was 98-100% at d = 16 from
+    # step 1,250 to 10,000 of the stage, then collapsed (loss 4e-5 at step 9,750, probe 0% from step 12,000) — the
+    # early stop (two probes in a row at 99%) would have stopped it at step 3,750.
+    "self_distill_mastery_more_stop": dict(kind="par", label="PAR recipe (local view), label-free prefix "
+                                           "self-distillation, mastery curriculum, 20,000 steps + up to 20,000 at "
+                                           "rate 3e-4 with the in-range early stop", budget=3600, probe_in_range=True,
+                                           init_from="self_distill_mastery", resume_curriculum=True,
+                                           flags=LOCAL + ["--self_distillation", "true"] + MASTERY
+                                           + ["--max_steps", "20000", "--lr_scheduler_type", "constant_with_warmup",
+                                              "--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4"]),
     "self_distill_mastery_cosine": dict(kind="par", label="PAR recipe (local view), label-free prefix "
                                         "self-distillation, mastery curriculum, cosine over 10,000 steps",
                                         budget=3600, probe_in_range=True,
