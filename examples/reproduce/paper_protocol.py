@@ -169,7 +169,8 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
     # Its constant rate is 3e-4: at the parent's 1e-3 training is unstable at these depths (S5 seed 1's parent fell
     # from 95% to 1% final-answer accuracy at step ~6,300 and took 6,000 steps to recover; this row at 1e-3, seed 0,
     # mastered d ≤ 10 by step 886, then fell from 98% to 40% at step ~1,900 and oscillated at 70-90% at d_max 11 until
-    # it was stopped at step 6,350: runs/paper_protocol_s5/self_distill_mastery_more_lr1e-3_s0_interrupted).
+    # it was stopped at step 6,350; its log and command:
+    # results/s5_a5_cpu/s5/interrupted/).
     "self_distill_mastery_more": dict(kind="par", label="PAR recipe (local view), label-free prefix "
                                       "self-distillation, mastery curriculum, 20,000 steps + 20,000 at rate 3e-4",
                                       budget=3600, probe_in_range=True, early_stop=False,
