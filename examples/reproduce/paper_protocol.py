@@ -119,8 +119,18 @@ FULL = ["--loop_view", "full", "--progress_positions", "false", "--bidirectional
 # The mastery curriculum (trainers.MasteryCurriculum): from d ≤ 2, d_max + 1 once the final answers of the last 20
 # steps at d_max are 90% right, at least 100 steps apart.
 MASTERY = ["--curriculum_advance_accuracy", "0.9", "--curriculum_window", "20", "--curriculum_every_steps", "100"]
+# Label-free with the mastery curriculum at a constant rate after warm-up, at most 20,000 steps (self_distill_mastery;
+# its second stages add a lower rate).
+LABEL_FREE_MASTERY = LOCAL + ["--self_distillation", "true"] + MASTERY + [
+    "--max_steps", "20000", "--lr_scheduler_type", "constant_with_warmup"]
 HALTING = ["--depth_schedule", "hold", "--hold_extra_iterations", "8", "--grad_window", "16",
            "--halting_loss_weight", "0.5", "--halt_label_offset", "1"]
+
+# The label-free second stage (self_distill_mastery_more / _more_stop, which differ only in the early stop): the same
+# seed's trained self_distill_mastery model, its mastery curriculum resumed, at rate 3e-4 (reasons at the rows).
+SECOND_STAGE = dict(kind="par", budget=3600, probe_in_range=True, init_from="self_distill_mastery",
+                    resume_curriculum=True,
+                    flags=LABEL_FREE_MASTERY + ["--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4"])
 
 ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*, training budget (s, PAR rows)
     "recipe_halting": dict(kind="par", label="PAR recipe (local view) + halting labels", budget=3600,
@@ -159,9 +169,7 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
     # (`self_distill_mastery_cosine`, seed 0: d ≤ 3 mastered only at step 6,629 of 10,000, d_max 4 when the rate had
     # decayed to ~0), and with a budget or an early stop the run's length is not known in advance.
     "self_distill_mastery": dict(kind="par", label="PAR recipe (local view), label-free prefix self-distillation, "
-                                 "mastery curriculum", budget=3600, probe_in_range=True,
-                                 flags=LOCAL + ["--self_distillation", "true"] + MASTERY
-                                 + ["--max_steps", "20000", "--lr_scheduler_type", "constant_with_warmup"]),
+                                 "mastery curriculum", budget=3600, probe_in_range=True, flags=LABEL_FREE_MASTERY),
     # The second 20,000 steps of the row above (which runs out of steps while d_max still grows: seed 0 reached d_max
     # 9 of 16 at step 19,223): its trained weights, a fresh optimizer and warm-up, and the mastery curriculum resumed
     # where the parent's ended (`resume_curriculum`: start at the parent's last d_max); no early stop (in-range early
@@ -171,23 +179,15 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
     # mastered d ≤ 10 by step 886, then fell from 98% to 40% at step ~1,900 and oscillated at 70-90% at d_max 11 until
     # it was stopped at step 6,350; its log and command:
     # results/s5_a5_cpu/s5/interrupted/).
-    "self_distill_mastery_more": dict(kind="par", label="PAR recipe (local view), label-free prefix "
+    "self_distill_mastery_more": dict(SECOND_STAGE, label="PAR recipe (local view), label-free prefix "
                                       "self-distillation, mastery curriculum, 20,000 steps + 20,000 at rate 3e-4",
-                                      budget=3600, probe_in_range=True, early_stop=False,
-                                      init_from="self_distill_mastery", resume_curriculum=True,
-                                      flags=LOCAL + ["--self_distillation", "true"] + MASTERY
-                                      + ["--max_steps", "20000", "--lr_scheduler_type", "constant_with_warmup",
-                                         "--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4"]),
+                                      early_stop=False),
     # The same second stage with the in-range early stop: at 3e-4 without it S5 seed 0 was 98-100% at d = 16 from
     # step 1,250 to 10,000 of the stage, then collapsed (loss 4e-5 at step 9,750, probe 0% from step 12,000) — the
     # early stop (two probes in a row at 99%) would have stopped it at step 3,750.
-    "self_distill_mastery_more_stop": dict(kind="par", label="PAR recipe (local view), label-free prefix "
+    "self_distill_mastery_more_stop": dict(SECOND_STAGE, label="PAR recipe (local view), label-free prefix "
                                            "self-distillation, mastery curriculum, 20,000 steps + up to 20,000 at "
-                                           "rate 3e-4 with the in-range early stop", budget=3600, probe_in_range=True,
-                                           init_from="self_distill_mastery", resume_curriculum=True,
-                                           flags=LOCAL + ["--self_distillation", "true"] + MASTERY
-                                           + ["--max_steps", "20000", "--lr_scheduler_type", "constant_with_warmup",
-                                              "--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4"]),
+                                           "rate 3e-4 with the in-range early stop"),
     "self_distill_mastery_cosine": dict(kind="par", label="PAR recipe (local view), label-free prefix "
                                         "self-distillation, mastery curriculum, cosine over 10,000 steps",
                                         budget=3600, probe_in_range=True,
