@@ -341,11 +341,12 @@ def test_paper_protocol_s5_a5_rows_train_the_group_to_16():
                 start, every = args.curriculum_start_depth, args.curriculum_every_steps
                 if "mastery" in row:  # grown by accuracy; probed in range, stops once learned unless nostop
                     assert (args.curriculum_advance_accuracy, args.curriculum_window, every) == (0.9, 20, 100)
-                    stops = not row.endswith(("nostop", "_more"))  # (self_distill_mastery_more_stop stops)
+                    stops = not row.endswith(("nostop", "_more", "_decay"))  # (self_distill_mastery_more_stop stops)
                     assert (task_args.probe_depth, task_args.probe_stop_accuracy) == (16, 0.99 if stops else None)
-                    constant = row.startswith("self_distill_mastery") and not row.endswith("cosine")  # its rate does
-                    assert (args.max_steps, args.lr_scheduler_type == "constant_with_warmup") == (  # not run out
-                        (20_000, True) if constant else (10_000, False)), row  # while d_max grows
+                    constant = row.startswith("self_distill_mastery") and not row.endswith(("cosine", "decay"))
+                    steps = 6_000 if row.endswith("decay") else 20_000 if constant else 10_000  # a constant rate
+                    assert (args.max_steps, args.lr_scheduler_type == "constant_with_warmup") == (  # does not run
+                        (steps, constant)), row  # out while d_max grows
                     if not spec.get("resume_curriculum"):  # (that one reads its parent's run: next test)
                         curriculum = protocol.curriculum_of(row, protocol.REPO / "no-such-run", 0)
                         assert curriculum["mastery_accuracy"] == 0.9 and curriculum["growth_steps"] is None

@@ -79,7 +79,8 @@ PROTOCOLS = {
 }
 PROTOCOL_ROWS = {name: ("recipe_halting", "recipe", "recipe_mastery", "recipe_mastery_nostop", "recipe_then_halting",
                         "self_distill", "self_distill_mastery", "self_distill_mastery_more",
-                        "self_distill_mastery_more_stop", "self_distill_mastery_cosine", "lstm", "gru")
+                        "self_distill_mastery_more_stop", "self_distill_mastery_more_decay", "self_distill_mastery_cosine",
+                        "lstm", "gru")
                  for name in ("s5", "a5")}
 
 
@@ -188,6 +189,14 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
     "self_distill_mastery_more_stop": dict(SECOND_STAGE, label="PAR recipe (local view), label-free prefix "
                                            "self-distillation, mastery curriculum, 20,000 steps + up to 20,000 at "
                                            "rate 3e-4 with the in-range early stop"),
+    # The same second stage at a rate decaying to 0 (cosine over 6,000 steps), no early stop: at 3e-4 S5 seed 0 reached
+    # d_max 16 at step 1,845 of its second stage, was exact in range but 0% at 16x when early-stopped, and collapsed when
+    # trained on at the constant rate; this row keeps training past mastery while the rate falls.
+    "self_distill_mastery_more_decay": dict(SECOND_STAGE, label="PAR recipe (local view), label-free prefix "
+                                            "self-distillation, mastery curriculum, 20,000 steps + 6,000 at rate 3e-4 "
+                                            "cosine-decayed to 0", early_stop=False,
+                                            flags=SECOND_STAGE["flags"] + ["--max_steps", "6000",
+                                                                           "--lr_scheduler_type", "cosine"]),
     "self_distill_mastery_cosine": dict(kind="par", label="PAR recipe (local view), label-free prefix "
                                         "self-distillation, mastery curriculum, cosine over 10,000 steps",
                                         budget=3600, probe_in_range=True,
