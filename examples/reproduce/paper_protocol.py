@@ -79,7 +79,8 @@ PROTOCOLS = {
 }
 PROTOCOL_ROWS = {name: ("recipe_halting", "recipe", "recipe_mastery", "recipe_mastery_nostop", "recipe_then_halting",
                         "self_distill", "self_distill_mastery", "self_distill_mastery_more",
-                        "self_distill_mastery_more_stop", "self_distill_mastery_more_decay", "self_distill_mastery_cosine",
+                        "self_distill_mastery_more_stop", "self_distill_mastery_more_decay", "self_distill_mastery_3e-4",
+                        "self_distill_mastery_cosine",
                         "lstm", "gru")
                  for name in ("s5", "a5")}
 
@@ -197,6 +198,10 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
                                             "cosine-decayed to 0", early_stop=False,
                                             flags=SECOND_STAGE["flags"] + ["--max_steps", "6000",
                                                                            "--lr_scheduler_type", "cosine"]),
+    # One stage at the second stage's rate from scratch: is the first stage at 1e-3 needed at all?
+    "self_distill_mastery_3e-4": dict(kind="par", label="PAR recipe (local view), label-free prefix self-distillation, "
+                                      "mastery curriculum, one stage at rate 3e-4", budget=3600, probe_in_range=True,
+                                      flags=SECOND_STAGE["flags"]),
     "self_distill_mastery_cosine": dict(kind="par", label="PAR recipe (local view), label-free prefix "
                                         "self-distillation, mastery curriculum, cosine over 10,000 steps",
                                         budget=3600, probe_in_range=True,
