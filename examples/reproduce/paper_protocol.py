@@ -80,8 +80,7 @@ PROTOCOLS = {
 PROTOCOL_ROWS = {name: ("recipe_halting", "recipe", "recipe_mastery", "recipe_mastery_nostop", "recipe_then_halting",
                         "self_distill", "self_distill_mastery", "self_distill_mastery_more",
                         "self_distill_mastery_more_stop", "self_distill_mastery_more_decay", "self_distill_mastery_3e-4",
-                        "self_distill_mastery_cosine",
-                        "lstm", "gru")
+                        "self_distill_mastery_cosine", "lstm", "gru")
                  for name in ("s5", "a5")}
 
 
@@ -128,11 +127,13 @@ LABEL_FREE_MASTERY = LOCAL + ["--self_distillation", "true"] + MASTERY + [
 HALTING = ["--depth_schedule", "hold", "--hold_extra_iterations", "8", "--grad_window", "16",
            "--halting_loss_weight", "0.5", "--halt_label_offset", "1"]
 
-# The label-free second stage (self_distill_mastery_more / _more_stop, which differ only in the early stop): the same
-# seed's trained self_distill_mastery model, its mastery curriculum resumed, at rate 3e-4 (reasons at the rows).
+# The same at rate 3e-4 (the second stages below and the one-stage self_distill_mastery_3e-4).
+LABEL_FREE_MASTERY_3E4 = LABEL_FREE_MASTERY + ["--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4"]
+# The label-free second stage (self_distill_mastery_more / _more_stop / _more_decay, which differ in the early stop and
+# the schedule): the same seed's trained self_distill_mastery model, its mastery curriculum resumed, at rate 3e-4
+# (reasons at the rows).
 SECOND_STAGE = dict(kind="par", budget=3600, probe_in_range=True, init_from="self_distill_mastery",
-                    resume_curriculum=True,
-                    flags=LABEL_FREE_MASTERY + ["--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4"])
+                    resume_curriculum=True, flags=LABEL_FREE_MASTERY_3E4)
 
 ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*, training budget (s, PAR rows)
     "recipe_halting": dict(kind="par", label="PAR recipe (local view) + halting labels", budget=3600,
@@ -196,12 +197,12 @@ ROWS = {  # name -> kind ("par" | "rnn"), table label, flags on top of COMMON_*,
     "self_distill_mastery_more_decay": dict(SECOND_STAGE, label="PAR recipe (local view), label-free prefix "
                                             "self-distillation, mastery curriculum, 20,000 steps + 6,000 at rate 3e-4 "
                                             "cosine-decayed to 0", early_stop=False,
-                                            flags=SECOND_STAGE["flags"] + ["--max_steps", "6000",
-                                                                           "--lr_scheduler_type", "cosine"]),
+                                            flags=LABEL_FREE_MASTERY_3E4 + ["--max_steps", "6000",
+                                                                            "--lr_scheduler_type", "cosine"]),
     # One stage at the second stage's rate from scratch: is the first stage at 1e-3 needed at all?
     "self_distill_mastery_3e-4": dict(kind="par", label="PAR recipe (local view), label-free prefix self-distillation, "
                                       "mastery curriculum, one stage at rate 3e-4", budget=3600, probe_in_range=True,
-                                      flags=SECOND_STAGE["flags"]),
+                                      flags=LABEL_FREE_MASTERY_3E4),
     "self_distill_mastery_cosine": dict(kind="par", label="PAR recipe (local view), label-free prefix "
                                         "self-distillation, mastery curriculum, cosine over 10,000 steps",
                                         budget=3600, probe_in_range=True,
