@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoTokenizer, HfArgumentParser, set_seed
 
@@ -43,6 +44,7 @@ from state_tracking import (  # noqa: E402
     load_task,
     model_token_ids,
     plot_accuracy_vs_depth,
+    plot_progress_profile,
     prompt_format_of,
     save_results,
     save_task,
@@ -51,7 +53,19 @@ from state_tracking.evaluation import (  # noqa: E402
     check_attn_implementation,
     default_attn_implementation,
     default_workers,
+    environment_info,
     repo_relative,
+)
+from state_tracking.records import (  # noqa: E402
+    RecordColumns,
+    build_record_tokenizer,
+    discover_format,
+    encode_records,
+    evaluate_records,
+    has_step_states,
+    load_record_files,
+    record_token_ids,
+    records_progress_profile,
 )
 from trainers import (  # noqa: E402
     ParTrainer,
@@ -145,6 +159,39 @@ class TaskArguments:
                 "they are the final evaluation's problems at probe_depth)"})
 
 
+@dataclass
+class DataArguments:
+    """Recorded data instead of a task generator (`state_tracking.records`): CSV / JSON Lines / Parquet files by
+    extension, or anything `datasets.load_dataset` takes."""
+
+    train_file: str | None = field(default=None, metadata={
+        "help": "training records: a path, a glob, or a comma-separated list (.csv, .tsv, .jsonl, .json, .parquet)"})
+    validation_file: str | None = field(default=None, metadata={"help": "records evaluated after training (as test)"})
+    test_file: str | None = field(default=None, metadata={"help": "records evaluated after training: accuracy per "
+                                                                  "sequence length present"})
+    dataset_name: str | None = field(default=None, metadata={"help": "a datasets.load_dataset name or folder"})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "its configuration"})
+    operations_column: str | None = field(default=None, metadata={
+        "help": "the operations: a list of strings, or a string split by --operation_delimiter (default: the one "
+                "column with a conventional name: operations, ops, sequence, events, actions, input(s), tokens)"})
+    state_column: str | None = field(default=None, metadata={
+        "help": "the final state: a label or a mapping query -> label (JSON text in CSV)"})
+    step_states_column: str | None = field(default=None, metadata={
+        "help": "the state after each operation: a list, or a string split by --operation_delimiter"})
+    initial_state_column: str | None = field(default=None, metadata={"help": "the state before the operations"})
+    operation_delimiter: str | None = field(default=None, metadata={
+        "help": "regex splitting a string of operations (and of step states); default whitespace"})
+    skip_bad_records: bool = field(default=False, metadata={
+        "help": "drop records that cannot be read and report how many (default: the first one is an error)"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training records"})
+    data_name: str | None = field(default=None, metadata={"help": "the name the checkpoint gives the data (default: "
+                                                                 "the training file's stem)"})
+
+    @property
+    def given(self) -> bool:
+        return self.train_file is not None or self.dataset_name is not None
+
+
 DEFAULT_TRAINING = dict(
     output_dir="runs/par-swap-s5-cpu", max_steps=2000, per_device_train_batch_size=64, learning_rate=1e-3,
     adapter_learning_rate=2e-3, warmup_steps=100, lr_scheduler_type="cosine", weight_decay=0.01,
@@ -153,6 +200,12 @@ DEFAULT_TRAINING = dict(
     restore_callback_states_from_checkpoint=True,  # --max_train_seconds spans resumed segments
 )
 
+
+# Training on records (--train_file / --dataset_name) with only the data flags given: the recipe with the mastery
+# curriculum over the lengths present (d_max grows once the final answers at d_max are 90% right), the training depth
+# range from the data, at most 3,000 steps of 64 and 14 minutes (100k records of length ≤ 16 on a laptop CPU).
+DATA_TRAINING = dict(output_dir="runs/par-records", max_steps=3000, max_train_seconds=840,
+                     curriculum_advance_accuracy=0.9, curriculum_every_steps=50)
 
 # Retrofitting a pretrained Qwen2 (--init_from_qwen2): the paper's AdamW schedule, not the from-scratch one above.
 RETROFIT_TRAINING = dict(learning_rate=2e-5, adapter_learning_rate=1e-4, warmup_steps=200)
@@ -180,19 +233,21 @@ def parse_args(argv=None):
         values = dict(DEFAULT_TRAINING, **yaml.safe_load(Path(argv[0]).read_text()))
     distill = bool(values.get("self_distillation")) if values is not None else _wants_self_distillation(argv)
     training_cls = SelfDistillationArguments if distill else ParTrainingArguments
-    parser = HfArgumentParser((ModelArguments, TaskArguments, training_cls))
+    parser = HfArgumentParser((ModelArguments, TaskArguments, DataArguments, training_cls))
     if values is not None:
         given = set(yaml.safe_load(Path(argv[0]).read_text()))
-        model_args, task_args, train_args = parser.parse_dict(values)
+        if given & {"train_file", "dataset_name"}:
+            values = {**DEFAULT_TRAINING, **DATA_TRAINING, **yaml.safe_load(Path(argv[0]).read_text())}
+        model_args, task_args, data_args, train_args = parser.parse_dict(values)
     else:
         given = {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
-        parser.set_defaults(**DEFAULT_TRAINING)
-        model_args, task_args, train_args = parser.parse_args_into_dataclasses(args=argv)
+        parser.set_defaults(**{**DEFAULT_TRAINING, **(DATA_TRAINING if given & {"train_file", "dataset_name"} else {})})
+        model_args, task_args, data_args, train_args = parser.parse_args_into_dataclasses(args=argv)
     if model_args.init_from_qwen2:  # the paper's fine-tuning schedule unless the user set one
         for name, value in RETROFIT_TRAINING.items():
             if name not in given:
                 setattr(train_args, name, value)
-    return model_args, task_args, train_args
+    return model_args, task_args, data_args, train_args, given
 
 
 def build_task(task_args: TaskArguments):
@@ -321,8 +376,128 @@ def evaluate_and_report(model, tokenizer, task, task_args, train_args, output_di
     return results
 
 
+@dataclass
+class RecordData:
+    """Records read from files: the training columns, what the checkpoint learns (format, tokenizer) and the
+    evaluation splits (name -> (LoadedRecords, encoded))."""
+
+    train: object
+    encoded: object
+    record_format: object
+    tokenizer: object
+    splits: dict
+    mode: str
+    skipped: dict
+
+
+def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_args: TaskArguments, train_args,
+                    given: set) -> RecordData:
+    """Read the training files, learn their vocabulary, encode them; set the depth range and curriculum from the
+    lengths present (unless given); choose the training mode and say why in one log line."""
+    if model_args.init_from_qwen2 or model_args.init_from_par:
+        raise ValueError("--train_file / --dataset_name train a model from scratch on the records' own vocabulary; "
+                         "--init_from_qwen2 and --init_from_par are not supported with them yet.")
+    for name in ("task", "task_file", "rendering", "random_initial", "train_size"):
+        if name in given:
+            raise ValueError(f"--{name} describes generated data; it has no effect with --train_file / --dataset_name "
+                             "(the records are the data).")
+    columns = RecordColumns(data_args.operations_column, data_args.state_column, data_args.step_states_column,
+                            data_args.initial_state_column, data_args.operation_delimiter)
+    started = time.time()
+    train = load_record_files(data_args.train_file, columns, data_args.dataset_name, data_args.dataset_config_name,
+                              "train", skip_bad_records=data_args.skip_bad_records,
+                              max_records=data_args.max_train_samples)
+    name = data_args.data_name or (Path(train.sources[0]).stem if data_args.train_file else data_args.dataset_name)
+    record_format = discover_format(train, name=name.replace("/", "_"))
+    tokenizer = build_record_tokenizer(record_format)
+    encoded, skipped = encode_records(train, record_format, tokenizer, data_args.skip_bad_records)
+    skipped = {"train": train.skipped + skipped}
+    splits = {}
+    for split, files in (("validation", data_args.validation_file), ("test", data_args.test_file)):
+        if files is None and not (data_args.dataset_name and split in _hub_splits(data_args)):
+            continue
+        loaded = load_record_files(files, columns if files else train.columns,
+                                   None if files else data_args.dataset_name, data_args.dataset_config_name, split,
+                                   query_names=train.query_names, skip_bad_records=data_args.skip_bad_records)
+        enc, bad = encode_records(loaded, record_format, tokenizer, data_args.skip_bad_records)
+        splits[split] = (loaded, enc)
+        skipped[split] = loaded.skipped + bad
+    for split, bad in skipped.items():
+        if bad:
+            logger.warning("skipped %d %s record(s) (--skip_bad_records); the first: %s", len(bad), split, bad[0])
+    lengths = np.asarray(encoded.data.table.column("depth").to_numpy())
+    seconds = time.time() - started
+    logger.warning("records: %d training records (%d operations, %d labels, %d queries) of lengths %d..%d, prepared "
+                   "in %.1f s (%.1f s per 100k)", len(encoded), len(record_format.operations),
+                   len(record_format.candidates), len(record_format.query_names), lengths.min(), lengths.max(),
+                   seconds, seconds * 1e5 / max(1, len(encoded)))
+    if "min_train_depth" not in given:
+        train_args.min_train_depth = int(lengths.min())
+    if "max_train_depth" not in given:
+        train_args.max_train_depth = int(lengths.max())
+    if "curriculum_start_depth" not in given and train_args.curriculum_start_depth is not None:
+        train_args.curriculum_start_depth = int(min(max(train_args.curriculum_start_depth, lengths.min()),
+                                                    train_args.max_train_depth))
+    if has_step_states(train):
+        mode = "progress-aligned targets: the records carry the state after every operation"
+    elif task_args.self_distillation:
+        mode = ("label-free prefix self-distillation (--self_distillation): the records carry final states only; "
+                "iterations before the last are pulled to an EMA teacher on the prefixes")
+    else:
+        mode = ("final-answer training over the lengths present: the records carry final states only, and under the "
+                "local view iteration k on a record computes what it computes on the record's k-operation prefix, so "
+                "a record of length k supervises iteration k (measured against label-free self-distillation in "
+                "results/own_data_cpu/: the better of the two on final-state files; --self_distillation true for the "
+                "other)")
+    logger.warning("training mode: %s", mode)
+    return RecordData(train, encoded, record_format, tokenizer, splits, mode, skipped)
+
+
+def _hub_splits(data_args: DataArguments) -> list[str]:
+    from datasets import get_dataset_split_names
+
+    try:
+        return get_dataset_split_names(data_args.dataset_name, data_args.dataset_config_name)
+    except Exception:  # a folder or name without split metadata: only its train split is used
+        return []
+
+
+def evaluate_records_and_report(model, records: RecordData, task_args: TaskArguments, train_args,
+                                output_dir: Path) -> dict:
+    """Every evaluation split: accuracy per length present (eval_<split>.json, a table, one plot), and where the
+    split records step states, the progress profile (profile_<split>.json / .png)."""
+    results = {}
+    workers = task_args.eval_workers or default_workers(model.device, model.config._attn_implementation)
+    modes = ["forced"] + (["halting"] if task_args.eval_halting else [])
+    lines = []
+    for split, (loaded, encoded) in records.splits.items():
+        for mode in modes:
+            result = evaluate_records(model, encoded, records.record_format, mode=mode,
+                                      batch_size=task_args.eval_batch_size, train_max_depth=train_args.max_train_depth,
+                                      workers=workers, sources=[repo_relative(p) for p in loaded.sources])
+            results[f"{split}_{mode}" if mode != "forced" else split] = result
+            save_results(result, output_dir / f"eval_{split}{'' if mode == 'forced' else '_' + mode}.json")
+            lines += [f"{split} ({mode}):", "| length | n | accuracy |", "|---|---|---|"]
+            lines += [f"| {r['depth']} | {r['n']} | {r['accuracy']:.4f} |" for r in result["per_depth"]]
+            lines.append("")
+        if has_step_states(loaded):
+            profile = records_progress_profile(model, encoded, batch_size=task_args.eval_batch_size,
+                                               max_records_per_depth=task_args.eval_n)
+            save_results(profile, output_dir / f"profile_{split}.json")
+            plottable = dict(profile, profile=[[np.nan if a is None else a for a in row] for row in profile["profile"]])
+            plot_progress_profile({f"progress profile ({split})": plottable}, output_dir / f"profile_{split}.png",
+                                  train_max_depth=train_args.max_train_depth)
+    if results:
+        plot_accuracy_vs_depth({name: [r] for name, r in results.items()}, output_dir / "accuracy_vs_depth.png",
+                               title=records.record_format.task_name)
+        table = "\n".join(lines)
+        (output_dir / "eval_table.md").write_text(table + "\n")
+        print(table)
+    return results
+
+
 def main(argv=None):
-    model_args, task_args, train_args = parse_args(argv)
+    model_args, task_args, data_args, train_args, given = parse_args(argv)
     if model_args.init_from_qwen2 and model_args.init_from_par:
         raise ValueError("give at most one of --init_from_qwen2 and --init_from_par.")
     if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it
@@ -334,19 +509,31 @@ def main(argv=None):
         raise ValueError("--probe_n, --probe_every_steps, --probe_seed and --probe_stop_* need --probe_depth "
                          "(without it no probe runs).")
     output_dir = Path(train_args.output_dir)
-    task = build_task(task_args)
-    tokenizer = build_tokenizer_for(task, task_args, model_args)
-    token_ids = model_token_ids(tokenizer, task)
     world = max(1, train_args.world_size)
-    n = task_args.train_size or train_args.max_steps * train_args.per_device_train_batch_size * world
     started = time.time()
-    dataset = build_dataset(task, tokenizer, task_args.rendering, n=n,
-                            depths=(train_args.min_train_depth, train_args.max_train_depth), seed=train_args.seed,
-                            random_initial=task_args.random_initial)
+    records = task = None
+    if data_args.given:
+        records = prepare_records(data_args, model_args, task_args, train_args, given)
+        tokenizer, dataset, prompt_format = records.tokenizer, records.encoded, records.record_format
+        token_ids = record_token_ids(tokenizer, prompt_format)
+    else:
+        if any(getattr(data_args, f) is not None for f in ("validation_file", "test_file", "operations_column",
+                                                            "state_column", "step_states_column",
+                                                            "initial_state_column", "operation_delimiter")):
+            raise ValueError("the record flags (--validation_file, --test_file, --*_column, --operation_delimiter) "
+                             "need --train_file or --dataset_name.")
+        task = build_task(task_args)
+        tokenizer = build_tokenizer_for(task, task_args, model_args)
+        token_ids = model_token_ids(tokenizer, task)
+        n = task_args.train_size or train_args.max_steps * train_args.per_device_train_batch_size * world
+        dataset = build_dataset(task, tokenizer, task_args.rendering, n=n,
+                                depths=(train_args.min_train_depth, train_args.max_train_depth), seed=train_args.seed,
+                                random_initial=task_args.random_initial)
+        prompt_format = prompt_format_of(task, task_args.rendering)
     set_seed(train_args.seed)  # the from-scratch initialisation (and the adapter of a retrofit) follow --seed
     model = build_model(model_args, token_ids, train_args)
     # what the checkpoint needs to read raw text (the state-tracking pipeline) and whether it may halt by itself
-    model.config.prompt_format = prompt_format_of(task, task_args.rendering).to_dict()
+    model.config.prompt_format = prompt_format.to_dict()
     model.config.learned_halting = train_args.halting_loss_weight > 0
     collator = StateTrackingCollator(pad_token_id=token_ids["pad_token_id"])
     common = dict(model=model, args=train_args, train_dataset=dataset, data_collator=collator,
@@ -357,6 +544,9 @@ def main(argv=None):
     else:
         trainer = ParTrainer(**common)
     if task_args.probe_depth is not None:
+        if records is not None:
+            raise ValueError("--probe_depth draws problems from a task generator; with --train_file there is none "
+                             "(evaluate on --validation_file / --test_file after training).")
         trainer.add_callback(StateAccuracyProbeCallback(
             tokenizer, task, task_args.probe_depth, n=task_args.probe_n, every_steps=task_args.probe_every_steps,
             seed=train_args.seed if task_args.probe_seed is None else task_args.probe_seed,
@@ -369,10 +559,13 @@ def main(argv=None):
         teardown_distributed([trainer])  # waits for rank 0's save and evaluation (trainers/distributed.py)
         return None
     trainer.save_model(str(output_dir))
-    save_task(task, output_dir)
     eval_model = model.merge_and_unload() if model_args.peft else model
     eval_model.eval()
-    results = evaluate_and_report(eval_model, tokenizer, task, task_args, train_args, output_dir)
+    if records is None:
+        save_task(task, output_dir)
+        results = evaluate_and_report(eval_model, tokenizer, task, task_args, train_args, output_dir)
+    else:
+        results = evaluate_records_and_report(eval_model, records, task_args, train_args, output_dir)
     steps = trainer.state.global_step
     summary = {
         "train_seconds": round(train_seconds, 1), "steps": steps, "max_steps": train_args.max_steps,
@@ -386,9 +579,16 @@ def main(argv=None):
         "probe": [{"step": row["step"], "accuracy": row["probe_accuracy"]} for row in trainer.state.log_history
                   if "probe_accuracy" in row],
         "probe_stopped_at": next((row["step"] for row in trainer.state.log_history if "probe_stop" in row), None),
-        "environment": results["forced"]["environment"],
+        "environment": next(iter(results.values()))["environment"] if results else environment_info(model.device),
         "command": "python " + " ".join([repo_relative(sys.argv[0])] + (sys.argv[1:] if argv is None else [str(a) for a in argv])),
     }
+    if records is not None:
+        summary["records"] = {"training_mode": records.mode, "train_records": len(records.encoded),
+                              "train_sources": [repo_relative(p) for p in records.train.sources],
+                              "operations": len(records.record_format.operations),
+                              "labels": len(records.record_format.candidates),
+                              "queries": list(records.record_format.query_names),
+                              "skipped": {k: len(v) for k, v in records.skipped.items()}}
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     teardown_distributed([trainer])
     return summary

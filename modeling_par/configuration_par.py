@@ -10,7 +10,7 @@ Every other field is Qwen2's own, so any Qwen2 / Qwen2.5 config is a valid start
 
 from transformers import Qwen2Config
 
-from .prompt_format import PromptFormat
+from .record_format import load_prompt_format
 
 LOOP_VIEWS = ("full", "prefix", "local")
 # Every checkpoint names its pipeline: pipeline("state-tracking", model=DIR, trust_remote_code=True)
@@ -170,9 +170,9 @@ class ParLoopedQwenConfig(Qwen2Config):
             fail("learned_halting", "False without halt_token_ids (there is no halting readout)", True)
         if self.prompt_format is not None:
             try:
-                candidates = PromptFormat.from_dict(self.prompt_format).candidates
+                candidates = load_prompt_format(self.prompt_format).candidates
             except ValueError as error:
-                fail("prompt_format", f"a valid PromptFormat.to_dict() ({error})", "…")
+                fail("prompt_format", f"a valid PromptFormat.to_dict() or RecordFormat.to_dict() ({error})", "…")
             if ids and len(candidates) != len(ids):
                 fail("prompt_format", f"a format with one candidate per answer_token_ids entry ({len(ids)}); it "
                      f"lists {len(candidates)}", "…")

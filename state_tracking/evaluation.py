@@ -218,7 +218,6 @@ def evaluate_length_generalization(
 
     if hasattr(model, "eval"):
         model.eval()
-    takes_operation_ends = "operation_ends" in inspect.signature(model.predict).parameters
     per_depth = []
     batches_per_depth = math.ceil(n_per_depth / batch_size)
     bar = tqdm(total=batches_per_depth * len(depths), desc=f"eval {task.name} ({mode})", disable=not progress)
@@ -231,44 +230,12 @@ def evaluate_length_generalization(
         if fixed_iterations is not None:
             num_iterations = int(fixed_iterations)
 
-        def predict_rows(rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            batch = collate({key: column[rows] for key, column in encoded.items()})
-            batch = {key: value.to(device) for key, value in batch.items()}
-            with torch.inference_mode():
-                inputs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"])
-                if takes_operation_ends:
-                    inputs["operation_ends"] = batch["operation_ends"]
-                if mode == "forced":
-                    pred = model.predict(batch["input_ids"], **inputs, num_iterations=num_iterations)
-                else:
-                    pred = model.predict(batch["input_ids"], **inputs, halting=True)
-            return pred.answers.cpu().numpy(), pred.iterations.cpu().numpy(), pred.halted.cpu().numpy()
-
-        parts = []
-        for start in range(0, n_per_depth, batch_size):
-            stop = min(start + batch_size, n_per_depth)
-            slices = worker_slices(start, stop, workers)
-            parts += _run_threaded(predict_rows, slices) if len(slices) > 1 else [predict_rows(slices[0])]
-            bar.update(1)
-        answers, iterations, halted = (np.concatenate(column) for column in zip(*parts))
+        answers, iterations, halted = predict_encoded(model, encoded, collate, mode, num_iterations, batch_size,
+                                                      workers, device, on_batch=lambda: bar.update(1))
         if answers.shape != targets.shape:
             raise ValueError(f"model.predict returned answers of shape {answers.shape[1:]} per batch row, expected ({task.num_queries},)")
-        accuracy = overall_state_accuracy(answers, targets)
-        halted = halted.astype(bool)
-        per_depth.append(
-            {
-                "depth": depth,
-                "accuracy": accuracy,
-                "per_query_accuracy": dict(zip(task.query_names, per_query_accuracy(answers, targets).tolist())),
-                "mean_iterations": float(iterations.mean()),
-                "fraction_not_halted": float(1.0 - halted.mean()),
-                # halting: the confirmed samples alone (never-halted ones ran to the limit and are flagged above)
-                "mean_iterations_halted": float(iterations[halted].mean()) if halted.any() else None,
-                "accuracy_halted": overall_state_accuracy(answers[halted], targets[halted]) if halted.any() else None,
-                "num_iterations": num_iterations,
-                "n": n_per_depth,
-            }
-        )
+        per_depth.append(depth_result(depth, answers, targets, iterations, halted, num_iterations, task.query_names))
+        accuracy = per_depth[-1]["accuracy"]
         bar.set_postfix(depth=depth, accuracy=f"{accuracy:.3f}")
     bar.close()
 
@@ -297,6 +264,56 @@ def evaluate_length_generalization(
         "model_config": _to_json(model.config.to_dict()),
         "tokenizer": {"name_or_path": getattr(tokenizer, "name_or_path", None), **_to_json(token_ids)},
         "environment": environment_info(device),
+    }
+
+
+def predict_encoded(model: Any, encoded: dict[str, list], collate: StateTrackingCollator, mode: str,
+                    num_iterations: int | None, batch_size: int, workers: int, device: torch.device,
+                    on_batch=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`model.predict` over encoded problems (columns of lists: input_ids, query_positions, operation_ends) in batches
+    of `batch_size`, each cut into `workers` parts run at once (`_run_threaded`): forced R = `num_iterations`, or the
+    halting rule (``mode="halting"``). Returns answers (n, Q), iterations (n,), halted (n,)."""
+    takes_operation_ends = "operation_ends" in inspect.signature(model.predict).parameters
+    n = len(encoded["input_ids"])
+
+    def predict_rows(rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        batch = collate({key: column[rows] for key, column in encoded.items()})
+        batch = {key: value.to(device) for key, value in batch.items()}
+        with torch.inference_mode():
+            inputs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"])
+            if takes_operation_ends:
+                inputs["operation_ends"] = batch["operation_ends"]
+            if mode == "forced":
+                pred = model.predict(batch["input_ids"], **inputs, num_iterations=num_iterations)
+            else:
+                pred = model.predict(batch["input_ids"], **inputs, halting=True)
+        return pred.answers.cpu().numpy(), pred.iterations.cpu().numpy(), pred.halted.cpu().numpy()
+
+    parts = []
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        slices = worker_slices(start, stop, workers)
+        parts += _run_threaded(predict_rows, slices) if len(slices) > 1 else [predict_rows(slices[0])]
+        if on_batch is not None:
+            on_batch()
+    answers, iterations, halted = (np.concatenate(column) for column in zip(*parts))
+    return answers, iterations, halted.astype(bool)
+
+
+def depth_result(depth: int, answers: np.ndarray, targets: np.ndarray, iterations: np.ndarray, halted: np.ndarray,
+                 num_iterations: int | None, query_names: Sequence[str]) -> dict[str, Any]:
+    """One `per_depth` entry of the results JSON: accuracy, per-query accuracy, iterations and halting figures."""
+    return {
+        "depth": int(depth),
+        "accuracy": overall_state_accuracy(answers, targets),
+        "per_query_accuracy": dict(zip(query_names, per_query_accuracy(answers, targets).tolist())),
+        "mean_iterations": float(iterations.mean()),
+        "fraction_not_halted": float(1.0 - halted.mean()),
+        # halting: the confirmed samples alone (never-halted ones ran to the limit and are flagged above)
+        "mean_iterations_halted": float(iterations[halted].mean()) if halted.any() else None,
+        "accuracy_halted": overall_state_accuracy(answers[halted], targets[halted]) if halted.any() else None,
+        "num_iterations": num_iterations,
+        "n": int(len(answers)),
     }
 
 

@@ -71,10 +71,17 @@ def halt_labels(iterations: torch.Tensor, depth: torch.Tensor, step_size: int, o
     return torch.where(done, YES, NO)
 
 
+UNRECORDED = -100  # a target that was not recorded (state_tracking.data.LABEL_PAD_ID): no loss, no accuracy
+
+
 def answer_loss(answer_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """L = Σ_k CE(y_k, target_k), each CE averaged over batch and queries.  (K, B, Q, C), (K, B, Q) -> ()"""
-    per_iteration = F.cross_entropy(answer_logits.flatten(0, 2).float(), targets.flatten(), reduction="none")
-    return per_iteration.view(targets.shape).mean(dim=(1, 2)).sum()
+    """L = Σ_k CE(y_k, target_k), each CE averaged over the recorded (batch, query) targets of iteration k; an
+    iteration with none recorded adds 0 (records with final states only: UNRECORDED before the last operation).
+    (K, B, Q, C), (K, B, Q) -> ()"""
+    ce = F.cross_entropy(answer_logits.flatten(0, 2).float(), targets.flatten(), reduction="none",
+                         ignore_index=UNRECORDED).view(targets.shape)
+    recorded = (targets != UNRECORDED).sum(dim=(1, 2))
+    return (ce.sum(dim=(1, 2)) / recorded.clamp(min=1)).sum()
 
 
 def balanced_halt_loss(halt_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -90,5 +97,9 @@ def balanced_halt_loss(halt_logits: torch.Tensor, labels: torch.Tensor) -> torch
 
 
 def readout_accuracy(answer_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Overall state accuracy per iteration read: all queries right.  (K, B, Q, C), (K, B, Q) -> (K,)"""
-    return (answer_logits.argmax(-1) == targets).all(-1).float().mean(-1)
+    """Overall state accuracy per iteration read: all recorded queries right, over the samples with a recorded
+    target at that iteration (0 where none is).  (K, B, Q, C), (K, B, Q) -> (K,)"""
+    recorded = targets != UNRECORDED
+    right = ((answer_logits.argmax(-1) == targets) | ~recorded).all(-1)  # (K, B)
+    scored = recorded.any(-1)
+    return (right & scored).sum(-1).float() / scored.sum(-1).clamp(min=1)

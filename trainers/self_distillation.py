@@ -84,20 +84,26 @@ class _EmaCallback(TrainerCallback):
 class PrefixSelfDistillationTrainer(ParTrainer):
     """ParTrainer whose intermediate targets come from an EMA teacher on prefixes, not from step labels.
 
-    Extra arguments: `task` (a `state_tracking` task), `rendering` ("symbolic" | "text"), `random_initial`;
+    Extra arguments: `task` (a `state_tracking` task; None for records read from files, which needs a prefix-invariant
+    view), `rendering` ("symbolic" | "text"), `random_initial`;
     the tokenizer is the Trainer's `processing_class`. The EMA weights are written to every checkpoint as
     `ema_teacher.safetensors` and restored on resume.
     """
 
     args: SelfDistillationArguments
 
-    def __init__(self, *args, task, rendering: str = "symbolic", random_initial: bool = False, **kwargs):
+    def __init__(self, *args, task=None, rendering: str = "symbolic", random_initial: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, SelfDistillationArguments):
             raise ValueError("PrefixSelfDistillationTrainer needs SelfDistillationArguments.")
         if self.processing_class is None:
             raise ValueError("PrefixSelfDistillationTrainer needs the tokenizer as processing_class.")
         self.task, self.rendering, self.random_initial = task, rendering, random_initial
+        if task is None and not self.prefix_invariant():
+            raise ValueError("PrefixSelfDistillationTrainer without a task (records from files) reads the teacher's "
+                             "prefix answers from one pass, which needs a prefix-invariant view: loop_view 'local' or "
+                             "'prefix' with progress_positions=True (the recipe); got loop_view="
+                             f"{self.model.config.loop_view!r}, progress_positions={self.model.config.progress_positions}.")
         self.ema_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.prefix_collator = StateTrackingCollator(pad_token_id=self.processing_class.pad_token_id)
         self.add_callback(_EmaCallback(self))
