@@ -12,6 +12,15 @@ operations (answer z_D0 at every length: a failure there comes from the longer p
 
 The task is read from DIR/state_tracking_task.json when the checkpoint has one (--task must then
 agree or be omitted); otherwise --task names a preset (swap_s5, s5, a5) or a JSON spec file.
+
+A checkpoint trained on recorded data (train_par.py --train_file) is scored on records instead of generated problems:
+
+    python examples/evaluate_par.py --model DIR --test_file test.csv --out results/x.json --plot results/x.png \
+        [--operations_column ops --step_states_column states --state_column state --operation_delimiter REGEX]
+
+accuracy per sequence length present in the file (the same JSON: `per_depth` entries with depth, n, accuracy), and
+with --profile the progress profile where the file records step states. The checkpoint's vocabulary decides: an
+operation or label it never trained on is an error naming the file, the record and the field.
 """
 
 from __future__ import annotations
@@ -51,6 +60,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", required=True, help="checkpoint folder (save_pretrained output)")
     parser.add_argument("--task", default=None, help=f"preset {list(GROUP_TASK_NAMES)} or task JSON; default: from the checkpoint")
     parser.add_argument("--depths", default="32,64,128,256,512", help="comma-separated test depths")
+    parser.add_argument("--test_file", "--test-file", default=None,
+                        help="records checkpoint: the records to score (path, glob or comma list; CSV / JSON Lines / "
+                             "Parquet); accuracy per length present")
+    parser.add_argument("--dataset_name", default=None, help="records checkpoint: a datasets.load_dataset name instead")
+    parser.add_argument("--dataset_config_name", default=None)
+    parser.add_argument("--split", default="test", help="with --dataset_name: the split scored")
+    for role in ("operations", "state", "step_states", "initial_state"):
+        parser.add_argument(f"--{role}_column", default=None, help=f"records: the {role.replace('_', ' ')} column")
+    parser.add_argument("--operation_delimiter", default=None, help="records: regex splitting a string of operations")
+    parser.add_argument("--skip_bad_records", action="store_true", help="records: drop unreadable records, report")
     parser.add_argument("--n", type=int, default=1024, help="sequences per depth")
     parser.add_argument("--mode", choices=MODES, default="forced")
     parser.add_argument("--rendering", choices=RENDERINGS, default="symbolic")
@@ -141,8 +160,72 @@ def write_profiles(model, tokenizer, task, args) -> dict:
     return profiles
 
 
+def evaluate_record_file(args) -> dict:
+    """Score a records checkpoint on --test_file / --dataset_name (see the module docstring)."""
+    from modeling_par.record_format import RecordFormat, load_prompt_format
+    from state_tracking.records import (
+        RecordColumns,
+        encode_records,
+        evaluate_records,
+        has_step_states,
+        load_record_files,
+        records_progress_profile,
+    )
+
+    model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype, args.attn_implementation)
+    spec = getattr(model.config, "prompt_format", None)
+    record_format = load_prompt_format(spec) if spec is not None else None
+    if not isinstance(record_format, RecordFormat):
+        raise ValueError(f"--test_file scores a checkpoint trained on records; {args.model}'s config.prompt_format is "
+                         f"{'missing' if spec is None else repr(spec.get('rendering'))}, not 'records' (score it on "
+                         "generated problems with --depths).")
+    columns = RecordColumns(args.operations_column, args.state_column, args.step_states_column,
+                            args.initial_state_column,
+                            args.operation_delimiter if args.operation_delimiter is not None else record_format.delimiter)
+    loaded = load_record_files(args.test_file, columns, args.dataset_name, args.dataset_config_name, args.split,
+                               query_names=list(record_format.query_names), skip_bad_records=args.skip_bad_records)
+    encoded, skipped = encode_records(loaded, record_format, tokenizer, args.skip_bad_records)
+    skipped = loaded.skipped + skipped
+    if skipped:
+        print(f"skipped {len(skipped)} record(s) (--skip_bad_records); the first: {skipped[0]}")
+    results = evaluate_records(model, encoded, record_format, mode=args.mode, batch_size=args.batch_size,
+                               train_max_depth=args.train_max_depth,
+                               workers=args.workers or default_workers(args.device, model.config._attn_implementation),
+                               device=args.device, sources=[repo_relative(p) for p in loaded.sources],
+                               progress=not args.no_progress)
+    results.update(model_dir=repo_relative(args.model), skipped=len(skipped),
+                   command=" ".join(sys.argv if argv_of(args) is None else ["examples/evaluate_par.py", *argv_of(args)]))
+    save_results(results, args.out)
+    if args.plot:
+        plot_accuracy_vs_depth({os.path.basename(os.path.normpath(args.model)): [results]}, args.plot,
+                               title=f"{record_format.task_name}, {args.mode}")
+    if args.profile:
+        if not has_step_states(loaded):
+            raise ValueError("--profile needs records with step states (--step_states_column): the file has final "
+                             "states only")
+        profile = records_progress_profile(model, encoded, batch_size=args.batch_size, device=args.device,
+                                           max_records_per_depth=args.n)
+        save_results({"model_dir": repo_relative(args.model), "profiles": {"progress profile": profile}}, args.profile)
+        if args.profile_plot:
+            plottable = dict(profile, profile=[[float("nan") if a is None else a for a in row]
+                                               for row in profile["profile"]])
+            plot_progress_profile({"progress profile": plottable}, args.profile_plot,
+                                  train_max_depth=args.train_max_depth)
+    for row in results["per_depth"]:
+        print(f"length {row['depth']:>5} (n = {row['n']}): accuracy {row['accuracy']:.4f}")
+    print(f"saved {args.out}")
+    return results
+
+
+def argv_of(args):
+    return getattr(args, "_argv", None)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    args._argv = argv
+    if args.test_file is not None or args.dataset_name is not None:
+        return evaluate_record_file(args)
     task = resolve_task(args.model, args.task)
     model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype, args.attn_implementation)
     if args.compile:

@@ -225,6 +225,13 @@ def _wants_self_distillation(argv: list[str]) -> bool:
 
 
 def parse_args(argv=None):
+    """(ModelArguments, TaskArguments, training arguments) of a command line or config file; `parse_all_args` adds
+    the `DataArguments` and the set of fields given."""
+    model_args, task_args, _, train_args, _ = parse_all_args(argv)
+    return model_args, task_args, train_args
+
+
+def parse_all_args(argv=None):
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     values = None
     if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
@@ -497,7 +504,7 @@ def evaluate_records_and_report(model, records: RecordData, task_args: TaskArgum
 
 
 def main(argv=None):
-    model_args, task_args, data_args, train_args, given = parse_args(argv)
+    model_args, task_args, data_args, train_args, given = parse_all_args(argv)
     if model_args.init_from_qwen2 and model_args.init_from_par:
         raise ValueError("give at most one of --init_from_qwen2 and --init_from_par.")
     if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it

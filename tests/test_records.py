@@ -1,0 +1,228 @@
+"""Recorded data: files a user wrote by hand, the generator round trip, bad records, training and serving from them."""
+
+import csv
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel, AutoTokenizer, pipeline
+
+from modeling_par import PromptFormatError
+from modeling_par.record_format import RecordFormat, load_prompt_format
+from state_tracking import build_dataset, build_tokenizer, get_task
+from state_tracking.records import (
+    RecordColumns,
+    RecordError,
+    build_record_tokenizer,
+    discover_format,
+    encode_records,
+    has_step_states,
+    load_record_files,
+)
+from tests.conftest import load_example
+from trainers import answer_loss, readout_accuracy
+
+train_par = load_example("examples/train_par.py")
+make_dataset = load_example("examples/make_dataset.py")
+evaluate_par = load_example("examples/evaluate_par.py")
+
+# A machine no code of this package wrote: a turnstile (coin unlocks, push locks; a kick jams it until a coin).
+TURNSTILE = {"coin": {"locked": "unlocked", "unlocked": "unlocked", "jammed": "locked"},
+             "push": {"locked": "locked", "unlocked": "locked", "jammed": "jammed"},
+             "kick": {"locked": "jammed", "unlocked": "unlocked", "jammed": "jammed"}}
+
+
+def turnstile_rows(n, lo, hi, seed):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        state, ops, states = "locked", [], []
+        for _ in range(int(rng.integers(lo, hi + 1))):
+            op = ["coin", "push", "kick"][int(rng.integers(3))]
+            state = TURNSTILE[op][state]
+            ops.append(op)
+            states.append(state)
+        rows.append((ops, states))
+    return rows
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["events", "observed"])
+        for ops, states in rows:
+            writer.writerow([";".join(ops), ";".join(states)])
+
+
+TINY = ["--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2", "--num_key_value_heads",
+        "2", "--per_device_train_batch_size", "16", "--eval_n", "16", "--logging_steps", "10", "--disable_tqdm", "true",
+        "--use_cpu", "true", "--max_iterations", "64", "--compile_core", "false"]
+
+
+def test_generator_datasets_are_unchanged():
+    """build_dataset is byte-for-byte what it was before records existed (its table hashed at that commit)."""
+    task = get_task("swap_s5")
+    data = build_dataset(task, build_tokenizer(task), n=64, depths=(1, 8), seed=3)
+    digest = hashlib.sha256()
+    for column in data.data.table.columns:
+        digest.update(str(column.to_pylist()).encode())
+    assert digest.hexdigest()[:16] == "8539a116a390307e"
+
+
+@pytest.mark.parametrize("ext", ["csv", "jsonl", "parquet"])
+def test_a_generator_file_reads_back_as_the_generators_problems(tmp_path, ext):
+    task = get_task("swap_s5")
+    path = tmp_path / f"swap.{ext}"
+    make_dataset.main(["--task", "swap_s5", "--depths", "1-6", "--n", "40", "--seed", "5", "--out", str(path)])
+    loaded = load_record_files(str(path))
+    assert loaded.query_names == task.query_names and has_step_states(loaded)
+    record_format = discover_format(loaded)
+    tokenizer = build_record_tokenizer(record_format)
+    encoded, skipped = encode_records(loaded, record_format, tokenizer)
+    generated = build_dataset(task, build_tokenizer(task), n=40, depths=(1, 6), seed=5)
+    assert not skipped and encoded["depth"] == generated["depth"]
+    gen_vocab = {i: t for t, i in build_tokenizer(task).get_vocab().items()}
+    rec_vocab = {i: t for t, i in tokenizer.get_vocab().items()}
+    candidate = {c: record_format.candidates.index(name) for c, name in enumerate(task.candidate_names)}
+    for mine, theirs in zip(encoded, generated):
+        assert [rec_vocab[t] for t in mine["input_ids"]] == [gen_vocab[t] for t in theirs["input_ids"]]
+        assert mine["operation_ends"] == theirs["operation_ends"]
+        assert mine["query_positions"] == theirs["query_positions"]
+        assert [record_format.operations[o] for o in mine["ops"]] == [task.op_names[o] for o in theirs["ops"]]
+        assert mine["step_labels"][0] == [-100] * 5  # no initial state recorded
+        assert mine["step_labels"][1:] == [[candidate[c] for c in row] for row in theirs["step_labels"][1:]]
+
+
+def test_the_pipelines_encoding_equals_the_training_encoding(tmp_path):
+    write_csv(tmp_path / "t.csv", turnstile_rows(30, 1, 7, 0))
+    loaded = load_record_files(str(tmp_path / "t.csv"), RecordColumns(delimiter=";", operations="events",
+                                                                     step_states="observed"))
+    record_format = discover_format(loaded, "turnstile")
+    tokenizer = build_record_tokenizer(record_format)
+    encoded, _ = encode_records(loaded, record_format, tokenizer)
+    for i, row in enumerate(loaded.dataset):
+        ids, ends, queries = record_format.encode(tokenizer, row["operations"])
+        assert (ids, ends, queries) == (encoded[i]["input_ids"], encoded[i]["operation_ends"],
+                                        encoded[i]["query_positions"])
+    assert RecordFormat.from_dict(json.loads(json.dumps(record_format.to_dict()))) == record_format
+    assert isinstance(load_prompt_format(record_format.to_dict()), RecordFormat)
+
+
+def test_unnamed_columns_are_found_or_refused_by_name(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"operations": ["a", "b"], "state": "x"}\n')
+    cols = load_record_files(str(tmp_path / "a.jsonl")).columns
+    assert (cols.operations, cols.state, cols.step_states) == ("operations", "state", None)
+    (tmp_path / "b.jsonl").write_text('{"seq": ["a", "b"], "label": "x", "answer": "y"}\n')
+    with pytest.raises(RecordError, match=r"no operations column.*columns found are \['seq', 'label', 'answer'\]"):
+        load_record_files(str(tmp_path / "b.jsonl"), RecordColumns(state="label"))
+    with pytest.raises(RecordError, match=r"several columns could hold the state \(\['label', 'answer'\]\)"):
+        load_record_files(str(tmp_path / "b.jsonl"), RecordColumns(operations="seq"))
+    with pytest.raises(RecordError, match="--state_column 'missing' is not a column"):
+        load_record_files(str(tmp_path / "b.jsonl"), RecordColumns(operations="seq", state="missing"))
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"operations": ["a", "b"], "step_states": ["x"]}\n',
+     r"record 0, field 'step_states': 1 step states for 2 operations"),
+    ('{"operations": [], "state": "x"}\n', r"record 0, field 'operations': the sequence of operations is empty"),
+    ('{"operations": "", "state": "x"}\n', r"record 0, field 'operations': the sequence of operations is empty"),
+    ('{"operations": ["a"], "state": null}\n', r"record 0, field 'state': the state is missing"),
+    ('{"operations": ["a"], "state": "x"}\n{"operations": ["a"], "state": {"q": "x"}}\n',
+     r"record 1, field 'state': the state names the queries \['q'\]"),
+    ('{"operations": ["a", "b"], "step_states": ["x", "y"], "state": "z"}\n',
+     r"record 0: the last step state \['y'\] differs from the final state \['z'\]"),
+    ('{"operations": ["a"], "state": "x"\n', r"does not parse as json"),
+])
+def test_every_bad_record_gets_one_error_naming_file_record_field(tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    with pytest.raises(RecordError, match=message) as error:
+        load_record_files(str(path))
+    assert str(path) in str(error.value)
+
+
+def test_unseen_labels_and_operations_at_test_time_are_errors_or_counted_skips(tmp_path):
+    write_csv(tmp_path / "train.csv", turnstile_rows(20, 1, 4, 0))
+    columns = RecordColumns(operations="events", step_states="observed", delimiter=";")
+    train = load_record_files(str(tmp_path / "train.csv"), columns)
+    record_format = discover_format(train)
+    tokenizer = build_record_tokenizer(record_format)
+    test = tmp_path / "test.csv"
+    test.write_text("events,observed\ncoin;push,unlocked;locked\ncoin;dance,unlocked;unlocked\ncoin,broken\n")
+    loaded = load_record_files(str(test), columns, query_names=train.query_names)
+    with pytest.raises(RecordError, match=r"test.csv, record 1, field operations: operation 'dance' never occurs"):
+        encode_records(loaded, record_format, tokenizer)
+    encoded, skipped = encode_records(loaded, record_format, tokenizer, skip_bad_records=True)
+    assert len(encoded) == 1 and len(skipped) == 2 and "'broken' never occurs" in skipped[1]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("events,observed\ncoin;push,unlocked\n;;,\ncoin,unlocked\n")
+    kept = load_record_files(str(bad), columns, skip_bad_records=True)
+    assert len(kept.dataset) == 1 and len(kept.skipped) == 2
+
+
+def test_answer_loss_and_accuracy_skip_unrecorded_targets():
+    torch.manual_seed(0)
+    logits, targets = torch.randn(3, 4, 2, 5), torch.randint(0, 5, (3, 4, 2))
+    full = answer_loss(logits, targets)
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 2), targets.flatten(), reduction="none")
+    assert torch.allclose(full, expected.view(3, 4, 2).mean(dim=(1, 2)).sum())
+    masked = targets.clone()
+    masked[:2] = -100  # final-state-only records: nothing recorded before the last iteration
+    last = torch.nn.functional.cross_entropy(logits[2].flatten(0, 1), targets[2].flatten())
+    assert torch.allclose(answer_loss(logits, masked), last)
+    accuracy = readout_accuracy(logits, masked)
+    assert accuracy[:2].tolist() == [0.0, 0.0] and accuracy[2] == readout_accuracy(logits[2:], targets[2:])[0]
+
+
+def test_train_on_a_hand_written_csv_then_serve_and_evaluate_from_the_folder(tmp_path):
+    write_csv(tmp_path / "train.csv", turnstile_rows(300, 1, 6, 0))
+    write_csv(tmp_path / "test.csv", turnstile_rows(20, 12, 12, 1) + turnstile_rows(10, 24, 24, 2))
+    out = tmp_path / "run"
+    summary = train_par.main(TINY + [
+        "--train_file", str(tmp_path / "train.csv"), "--operations_column", "events", "--step_states_column",
+        "observed", "--operation_delimiter", ";", "--test_file", str(tmp_path / "test.csv"), "--max_steps", "30",
+        "--output_dir", str(out)])
+    assert summary["records"]["training_mode"].startswith("progress-aligned targets")
+    assert summary["records"]["train_records"] == 300 and summary["max_train_depth"] == 6
+    result = json.loads((out / "eval_test.json").read_text())
+    assert [(r["depth"], r["n"]) for r in result["per_depth"]] == [(12, 20), (24, 10)]
+    assert (out / "profile_test.json").is_file() and (out / "accuracy_vs_depth.png").is_file()
+    tracker = pipeline("state-tracking", model=str(out), trust_remote_code=True)
+    answer = tracker(["coin", "push", "kick"], return_trajectory=True)
+    assert answer["depth"] == 3 and answer["answers"]["state"] in {"locked", "unlocked", "jammed"}
+    assert len(answer["trajectory"]) == 3
+    assert tracker("coin;kick", delimiter=";")["depth"] == 2
+    assert [r["depth"] for r in tracker([["coin"], ["coin", "push"]])] == [1, 2]
+    with pytest.raises(ValueError, match="operation 2 'dance' never occurs in the training data") as error:
+        tracker(["coin", "dance"])
+    assert type(error.value).__name__ == PromptFormatError.__name__  # the folder's own remote-code class
+    # any checkpoint scores any file: evaluate_par.py on the same test file gives the same numbers
+    again = evaluate_par.main(["--model", str(out), "--test_file", str(tmp_path / "test.csv"), "--operations_column",
+                               "events", "--step_states_column", "observed", "--out", str(tmp_path / "e.json"),
+                               "--no-progress", "--device", "cpu"])
+    assert again["accuracy"] == result["accuracy"]
+    model = AutoModel.from_pretrained(out, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert len(model.config.answer_token_ids) == 3 and tokenizer.convert_ids_to_tokens(
+        model.config.answer_token_ids) == ["<=jammed>", "<=locked>", "<=unlocked>"]
+
+
+def test_final_states_only_json_lines_trains_in_the_chosen_mode(tmp_path):
+    with open(tmp_path / "train.jsonl", "w") as f:
+        for ops, states in turnstile_rows(200, 1, 5, 3):
+            f.write(json.dumps({"actions": ops, "final_state": states[-1]}) + "\n")
+    out = tmp_path / "final"
+    summary = train_par.main(TINY + ["--train_file", str(tmp_path / "train.jsonl"), "--max_steps", "12",
+                                     "--output_dir", str(out)])
+    assert summary["records"]["training_mode"].startswith("final-answer training over the lengths present")
+    distilled = train_par.main(TINY + ["--train_file", str(tmp_path / "train.jsonl"), "--max_steps", "6",
+                                       "--self_distillation", "true", "--output_dir", str(tmp_path / "sd")])
+    assert distilled["records"]["training_mode"].startswith("label-free prefix self-distillation")
+    with pytest.raises(ValueError, match="--task describes generated data"):
+        train_par.main(TINY + ["--train_file", str(tmp_path / "train.jsonl"), "--task", "s5", "--max_steps", "2",
+                               "--output_dir", str(tmp_path / "x")])
+    with pytest.raises(ValueError, match="need --train_file or --dataset_name"):
+        train_par.main(TINY + ["--test_file", str(tmp_path / "train.jsonl"), "--max_steps", "2", "--output_dir",
+                               str(tmp_path / "y")])
