@@ -13,8 +13,20 @@ consecutive depths under 2% end the grid).
     python examples/baselines/rnn.py --cell lstm --hidden 128 --seed 0 --results_json results/x.json
     python examples/baselines/rnn.py --cell gru --labels final --max_steps 500
 
+Recorded data (`state_tracking.records`), with `train_par.py`'s data flags and their meaning: `--train_file` (or
+`--dataset_name`) holds the training records (CSV / JSON Lines / Parquet; `--operations_column`, `--state_column`,
+`--step_states_column`, `--initial_state_column`, `--operation_delimiter`, `--skip_bad_records`,
+`--max_train_samples`), read with the vocabulary PAR learns from them (`discover_format`, `build_record_tokenizer`).
+The batches are `DepthBatchSampler`'s over the lengths present (the training range defaults to the shortest..longest
+record, the curriculum start is clamped into it); the step labels are the recorded states (a final-states-only record
+trains on its final state: unrecorded targets are masked out of the loss). `--test_file` (and `--validation_file`)
+are scored by the same metric per sequence length present, every length (no stop rule):
+
+    python examples/baselines/rnn.py --train_file data/train.csv --test_file data/test.csv --results_json x.json
+
 Writes one JSON: the command, seed, steps, wall times (train, eval), parameters, machine, date, the loss curve at
-every logging step, and per depth the accuracy.
+every logging step, and per depth the accuracy (records: per length of the test split, else the validation split;
+`splits` holds every split's).
 """
 
 from __future__ import annotations
@@ -42,11 +54,29 @@ from state_tracking import (  # noqa: E402
     model_token_ids,
 )
 from state_tracking.accuracy import overall_state_accuracy  # noqa: E402
+from state_tracking.data import LABEL_PAD_ID  # noqa: E402
 from state_tracking.evaluation import STOP_BELOW, draw_test_problems, repo_relative  # noqa: E402
+from state_tracking.records import (  # noqa: E402
+    RecordColumns,
+    build_record_tokenizer,
+    discover_format,
+    encode_records,
+    has_step_states,
+    load_record_files,
+    record_token_ids,
+)
 from trainers import DepthBatchSampler  # noqa: E402
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 LABELS = ("step", "final")
+# Flags whose default depends on the data (None: not given): generated data takes these values; records take the
+# depth range and curriculum start from the lengths present, and have no task, train size or test depths.
+GENERATED_DEFAULTS = {"task": "swap_s5", "min_train_depth": 1, "max_train_depth": 8, "curriculum_start_depth": 2,
+                      "eval_depths": "8,16,32,64,128,256,512", "eval_n": 256}
+GENERATED_ONLY = ("task", "train_size", "eval_depths", "eval_n")  # describe generated data: refused with records
+RECORD_FLAGS = ("validation_file", "test_file", "dataset_config_name", "operations_column", "state_column",
+                "step_states_column", "initial_state_column", "operation_delimiter", "skip_bad_records",
+                "max_train_samples")  # need --train_file or --dataset_name
 
 
 class RNNStateTracker(nn.Module):
@@ -66,44 +96,108 @@ class RNNStateTracker(nn.Module):
         return self.head(at).unflatten(-1, (self.num_queries, self.num_candidates))
 
 
+def true_or_false(value: str) -> bool:
+    """A boolean flag's value as HfArgumentParser (train_par.py) takes it: true / false, yes / no, 1 / 0."""
+    if value.lower() in ("true", "yes", "t", "y", "1"):
+        return True
+    if value.lower() in ("false", "no", "f", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--task", default="swap_s5", help="a built-in group task (swap_s5, s5, a5)")
+    parser.add_argument("--task", default=None, help="a built-in group task (swap_s5, s5, a5); None: swap_s5 "
+                        "(not with --train_file / --dataset_name)")
     parser.add_argument("--cell", default="lstm", choices=sorted(CELLS))
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--labels", default="step", choices=LABELS, help="step: z_1..z_d; final: z_d only")
-    parser.add_argument("--min_train_depth", type=int, default=1)
-    parser.add_argument("--max_train_depth", type=int, default=8)
-    parser.add_argument("--curriculum_start_depth", type=int, default=2)
+    parser.add_argument("--min_train_depth", type=int, default=None,
+                        help="None: 1 (records: the shortest length present)")
+    parser.add_argument("--max_train_depth", type=int, default=None,
+                        help="None: 8 (records: the longest length present)")
+    parser.add_argument("--curriculum_start_depth", type=int, default=None,
+                        help="None: 2 (records: 2 clamped into the training range)")
     parser.add_argument("--curriculum_every_steps", type=int, default=100)
     parser.add_argument("--max_steps", type=int, default=2000)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--learning_rate", type=float, default=1e-3)
     parser.add_argument("--train_size", type=int, default=None, help="default: max_steps × batch_size")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval_depths", default="8,16,32,64,128,256,512")
-    parser.add_argument("--eval_n", type=int, default=256)
+    parser.add_argument("--eval_depths", default=None, help="None: 8,16,32,64,128,256,512 (generated data only)")
+    parser.add_argument("--eval_n", type=int, default=None, help="None: 256 (generated data only)")
     parser.add_argument("--eval_batch_size", type=int, default=256)
     parser.add_argument("--logging_steps", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--results_json", default=None)
+    data = parser.add_argument_group("recorded data", "train and score on records from files instead of a task "
+                                     "(the flags and meaning of examples/train_par.py; state_tracking.records)")
+    data.add_argument("--train_file", default=None, help="training records: a path, a glob, or a comma-separated "
+                      "list (.csv, .tsv, .jsonl, .json, .parquet)")
+    data.add_argument("--validation_file", default=None, help="records evaluated after training (as test)")
+    data.add_argument("--test_file", default=None, help="records evaluated after training: accuracy per sequence "
+                      "length present")
+    data.add_argument("--dataset_name", default=None, help="a datasets.load_dataset name or folder (its "
+                      "validation / test splits are evaluated where present)")
+    data.add_argument("--dataset_config_name", default=None, help="its configuration")
+    data.add_argument("--operations_column", default=None, help="the operations: a list of strings, or a string "
+                      "split by --operation_delimiter (None: the one column with a conventional name: operations, ops, "
+                      "sequence, events, actions, input(s), tokens)")
+    data.add_argument("--state_column", default=None, help="the final state: a label or a mapping query -> label "
+                      "(JSON text in CSV)")
+    data.add_argument("--step_states_column", default=None, help="the state after each operation: a list, or a "
+                      "string split by --operation_delimiter")
+    data.add_argument("--initial_state_column", default=None, help="the state before the operations")
+    data.add_argument("--operation_delimiter", default=None, help="regex splitting a string of operations (and of "
+                      "step states); None: whitespace")
+    data.add_argument("--skip_bad_records", type=true_or_false, nargs="?", const=True, default=False,
+                      help="drop records that cannot be read and report how many (as train_par.py: the flag alone or "
+                      "with true / false; off: the first one is an error)")
+    data.add_argument("--max_train_samples", type=int, default=None, help="use only the first N training records")
     args = parser.parse_args(argv)
+    args.records = args.train_file is not None or args.dataset_name is not None
+    if args.records:
+        if args.train_file is not None and args.dataset_name is not None:
+            parser.error("give --train_file or --dataset_name, not both")
+        generated = [f"--{name}" for name in GENERATED_ONLY if getattr(args, name) is not None]
+        if generated:
+            parser.error(f"{', '.join(generated)} {'describes' if len(generated) == 1 else 'describe'} generated "
+                         "data; with --train_file / --dataset_name the records are the data (score them with "
+                         "--test_file / --validation_file)")
+        if args.dataset_config_name is not None and args.dataset_name is None:
+            parser.error("--dataset_config_name needs --dataset_name")
+        if args.max_train_samples is not None and args.max_train_samples < 1:
+            parser.error(f"--max_train_samples must be an integer >= 1; got {args.max_train_samples}")
+    else:
+        record_flags = [f"--{name}" for name in RECORD_FLAGS if getattr(args, name) not in (None, False)]
+        if record_flags:
+            parser.error(f"{', '.join(record_flags)} {'needs' if len(record_flags) == 1 else 'need'} --train_file or "
+                         "--dataset_name (recorded data); without them the data is generated from --task")
+    # which data-dependent flags were given (records fill the others from the lengths present, in main)
+    args.given = {name for name in GENERATED_DEFAULTS if getattr(args, name) is not None}
+    if not args.records:
+        for name, value in GENERATED_DEFAULTS.items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
     for name in ("hidden", "layers", "max_steps", "batch_size", "eval_n", "eval_batch_size", "logging_steps",
                  "threads", "min_train_depth"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name} must be an integer >= 1; got {getattr(args, name)}")
-    if args.max_train_depth < args.min_train_depth:
+    if args.min_train_depth is not None and args.max_train_depth is not None and (
+            args.max_train_depth < args.min_train_depth):
         parser.error(f"--max_train_depth must be >= --min_train_depth ({args.min_train_depth})")
     if args.learning_rate <= 0:
         parser.error(f"--learning_rate must be > 0; got {args.learning_rate}")
-    try:
-        args.depths = sorted({int(d) for d in args.eval_depths.split(",")})
-    except ValueError:
-        parser.error(f"--eval_depths must be comma-separated integers; got {args.eval_depths!r}")
-    if args.depths[0] < 1:
-        parser.error("--eval_depths must be >= 1")
+    args.depths = None
+    if not args.records:
+        try:
+            args.depths = sorted({int(d) for d in args.eval_depths.split(",")})
+        except ValueError:
+            parser.error(f"--eval_depths must be comma-separated integers; got {args.eval_depths!r}")
+        if args.depths[0] < 1:
+            parser.error("--eval_depths must be >= 1")
     return args
 
 
@@ -134,28 +228,102 @@ def evaluate(model, task, tokenizer, depths, n, seed, batch_size) -> list[dict]:
     return rows
 
 
-def main(argv=None) -> dict:
-    args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    task = get_task(args.task)
-    tokenizer = build_tokenizer(task, "symbolic")
-    ids = model_token_ids(tokenizer, task)
-    started = time.time()
-    n = args.train_size or args.max_steps * args.batch_size
-    data = build_dataset(task, tokenizer, "symbolic", n=n, depths=(args.min_train_depth, args.max_train_depth),
-                         seed=args.seed)
-    sampler = DepthBatchSampler(np.asarray(data["depth"]), batch_size=args.batch_size, num_batches=args.max_steps,
-                                seed=args.seed, min_depth=args.min_train_depth, max_depth=args.max_train_depth,
-                                curriculum_start=args.curriculum_start_depth,
-                                curriculum_every=args.curriculum_every_steps)
-    collate = StateTrackingCollator(tokenizer.pad_token_id)
-    torch.manual_seed(args.seed)
-    model = RNNStateTracker(args.cell, ids["vocab_size"], args.hidden, args.layers, task.num_queries,
-                            len(task.candidate_names))
+def final_readout(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's final readout position (op d's last token) and final state z_d: (b, 1) positions, (b, Q) targets."""
+    rows = torch.arange(batch["depth"].shape[0])
+    return batch["operation_ends"][rows, batch["depth"]][:, None], batch["step_labels"][rows, batch["depth"]]
+
+
+def evaluate_encoded(model, encoded, pad_token_id: int, batch_size: int) -> list[dict]:
+    """Overall state accuracy of the final readout on encoded records (`encode_records`), per sequence length present
+    (every length: the records are the test, no stop rule)."""
+    collate = StateTrackingCollator(pad_token_id)
+    lengths = np.asarray(encoded.data.table.column("depth").to_numpy(), dtype=np.int64)
+    rows = []
+    model.eval()
+    for depth in np.unique(lengths).tolist():
+        index = np.flatnonzero(lengths == depth)
+        answers, targets = [], []
+        with torch.no_grad():
+            for start in range(0, len(index), batch_size):
+                batch = collate(encoded[index[start:start + batch_size].tolist()])
+                positions, final = final_readout(batch)
+                answers.append(model(batch["input_ids"], positions)[:, 0].argmax(-1).numpy())  # (b, Q)
+                targets.append(final.numpy())
+        accuracy = overall_state_accuracy(np.concatenate(answers), np.concatenate(targets))
+        rows.append({"depth": int(depth), "accuracy": accuracy, "n": int(len(index))})
+        print(f"  d = {depth}: {accuracy:.4f} (n = {len(index)})", flush=True)
+    return rows
+
+
+def prepare_records(args: argparse.Namespace) -> dict:
+    """Read and encode the training records (and the evaluation splits) as `train_par.prepare_records` does, and set
+    the depth range and curriculum start from the lengths present where not given."""
+    columns = RecordColumns(args.operations_column, args.state_column, args.step_states_column,
+                            args.initial_state_column, args.operation_delimiter)
+    train = load_record_files(args.train_file, columns, args.dataset_name, args.dataset_config_name, "train",
+                              skip_bad_records=args.skip_bad_records, max_records=args.max_train_samples)
+    name = Path(train.sources[0]).stem if args.train_file else args.dataset_name
+    record_format = discover_format(train, name=name.replace("/", "_"))
+    tokenizer = build_record_tokenizer(record_format)
+    encoded, bad = encode_records(train, record_format, tokenizer, args.skip_bad_records)
+    skipped = {"train": train.skipped + bad}
+    splits = {}
+    for split, files in (("validation", args.validation_file), ("test", args.test_file)):
+        if files is None and not (args.dataset_name and split in hub_splits(args)):
+            continue
+        loaded = load_record_files(files, columns if files else train.columns, None if files else args.dataset_name,
+                                   args.dataset_config_name, split, query_names=train.query_names,
+                                   skip_bad_records=args.skip_bad_records)
+        split_encoded, bad = encode_records(loaded, record_format, tokenizer, args.skip_bad_records)
+        splits[split] = (loaded, split_encoded)
+        skipped[split] = loaded.skipped + bad
+    for split, bad in skipped.items():
+        if bad:
+            print(f"skipped {len(bad)} {split} record(s) (--skip_bad_records); the first: {bad[0]}", flush=True)
+    lengths = np.asarray(encoded.data.table.column("depth").to_numpy(), dtype=np.int64)
+    if "min_train_depth" not in args.given:
+        args.min_train_depth = int(lengths.min())
+    if "max_train_depth" not in args.given:
+        args.max_train_depth = int(lengths.max())
+    if args.max_train_depth < args.min_train_depth:
+        raise ValueError(f"--min_train_depth {args.min_train_depth} / --max_train_depth {args.max_train_depth}: an "
+                         f"empty training range (the training records have lengths {lengths.min()}..{lengths.max()}).")
+    if "curriculum_start_depth" not in args.given:
+        args.curriculum_start_depth = int(min(max(GENERATED_DEFAULTS["curriculum_start_depth"], lengths.min()),
+                                              args.max_train_depth))
+    if args.labels == "final":
+        mode = "final state only (--labels final)"
+    elif has_step_states(train):
+        mode = "step labels: the recorded state after every operation (unrecorded ones masked out of the loss)"
+    else:
+        mode = "final states only: the records carry no intermediate state, each trains on its final state"
+    print(f"records: {len(encoded)} training records ({len(record_format.operations)} operations, "
+          f"{len(record_format.candidates)} labels, {len(record_format.query_names)} queries) of lengths "
+          f"{lengths.min()}..{lengths.max()}; evaluation splits: {list(splits) or 'none'}; training: {mode}",
+          flush=True)
+    if not splits:
+        print("no --test_file / --validation_file: nothing is evaluated after training", flush=True)
+    return {"train": train, "encoded": encoded, "format": record_format, "tokenizer": tokenizer, "splits": splits,
+            "skipped": skipped, "mode": mode}
+
+
+def hub_splits(args: argparse.Namespace) -> list[str]:
+    """The splits of --dataset_name (as train_par.py: one without split metadata has only its train split used)."""
+    from datasets import get_dataset_split_names
+
+    try:
+        return get_dataset_split_names(args.dataset_name, args.dataset_config_name)
+    except Exception:
+        return []
+
+
+def train_model(args, model, data, sampler, collate) -> tuple[list[dict], float]:
+    """The training loop (step labels z_1..z_d, or z_d with --labels final; unrecorded targets, -100, are left out of
+    the loss and the mean) -> the loss curve and the seconds it took."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 100))  # 100-step warm-up
     curve, losses = [], []
-    data_seconds = time.time() - started
     started = time.time()
     model.train()
     for step, rows in enumerate(sampler, start=1):
@@ -165,7 +333,7 @@ def main(argv=None) -> dict:
         if args.labels == "final":
             positions, targets = positions[:, -1:], targets[:, -1:]
         logits = model(batch["input_ids"], positions)
-        loss = nn.functional.cross_entropy(logits.flatten(0, -2), targets.flatten())
+        loss = nn.functional.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=LABEL_PAD_ID)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -176,11 +344,53 @@ def main(argv=None) -> dict:
                           if args.labels == "step" else None, "seconds": round(time.time() - started, 1)})
             losses = []
             print(f"step {step}: loss {curve[-1]['loss']:.4f}", flush=True)
-    train_seconds = time.time() - started
+    return curve, time.time() - started
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
     started = time.time()
-    per_depth = evaluate(model, task, tokenizer, args.depths, args.eval_n, args.seed, args.eval_batch_size)
+    records = None
+    if args.records:
+        records = prepare_records(args)
+        record_format, tokenizer, data = records["format"], records["tokenizer"], records["encoded"]
+        vocab_size = record_token_ids(tokenizer, record_format)["vocab_size"]
+        num_queries, num_candidates = len(record_format.query_names), len(record_format.candidates)
+    else:
+        task = get_task(args.task)
+        tokenizer = build_tokenizer(task, "symbolic")
+        vocab_size = model_token_ids(tokenizer, task)["vocab_size"]
+        num_queries, num_candidates = task.num_queries, len(task.candidate_names)
+        n = args.train_size or args.max_steps * args.batch_size
+        data = build_dataset(task, tokenizer, "symbolic", n=n, depths=(args.min_train_depth, args.max_train_depth),
+                             seed=args.seed)
+    depths = data.data.table.column("depth").to_numpy() if records else data["depth"]
+    sampler = DepthBatchSampler(np.asarray(depths), batch_size=args.batch_size, num_batches=args.max_steps,
+                                seed=args.seed, min_depth=args.min_train_depth, max_depth=args.max_train_depth,
+                                curriculum_start=args.curriculum_start_depth,
+                                curriculum_every=args.curriculum_every_steps)
+    collate = StateTrackingCollator(tokenizer.pad_token_id)
+    torch.manual_seed(args.seed)
+    model = RNNStateTracker(args.cell, vocab_size, args.hidden, args.layers, num_queries, num_candidates)
+    data_seconds = time.time() - started
+    curve, train_seconds = train_model(args, model, data, sampler, collate)
+    started = time.time()
+    if records is None:
+        per_depth = evaluate(model, task, tokenizer, args.depths, args.eval_n, args.seed, args.eval_batch_size)
+    else:
+        splits = {}
+        for split, (loaded, encoded) in records["splits"].items():
+            print(f"{split}:", flush=True)
+            rows = evaluate_encoded(model, encoded, tokenizer.pad_token_id, args.eval_batch_size)
+            splits[split] = {"sources": [repo_relative(p) for p in loaded.sources], "n_records": len(encoded),
+                             "depths": [r["depth"] for r in rows], "accuracy": [r["accuracy"] for r in rows],
+                             "per_depth": rows}
+        eval_split = "test" if "test" in splits else "validation" if "validation" in splits else None
+        per_depth = splits[eval_split]["per_depth"] if eval_split else []
     results = {
-        "method": f"{args.cell}_{args.labels}_labels", "task": task.name, "seed": args.seed, "cell": args.cell,
+        "method": f"{args.cell}_{args.labels}_labels",
+        "task": task.name if records is None else record_format.task_name, "seed": args.seed, "cell": args.cell,
         "hidden": args.hidden, "layers": args.layers, "labels": args.labels,
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": args.max_steps, "batch_size": args.batch_size, "max_train_depth": args.max_train_depth,
@@ -194,6 +404,13 @@ def main(argv=None) -> dict:
                     "torch": torch.__version__},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+    if records is not None:  # which split the top-level depths / accuracy / per_depth are, every split, the data
+        train = records["train"]
+        results.update(min_train_depth=args.min_train_depth, eval_split=eval_split, splits=splits, records={
+            "training_mode": records["mode"], "train_records": len(records["encoded"]),
+            "train_sources": [repo_relative(p) for p in train.sources], "operations": len(record_format.operations),
+            "labels": len(record_format.candidates), "queries": list(record_format.query_names),
+            "skipped": {k: len(v) for k, v in records["skipped"].items()}})
     if args.results_json:
         Path(args.results_json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.results_json).write_text(json.dumps(results, indent=1))
