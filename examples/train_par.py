@@ -58,12 +58,10 @@ from state_tracking.evaluation import (  # noqa: E402
 )
 from state_tracking.records import (  # noqa: E402
     RecordColumns,
-    build_record_tokenizer,
-    discover_format,
-    encode_records,
+    RecordSplits,
     evaluate_records,
     has_step_states,
-    load_record_files,
+    read_record_splits,
     record_token_ids,
     records_progress_profile,
 )
@@ -383,24 +381,11 @@ def evaluate_and_report(model, tokenizer, task, task_args, train_args, output_di
     return results
 
 
-@dataclass
-class RecordData:
-    """Records read from files: the training columns, what the checkpoint learns (format, tokenizer) and the
-    evaluation splits (name -> (LoadedRecords, encoded))."""
-
-    train: object
-    encoded: object
-    record_format: object
-    tokenizer: object
-    splits: dict
-    mode: str
-    skipped: dict
-
-
 def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_args: TaskArguments, train_args,
-                    given: set) -> RecordData:
-    """Read the training files, learn their vocabulary, encode them; set the depth range and curriculum from the
-    lengths present (unless given); choose the training mode and say why in one log line."""
+                    given: set) -> RecordSplits:
+    """Read the training files, learn their vocabulary, encode them (`state_tracking.records.read_record_splits`);
+    set the depth range and curriculum from the lengths present (unless given); choose the training mode and say why
+    in one log line (kept as `.mode`)."""
     if model_args.init_from_qwen2 or model_args.init_from_par:
         raise ValueError("--train_file / --dataset_name train a model from scratch on the records' own vocabulary; "
                          "--init_from_qwen2 and --init_from_par are not supported with them yet.")
@@ -410,34 +395,14 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
                              "(the records are the data).")
     columns = RecordColumns(data_args.operations_column, data_args.state_column, data_args.step_states_column,
                             data_args.initial_state_column, data_args.operation_delimiter)
-    started = time.time()
-    train = load_record_files(data_args.train_file, columns, data_args.dataset_name, data_args.dataset_config_name,
-                              "train", skip_bad_records=data_args.skip_bad_records,
-                              max_records=data_args.max_train_samples)
-    name = data_args.data_name or (Path(train.sources[0]).stem if data_args.train_file else data_args.dataset_name)
-    record_format = discover_format(train, name=name.replace("/", "_"))
-    tokenizer = build_record_tokenizer(record_format)
-    encoded, skipped = encode_records(train, record_format, tokenizer, data_args.skip_bad_records)
-    skipped = {"train": train.skipped + skipped}
-    splits = {}
-    for split, files in (("validation", data_args.validation_file), ("test", data_args.test_file)):
-        if files is None and not (data_args.dataset_name and split in _hub_splits(data_args)):
-            continue
-        loaded = load_record_files(files, columns if files else train.columns,
-                                   None if files else data_args.dataset_name, data_args.dataset_config_name, split,
-                                   query_names=train.query_names, skip_bad_records=data_args.skip_bad_records)
-        enc, bad = encode_records(loaded, record_format, tokenizer, data_args.skip_bad_records)
-        splits[split] = (loaded, enc)
-        skipped[split] = loaded.skipped + bad
-    for split, bad in skipped.items():
+    records = read_record_splits(columns, data_args.train_file, data_args.validation_file, data_args.test_file,
+                                 data_args.dataset_name, data_args.dataset_config_name, data_args.skip_bad_records,
+                                 data_args.max_train_samples, data_args.data_name)
+    for split, bad in records.skipped.items():
         if bad:
             logger.warning("skipped %d %s record(s) (--skip_bad_records); the first: %s", len(bad), split, bad[0])
-    lengths = np.asarray(encoded.data.table.column("depth").to_numpy())
-    seconds = time.time() - started
-    logger.warning("records: %d training records (%d operations, %d labels, %d queries) of lengths %d..%d, prepared "
-                   "in %.1f s (%.1f s per 100k)", len(encoded), len(record_format.operations),
-                   len(record_format.candidates), len(record_format.query_names), lengths.min(), lengths.max(),
-                   seconds, seconds * 1e5 / max(1, len(encoded)))
+    logger.warning("records: %s", records.summary())
+    lengths = records.lengths
     if "min_train_depth" not in given:
         train_args.min_train_depth = int(lengths.min())
     if "max_train_depth" not in given:
@@ -445,7 +410,7 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
     if "curriculum_start_depth" not in given and train_args.curriculum_start_depth is not None:
         train_args.curriculum_start_depth = int(min(max(train_args.curriculum_start_depth, lengths.min()),
                                                     train_args.max_train_depth))
-    if has_step_states(train):
+    if has_step_states(records.train):
         mode = "progress-aligned targets: the records carry the state after every operation"
     elif task_args.self_distillation:
         mode = ("label-free prefix self-distillation (--self_distillation): the records carry final states only; "
@@ -457,19 +422,11 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
                 "results/own_data_cpu/: the better of the two on final-state files; --self_distillation true for the "
                 "other)")
     logger.warning("training mode: %s", mode)
-    return RecordData(train, encoded, record_format, tokenizer, splits, mode, skipped)
+    records.mode = mode
+    return records
 
 
-def _hub_splits(data_args: DataArguments) -> list[str]:
-    from datasets import get_dataset_split_names
-
-    try:
-        return get_dataset_split_names(data_args.dataset_name, data_args.dataset_config_name)
-    except Exception:  # a folder or name without split metadata: only its train split is used
-        return []
-
-
-def evaluate_records_and_report(model, records: RecordData, task_args: TaskArguments, train_args,
+def evaluate_records_and_report(model, records: RecordSplits, task_args: TaskArguments, train_args,
                                 output_dir: Path) -> dict:
     """Every evaluation split: accuracy per length present (eval_<split>.json, a table, one plot), and where the
     split records step states, the progress profile (profile_<split>.json / .png)."""
@@ -591,6 +548,7 @@ def main(argv=None):
     }
     if records is not None:
         summary["records"] = {"training_mode": records.mode, "train_records": len(records.encoded),
+                              "prepare_seconds": round(records.seconds, 2),
                               "train_sources": [repo_relative(p) for p in records.train.sources],
                               "operations": len(records.record_format.operations),
                               "labels": len(records.record_format.candidates),

@@ -513,6 +513,74 @@ def has_step_states(records: LoadedRecords) -> bool:
     return recorded > table.num_rows * len(records.query_names)
 
 
+@dataclass
+class RecordSplits:
+    """Training records read, learned and encoded, with the evaluation splits (name -> (LoadedRecords, encoded)) and
+    the records skipped per split (``skip_bad_records``)."""
+
+    train: LoadedRecords
+    encoded: Dataset
+    record_format: RecordFormat
+    tokenizer: Any
+    splits: dict
+    skipped: dict
+    seconds: float
+    mode: str | None = None  # the training mode a trainer chose for these records, and why
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.asarray(self.encoded.data.table.column("depth").to_numpy(), dtype=np.int64)
+
+    def summary(self) -> str:
+        lengths = self.lengths
+        return (f"{len(self.encoded)} training records ({len(self.record_format.operations)} operations, "
+                f"{len(self.record_format.candidates)} labels, {len(self.record_format.query_names)} queries) of "
+                f"lengths {lengths.min()}..{lengths.max()}, prepared in {self.seconds:.1f} s "
+                f"({self.seconds * 1e5 / len(self.encoded):.1f} s per 100k); evaluation splits: "
+                f"{list(self.splits) or 'none'}")
+
+
+def read_record_splits(columns: RecordColumns, train_file=None, validation_file=None, test_file=None,
+                       dataset_name: str | None = None, dataset_config_name: str | None = None,
+                       skip_bad_records: bool = False, max_train_samples: int | None = None,
+                       name: str | None = None) -> RecordSplits:
+    """What `train_par.py --train_file` and the RNN baseline read: the training records (files or the train split of
+    `dataset_name`), their vocabulary (`discover_format`, named `name` or the first file's stem) and tokenizer, and
+    the validation / test splits (the files given, else the dataset's own splits where it has them) encoded with
+    that vocabulary."""
+    import time
+
+    started = time.time()
+    train = load_record_files(train_file, columns, dataset_name, dataset_config_name, "train",
+                              skip_bad_records=skip_bad_records, max_records=max_train_samples)
+    name = name or (os.path.splitext(os.path.basename(train.sources[0]))[0] if train_file else dataset_name)
+    record_format = discover_format(train, name=name.replace("/", "_"))
+    tokenizer = build_record_tokenizer(record_format)
+    encoded, bad = encode_records(train, record_format, tokenizer, skip_bad_records)
+    skipped = {"train": train.skipped + bad}
+    splits = {}
+    for split, files in (("validation", validation_file), ("test", test_file)):
+        if files is None and not (dataset_name and split in _dataset_splits(dataset_name, dataset_config_name)):
+            continue
+        loaded = load_record_files(files, columns if files else train.columns, None if files else dataset_name,
+                                   dataset_config_name, split, query_names=train.query_names,
+                                   skip_bad_records=skip_bad_records)
+        split_encoded, bad = encode_records(loaded, record_format, tokenizer, skip_bad_records)
+        splits[split] = (loaded, split_encoded)
+        skipped[split] = loaded.skipped + bad
+    return RecordSplits(train, encoded, record_format, tokenizer, splits, skipped, time.time() - started)
+
+
+def _dataset_splits(dataset_name: str, dataset_config_name: str | None) -> list[str]:
+    """The splits of a `datasets.load_dataset` name (one without split metadata: its train split only)."""
+    from datasets import get_dataset_split_names
+
+    try:
+        return get_dataset_split_names(dataset_name, dataset_config_name)
+    except Exception:
+        return []
+
+
 # ---------------------------------------------------------------------------------------------------------- evaluation
 def _rows_by_depth(encoded: Dataset) -> dict[int, np.ndarray]:
     depth = np.asarray(encoded.data.table.column("depth").to_numpy(), dtype=np.int64)
@@ -646,6 +714,6 @@ def task_records(task, ops: np.ndarray, initial: np.ndarray | None = None, text:
     return out
 
 
-__all__ = ["COLUMN_NAMES", "LoadedRecords", "RecordColumns", "RecordError", "build_record_tokenizer",
+__all__ = ["COLUMN_NAMES", "LoadedRecords", "RecordColumns", "RecordError", "RecordSplits", "read_record_splits", "build_record_tokenizer",
            "discover_format", "encode_records", "evaluate_records", "has_step_states", "load_record_files", "read_file",
            "record_token_ids", "records_progress_profile", "resolve_columns", "resolve_files", "task_records"]

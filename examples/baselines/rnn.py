@@ -58,11 +58,8 @@ from state_tracking.data import LABEL_PAD_ID  # noqa: E402
 from state_tracking.evaluation import STOP_BELOW, draw_test_problems, repo_relative  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     RecordColumns,
-    build_record_tokenizer,
-    discover_format,
-    encode_records,
     has_step_states,
-    load_record_files,
+    read_record_splits,
     record_token_ids,
 )
 from trainers import DepthBatchSampler  # noqa: E402
@@ -261,24 +258,10 @@ def prepare_records(args: argparse.Namespace) -> dict:
     the depth range and curriculum start from the lengths present where not given."""
     columns = RecordColumns(args.operations_column, args.state_column, args.step_states_column,
                             args.initial_state_column, args.operation_delimiter)
-    train = load_record_files(args.train_file, columns, args.dataset_name, args.dataset_config_name, "train",
-                              skip_bad_records=args.skip_bad_records, max_records=args.max_train_samples)
-    name = Path(train.sources[0]).stem if args.train_file else args.dataset_name
-    record_format = discover_format(train, name=name.replace("/", "_"))
-    tokenizer = build_record_tokenizer(record_format)
-    encoded, bad = encode_records(train, record_format, tokenizer, args.skip_bad_records)
-    skipped = {"train": train.skipped + bad}
-    splits = {}
-    for split, files in (("validation", args.validation_file), ("test", args.test_file)):
-        if files is None and not (args.dataset_name and split in hub_splits(args)):
-            continue
-        loaded = load_record_files(files, columns if files else train.columns, None if files else args.dataset_name,
-                                   args.dataset_config_name, split, query_names=train.query_names,
-                                   skip_bad_records=args.skip_bad_records)
-        split_encoded, bad = encode_records(loaded, record_format, tokenizer, args.skip_bad_records)
-        splits[split] = (loaded, split_encoded)
-        skipped[split] = loaded.skipped + bad
-    for split, bad in skipped.items():
+    records = read_record_splits(columns, args.train_file, args.validation_file, args.test_file, args.dataset_name,
+                                 args.dataset_config_name, args.skip_bad_records, args.max_train_samples)
+    train, encoded, record_format, splits = records.train, records.encoded, records.record_format, records.splits
+    for split, bad in records.skipped.items():
         if bad:
             print(f"skipped {len(bad)} {split} record(s) (--skip_bad_records); the first: {bad[0]}", flush=True)
     lengths = np.asarray(encoded.data.table.column("depth").to_numpy(), dtype=np.int64)
@@ -304,18 +287,8 @@ def prepare_records(args: argparse.Namespace) -> dict:
           flush=True)
     if not splits:
         print("no --test_file / --validation_file: nothing is evaluated after training", flush=True)
-    return {"train": train, "encoded": encoded, "format": record_format, "tokenizer": tokenizer, "splits": splits,
-            "skipped": skipped, "mode": mode}
-
-
-def hub_splits(args: argparse.Namespace) -> list[str]:
-    """The splits of --dataset_name (as train_par.py: one without split metadata has only its train split used)."""
-    from datasets import get_dataset_split_names
-
-    try:
-        return get_dataset_split_names(args.dataset_name, args.dataset_config_name)
-    except Exception:
-        return []
+    return {"train": train, "encoded": encoded, "format": record_format, "tokenizer": records.tokenizer,
+            "splits": splits, "skipped": records.skipped, "mode": mode}
 
 
 def train_model(args, model, data, sampler, collate) -> tuple[list[dict], float]:
