@@ -26,7 +26,8 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from modeling_par import ParLoopedQwenForStateTracking, PromptFormat  # noqa: E402
+from modeling_par import ParLoopedQwenForStateTracking  # noqa: E402
+from modeling_par.record_format import load_prompt_format  # noqa: E402
 
 CARD_TEMPLATE = REPO_ROOT / "hub_card.md"
 EXTRA_FILES = ("state_tracking_task.json",)
@@ -79,7 +80,7 @@ def render_card(model, repo_id: str, results_markdown: str | None = None, traini
     values = {
         "model_index": NO_MODEL_INDEX if index is None else yaml.safe_dump(
             {"model-index": index}, sort_keys=False, allow_unicode=True, width=120).rstrip("\n"),
-        "example_prompt": repr(PromptFormat.from_dict(c.prompt_format).example()) if c.prompt_format else
+        "example_prompt": repr(load_prompt_format(c.prompt_format).example()) if c.prompt_format else
         '"..."  # this checkpoint has no prompt_format: export it with --rendering to add one',
         "model_name": repo_id.split("/")[-1],
         "repo_id": repo_id,

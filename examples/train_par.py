@@ -202,8 +202,9 @@ DEFAULT_TRAINING = dict(
 # Training on records (--train_file / --dataset_name) with only the data flags given: the recipe with the mastery
 # curriculum over the lengths present (d_max grows once the final answers at d_max are 90% right), the training depth
 # range from the data, at most 3,000 steps of 64 and 14 minutes (100k records of length ≤ 16 on a laptop CPU).
+LONGEST_RECORD = 1_000_000  # max_train_depth's default with records: replaced by the longest training record's length
 DATA_TRAINING = dict(output_dir="runs/par-records", max_steps=3000, max_train_seconds=840,
-                     curriculum_advance_accuracy=0.9, curriculum_every_steps=50)
+                     curriculum_advance_accuracy=0.9, curriculum_every_steps=50, max_train_depth=LONGEST_RECORD)
 
 # Retrofitting a pretrained Qwen2 (--init_from_qwen2): the paper's AdamW schedule, not the from-scratch one above.
 RETROFIT_TRAINING = dict(learning_rate=2e-5, adapter_learning_rate=1e-4, warmup_steps=200)
@@ -410,6 +411,11 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
     if "curriculum_start_depth" not in given and train_args.curriculum_start_depth is not None:
         train_args.curriculum_start_depth = int(min(max(train_args.curriculum_start_depth, lengths.min()),
                                                     train_args.max_train_depth))
+    start = train_args.curriculum_start_depth
+    if start is not None and not train_args.min_train_depth <= start <= train_args.max_train_depth:
+        raise ValueError(f"--curriculum_start_depth {start} lies outside the training range "
+                         f"[{train_args.min_train_depth}, {train_args.max_train_depth}] (the training records have "
+                         f"lengths {lengths.min()}..{lengths.max()}).")
     if has_step_states(records.train):
         mode = "progress-aligned targets: the records carry the state after every operation"
     elif task_args.self_distillation:

@@ -226,3 +226,30 @@ def test_final_states_only_json_lines_trains_in_the_chosen_mode(tmp_path):
     with pytest.raises(ValueError, match="need --train_file or --dataset_name"):
         train_par.main(TINY + ["--test_file", str(tmp_path / "train.jsonl"), "--max_steps", "2", "--output_dir",
                                str(tmp_path / "y")])
+
+
+def test_mapping_states_with_an_initial_state_train_and_answer(tmp_path):
+    """Two boolean queries, an initial state per record, final states only: the checkpoint asks for the start."""
+    rng = np.random.default_rng(0)
+    with open(tmp_path / "bits.jsonl", "w") as f:
+        for _ in range(120):
+            bits = {"x0": bool(rng.integers(2)), "x1": bool(rng.integers(2))}
+            start, ops = dict(bits), []
+            for _ in range(int(rng.integers(1, 5))):
+                op = ["flip x0", "flip x1", "swap"][int(rng.integers(3))]
+                bits = ({"x0": not bits["x0"], "x1": bits["x1"]} if op == "flip x0" else
+                        {"x0": bits["x0"], "x1": not bits["x1"]} if op == "flip x1" else
+                        {"x0": bits["x1"], "x1": bits["x0"]})
+                ops.append(op)
+            f.write(json.dumps({"operations": ops, "initial_state": start, "state": bits}) + "\n")
+    out = tmp_path / "bits"
+    summary = train_par.main(TINY + ["--train_file", str(tmp_path / "bits.jsonl"), "--max_steps", "4",
+                                     "--output_dir", str(out), "--test_file", str(tmp_path / "bits.jsonl")])
+    assert summary["records"]["queries"] == ["x0", "x1"] and summary["records"]["labels"] == 2
+    config = AutoModel.from_pretrained(out, trust_remote_code=True).config
+    assert config.prompt_format["initial_state"] is True and config.prompt_format["candidates"] == ["false", "true"]
+    tracker = pipeline("state-tracking", model=str(out), trust_remote_code=True)
+    answer = tracker({"operations": ["flip x0", "swap"], "initial_state": {"x0": True, "x1": False}})
+    assert set(answer["answers"]) == {"x0", "x1"} and answer["depth"] == 2
+    with pytest.raises(ValueError, match="pass initial_state"):
+        tracker(["flip x0"])

@@ -1,0 +1,206 @@
+"""Own-data study (issue 31): PAR and LSTM / GRU trained on records files, as a user with a log would train them.
+
+Files are written by `examples/make_dataset.py` (train: lengths 1..16; test: 1,024 sequences at each of 16, 64, 256)
+from four machines: the batch-process machine (`examples/tasks/batch_process.json`), swap-S5 (five boxes: a state
+is a mapping box -> item), `register3` (three bits and five operations, two of them irreversible; written for this
+study, `examples/tasks/register3.json`) and S5 with the state as one label among 120 (`--state_ids`: a tagging
+file's state, no factorisation into boxes). Each machine has a step-states file and a final-states-only file.
+
+    python examples/studies/own_data.py --make_data [--machine M]                  # runs/own_data/data/
+    python examples/studies/own_data.py --machine register3 --row par_final --seed 0 [--train_n 1000]
+    python examples/studies/own_data.py --extract --machine register3 --row par_final --seed 0
+    python examples/studies/own_data.py --collect                                  # results/own_data_cpu/
+
+Rows (`ROWS`): PAR with step states (`par_step`), PAR with final states only in its two modes (`par_final`:
+final-answer training over the lengths present, `par_final_sd`: label-free prefix self-distillation), and LSTM / GRU
+of PAR's size on either file. PAR rows run `train_par.py` with only the data flags (its default recipe and budget);
+RNN rows run `examples/baselines/rnn.py` with the same files. Each run writes one JSON under
+results/own_data_cpu/runs/ (command, seed, steps, wall time, curve, accuracy per length); `--collect` writes the tables.
+One thread per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "runs" / "own_data" / "data"
+RUNS = REPO / "runs" / "own_data"
+RESULTS = REPO / "results" / "own_data_cpu"
+TRAIN_LENGTHS, TEST_LENGTHS, TEST_N, TRAIN_N = "1-16", "16,64,256", 1024, 16000
+TRAIN_SIZES = (250, 1000, 4000, 16000)
+
+MACHINES = {
+    "batch_process": ["--task", "examples/tasks/batch_process.json"],
+    "register3": ["--task", "examples/tasks/register3.json"],
+    "swap_s5": ["--task", "swap_s5"],
+    "s5_ids": ["--task", "s5", "--state_ids"],
+}
+# PAR (hidden 128, 1 + 2 + 1 layers) has about the parameters of an LSTM of hidden 288 or a GRU of hidden 336
+# (results/paper_protocol_cpu: the same sizes at the paper's protocol).
+LSTM, GRU = ["--cell", "lstm", "--hidden", "288"], ["--cell", "gru", "--hidden", "336"]
+ROWS = {
+    "par_step": dict(kind="par", file="step", flags=[]),
+    "par_final": dict(kind="par", file="final", flags=[]),
+    "par_final_sd": dict(kind="par", file="final", flags=["--self_distillation", "true"]),
+    "lstm_step": dict(kind="rnn", file="step", flags=LSTM),
+    "lstm_final": dict(kind="rnn", file="final", flags=LSTM),
+    "gru_step": dict(kind="rnn", file="step", flags=GRU),
+    "gru_final": dict(kind="rnn", file="final", flags=GRU),
+}
+LABELS = {"par_step": "PAR, step states", "par_final": "PAR, final states only (final-answer training)",
+          "par_final_sd": "PAR, final states only (prefix self-distillation)", "lstm_step": "LSTM 288, step states",
+          "lstm_final": "LSTM 288, final states only", "gru_step": "GRU 336, step states",
+          "gru_final": "GRU 336, final states only"}
+
+
+def data_file(machine: str, kind: str) -> Path:
+    return DATA / f"{machine}_{kind}.{'jsonl' if kind == 'final' else 'csv'}"
+
+
+def make_data(machines: list[str]) -> None:
+    """Train (step states and final only, lengths 1..16, seed 0) and test (seed 1) files per machine."""
+    for machine in machines:
+        flags = MACHINES[machine]
+        for kind, extra in (("step", []), ("final", ["--final_only"])):
+            run([sys.executable, "examples/make_dataset.py", *flags, "--depths", TRAIN_LENGTHS, "--n", str(TRAIN_N),
+                 "--seed", "0", "--out", str(data_file(machine, kind)), *extra])
+        run([sys.executable, "examples/make_dataset.py", *flags, "--depths", TEST_LENGTHS, "--n_per_depth", str(TEST_N),
+             "--seed", "1", "--out", str(data_file(machine, "test"))])
+
+
+def run(command: list[str], log: Path | None = None) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    out = open(log, "w") if log else None
+    code = subprocess.run(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT if out else None).returncode
+    if out:
+        out.close()
+    if code:
+        raise SystemExit(f"command failed ({code}): {' '.join(command)}" + (f"; log: {log}" if log else ""))
+
+
+def run_name(machine: str, row: str, seed: int, train_n: int) -> str:
+    return f"{machine}_{row}_n{train_n}_s{seed}"
+
+
+def train_row(machine: str, row: str, seed: int, train_n: int) -> dict:
+    spec, name = ROWS[row], run_name(machine, row, seed, train_n)
+    folder = RUNS / name
+    folder.mkdir(parents=True, exist_ok=True)
+    data = ["--train_file", str(data_file(machine, spec["file"]).relative_to(REPO)), "--test_file",
+            str(data_file(machine, "test").relative_to(REPO)), "--seed", str(seed)]
+    if train_n != TRAIN_N:
+        data += ["--max_train_samples", str(train_n)]
+    started = time.time()
+    if spec["kind"] == "par":
+        command = ["examples/train_par.py", *data, *spec["flags"], "--output_dir", str(folder.relative_to(REPO)),
+                   "--disable_tqdm", "true"]
+        run([sys.executable, *command], folder / "train.log")
+        summary = json.loads((folder / "summary.json").read_text())
+        evaluation = json.loads((folder / "eval_test.json").read_text())
+        record = dict(steps=summary["steps"], train_seconds=summary["train_seconds"], curve=summary["curve"],
+                      training_mode=summary["records"]["training_mode"], per_depth=[
+                          {k: r[k] for k in ("depth", "n", "accuracy")} for r in evaluation["per_depth"]])
+    else:
+        results = folder / "rnn.json"
+        command = ["examples/baselines/rnn.py", *data, *spec["flags"], "--threads", "1", "--results_json",
+                   str(results.relative_to(REPO))]
+        run([sys.executable, *command], folder / "train.log")
+        out = json.loads(results.read_text())
+        record = dict(steps=out.get("steps"), train_seconds=out.get("train_seconds"), curve=out.get("curve"),
+                      training_mode=out.get("records", {}).get("training_mode"),
+                      per_depth=[{k: r[k] for k in ("depth", "n", "accuracy")} for r in out["per_depth"]])
+    record.update(machine=machine, row=row, seed=seed, train_n=train_n, label=LABELS[row],
+                  command="python " + " ".join(command), wall_seconds=round(time.time() - started, 1),
+                  date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  host=f"{platform.node()} ({os.cpu_count()} CPUs), one thread")
+    save(record, RESULTS / "runs" / f"{name}.json")
+    print(json.dumps({k: record[k] for k in ("machine", "row", "seed", "train_n", "per_depth", "wall_seconds")}))
+    return record
+
+
+def extract(machine: str, row: str, seed: int, train_n: int) -> dict:
+    """`extract_machine.py` on a trained PAR run: the machine it learned, and its agreement with the model at d = 256."""
+    name = run_name(machine, row, seed, train_n)
+    out = RESULTS / "machines" / f"{name}.json"
+    command = ["examples/extract_machine.py", "--model", str((RUNS / name).relative_to(REPO)), "--out",
+               str(out.relative_to(REPO)), "--plot", str(out.with_suffix(".png").relative_to(REPO)),
+               "--agreement_depth", "256", "--agreement_n", "1024", "--max_states", "130"]
+    run([sys.executable, *command])
+    return json.loads(out.read_text())
+
+
+def save(record: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def collect() -> str:
+    """results/own_data_cpu/table.md: accuracy (%) at 16 / 64 / 256 per machine and row (mean ± sd over seeds, the
+    seeds listed), and the training-size rows."""
+    import numpy as np
+
+    records = [json.loads(p.read_text()) for p in sorted((RESULTS / "runs").glob("*.json"))]
+    lines = ["| machine | row | train records | seeds | d = 16 | d = 64 (4×) | d = 256 (16×) | train s (mean) |",
+             "|---|---|---|---|---|---|---|---|"]
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["machine"], r["row"], r["train_n"]), []).append(r)
+    order = {m: i for i, m in enumerate(MACHINES)}
+    rows = {r: i for i, r in enumerate(ROWS)}
+    for (machine, row, n), members in sorted(groups.items(), key=lambda x: (order[x[0][0]], -x[0][2], rows[x[0][1]])):
+        cells = []
+        for depth in (16, 64, 256):
+            values = [100 * next((d["accuracy"] for d in m["per_depth"] if d["depth"] == depth), float("nan"))
+                      for m in members]
+            mean = float(np.mean(values))
+            cells.append(f"{mean:.2f} ± {np.std(values, ddof=1):.2f}" if len(values) > 1 else f"{mean:.2f}")
+        seconds = np.mean([m["train_seconds"] or 0 for m in members])
+        seeds = ",".join(str(m["seed"]) for m in sorted(members, key=lambda m: m["seed"]))
+        lines.append(f"| {machine} | {LABELS[row]} | {n} | {seeds} | " + " | ".join(cells) + f" | {seconds:.0f} |")
+    table = "\n".join(lines) + "\n"
+    (RESULTS / "table.md").write_text(table)
+    machines = []
+    for path in sorted((RESULTS / "machines").glob("*.json")):
+        m = json.loads(path.read_text())
+        agreement = m.get("agreement", {})
+        machines.append(f"| {path.stem} | {m.get('num_states')} | {m.get('truncated')} | "
+                        f"{agreement.get('fraction')} |")
+    if machines:
+        extra = ["| run | states found | capped | agreement with the model at d = 256 |", "|---|---|---|---|",
+                 *machines]
+        (RESULTS / "machines.md").write_text("\n".join(extra) + "\n")
+    print(table)
+    return table
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--make_data", action="store_true")
+    parser.add_argument("--machine", choices=list(MACHINES))
+    parser.add_argument("--row", choices=list(ROWS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train_n", type=int, default=TRAIN_N, choices=TRAIN_SIZES)
+    parser.add_argument("--extract", action="store_true")
+    parser.add_argument("--collect", action="store_true")
+    args = parser.parse_args(argv)
+    if args.make_data:
+        make_data([args.machine] if args.machine else list(MACHINES))
+    elif args.collect:
+        collect()
+    elif args.machine and args.row:
+        (extract if args.extract else train_row)(args.machine, args.row, args.seed, args.train_n)
+    else:
+        parser.error("give --make_data, --collect, or --machine and --row (with --extract to extract its machine)")
+
+
+if __name__ == "__main__":
+    main()
