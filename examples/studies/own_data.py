@@ -135,7 +135,63 @@ def extract(machine: str, row: str, seed: int, train_n: int) -> dict:
                str(out.relative_to(REPO)), "--plot", str(out.with_suffix(".png").relative_to(REPO)),
                "--agreement_depth", "256", "--agreement_n", "1024", "--max_states", "130"]
     run([sys.executable, *command])
-    return json.loads(out.read_text())
+    extracted = json.loads(out.read_text())
+    extracted["recovered"] = recovered(extracted, machine)
+    save(extracted, out)
+    print(json.dumps(extracted["recovered"]))
+    return extracted
+
+
+def generating_task(machine_name: str):
+    """The task a machine's files were written from."""
+    sys.path.insert(0, str(REPO))
+    from state_tracking import GROUP_TASK_NAMES, get_task, load_task
+
+    name = MACHINES[machine_name][1]
+    return get_task(name) if name in GROUP_TASK_NAMES else load_task(str(REPO / name))
+
+
+def recovered(machine: dict, machine_name: str) -> dict:
+    """Does the extracted table equal the generating machine on the states it found? Each extracted state is mapped to
+    the task's state (its answers; S5 ids decoded to the permutation), every (state, operation) transition compared
+    with `task.apply`. Also: how many of the machine's reachable states were found."""
+    import itertools
+
+    import numpy as np
+
+    task = generating_task(machine_name)
+    ids = "--state_ids" in MACHINES[machine_name]
+    perms = list(itertools.permutations(range(task.num_candidates))) if ids else None
+
+    def task_state(answers: dict) -> tuple:
+        if ids:
+            return tuple(perms[int(answers["state"])])
+        return tuple(task.candidate_names.index(answers[q]) for q in task.query_names)
+
+    by_name = {s["name"]: task_state(s["answers"]) for s in machine["states"]}
+    ops = {op: task.op_names.index(original) for op, original in machine["operation_names"].items()}
+    wrong = []
+    for op, row in machine["task"]["operations"].items():
+        for source, target in row.items():
+            if source not in by_name:
+                continue  # the pseudo-start or the unexplored sink
+            expected = tuple(task.apply(np.array([by_name[source]]), np.array([ops[op]]))[0])
+            if by_name.get(target) != expected:
+                wrong.append({"state": source, "operation": machine["operation_names"][op], "got": target})
+    start = task.default_initial(task.num_ops)
+    reachable = {tuple(s) for s in task.apply(start, np.arange(task.num_ops))}  # after >= 1 op (what a model answers)
+    frontier = set(reachable)
+    while frontier:
+        states = np.array(sorted(frontier))
+        new = set()
+        for o in range(task.num_ops):
+            new |= {tuple(s) for s in task.apply(states, np.full(len(states), o))}
+        frontier = new - reachable
+        reachable |= new
+    found = set(by_name.values())
+    return {"same_transitions": not wrong, "wrong_transitions": wrong[:10], "num_wrong": len(wrong),
+            "states_found": len(found), "states_reachable": len(reachable),
+            "all_reachable_found": reachable <= found}
 
 
 def save(record: dict, path: Path) -> None:
@@ -144,13 +200,34 @@ def save(record: dict, path: Path) -> None:
 
 
 def collect() -> str:
-    """results/own_data_cpu/table.md: accuracy (%) at 16 / 64 / 256 per machine and row (mean ± sd over seeds, the
-    seeds listed), and the training-size rows."""
+    """results/own_data_cpu/table.md (runs/) and table_3000_steps.md (runs_3000_steps/: the PAR rows trained under
+    train_par.py's earlier 3,000-step default), and machines.md (the extractions)."""
+    table = results_table(RESULTS / "runs")
+    (RESULTS / "table.md").write_text(table)
+    if (RESULTS / "runs_3000_steps").is_dir():
+        (RESULTS / "table_3000_steps.md").write_text(results_table(RESULTS / "runs_3000_steps"))
+    machines = []
+    for path in sorted((RESULTS / "machines").glob("*.json")):
+        m = json.loads(path.read_text())
+        got, agreement = m.get("recovered", {}), m.get("agreement", {})
+        machines.append(f"| {path.stem} | {m.get('num_states')} of {got.get('states_reachable')} | "
+                        f"{got.get('same_transitions')} ({got.get('num_wrong')} wrong) | {m.get('truncated')} | "
+                        f"{100 * agreement.get('fraction', float('nan')):.2f} |")
+    if machines:
+        (RESULTS / "machines.md").write_text("\n".join([
+            "| run | states found (of reachable) | same transitions as the generating machine | capped | agreement "
+            "with the model at d = 256 (%) |", "|---|---|---|---|---|", *machines]) + "\n")
+    print(table)
+    return table
+
+
+def results_table(folder: Path) -> str:
+    """Accuracy (%) at 16 / 64 / 256 per machine, row and training size: mean ± sd over seeds (the seeds listed)."""
     import numpy as np
 
-    records = [json.loads(p.read_text()) for p in sorted((RESULTS / "runs").glob("*.json"))]
-    lines = ["| machine | row | train records | seeds | d = 16 | d = 64 (4×) | d = 256 (16×) | train s (mean) |",
-             "|---|---|---|---|---|---|---|---|"]
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    lines = ["| machine | row | train records | seeds | steps | d = 16 | d = 64 (4×) | d = 256 (16×) | train s (mean) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault((r["machine"], r["row"], r["train_n"]), []).append(r)
@@ -165,21 +242,10 @@ def collect() -> str:
             cells.append(f"{mean:.2f} ± {np.std(values, ddof=1):.2f}" if len(values) > 1 else f"{mean:.2f}")
         seconds = np.mean([m["train_seconds"] or 0 for m in members])
         seeds = ",".join(str(m["seed"]) for m in sorted(members, key=lambda m: m["seed"]))
-        lines.append(f"| {machine} | {LABELS[row]} | {n} | {seeds} | " + " | ".join(cells) + f" | {seconds:.0f} |")
-    table = "\n".join(lines) + "\n"
-    (RESULTS / "table.md").write_text(table)
-    machines = []
-    for path in sorted((RESULTS / "machines").glob("*.json")):
-        m = json.loads(path.read_text())
-        agreement = m.get("agreement", {})
-        machines.append(f"| {path.stem} | {m.get('num_states')} | {m.get('truncated')} | "
-                        f"{agreement.get('fraction')} |")
-    if machines:
-        extra = ["| run | states found | capped | agreement with the model at d = 256 |", "|---|---|---|---|",
-                 *machines]
-        (RESULTS / "machines.md").write_text("\n".join(extra) + "\n")
-    print(table)
-    return table
+        steps = "/".join(sorted({str(m["steps"]) for m in members}))
+        lines.append(f"| {machine} | {LABELS[row]} | {n} | {seeds} | {steps} | " + " | ".join(cells)
+                     + f" | {seconds:.0f} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> None:
