@@ -59,8 +59,10 @@ class ParLoopedQwenConfig(Qwen2Config):
         bidirectional_queries (`bool`, defaults to `False`): the query region attends to itself in both directions
             (otherwise causally), so every query can read every other query's state within one iteration.
         prompt_format (`dict` or `None`): the segmentation rule that turns a raw prompt into preamble / operations /
-            queries and builds `operation_ends` (`PromptFormat.to_dict()`, see `prompt_format.py`); what the
-            `state-tracking` pipeline reads raw text with. Its candidates are the answers, in `answer_token_ids` order.
+            queries and builds `operation_ends` (`PromptFormat.to_dict()`, see `prompt_format.py`), or for a checkpoint
+            trained on recorded data the vocabulary it learned (`RecordFormat.to_dict()`, ``"rendering": "records"``,
+            see `record_format.py`); what the `state-tracking` pipeline reads its input with. Its candidates are the
+            answers, in `answer_token_ids` order.
         learned_halting (`bool`, defaults to `False`): the halting readout was trained (`halting_loss_weight` > 0), so
             the pipeline halts by it; otherwise it runs forced depth from the segmentation.
     """

@@ -7,7 +7,10 @@
     {'answers': {'state': 'heating'}, 'iterations': 2, 'halted': True, 'mode': 'forced depth', 'depth': 2}
 
 The checkpoint's `config.prompt_format` (see `prompt_format.py`) segments each prompt into preamble, operations and
-queries; a prompt it cannot segment raises `PromptFormatError` and is never answered. The model then runs learned
+queries; a prompt it cannot segment raises `PromptFormatError` and is never answered. A checkpoint trained on recorded
+data (`record_format.py`) takes a record instead: a list of operation strings, a string of them split at its delimiter,
+or ``{"operations": ..., "initial_state": ...}`` (a batch: a list of those); an operation or label its training files
+never held raises `PromptFormatError`. The model then runs learned
 halting when the checkpoint was trained for it (`config.learned_halting`), forced depth R = ⌈d / step_size⌉ from the
 segmentation otherwise; `mode` says which (override with `halting=True/False`). `return_trajectory=True` adds the
 state after each operation, read from the progress readouts y_k = Q(s_k) of iterations k = 1..R (iteration k

@@ -7,7 +7,10 @@
     {'answers': {'state': 'heating'}, 'iterations': 2, 'halted': True, 'mode': 'forced depth', 'depth': 2}
 
 The checkpoint's `config.prompt_format` (see `prompt_format.py`) segments each prompt into preamble, operations and
-queries; a prompt it cannot segment raises `PromptFormatError` and is never answered. The model then runs learned
+queries; a prompt it cannot segment raises `PromptFormatError` and is never answered. A checkpoint trained on recorded
+data (`record_format.py`) takes a record instead: a list of operation strings, a string of them split at its delimiter,
+or ``{"operations": ..., "initial_state": ...}`` (a batch: a list of those); an operation or label its training files
+never held raises `PromptFormatError`. The model then runs learned
 halting when the checkpoint was trained for it (`config.learned_halting`), forced depth R = ⌈d / step_size⌉ from the
 segmentation otherwise; `mode` says which (override with `halting=True/False`). `return_trajectory=True` adds the
 state after each operation, read from the progress readouts y_k = Q(s_k) of iterations k = 1..R (iteration k
@@ -24,7 +27,8 @@ import torch
 from transformers import Pipeline
 
 from .configuration_par import CUSTOM_PIPELINES
-from .prompt_format import PromptFormat, PromptFormatError, token_boundaries, unknown_word
+from .prompt_format import PromptFormatError, token_boundaries, unknown_word
+from .record_format import RecordFormat, load_prompt_format
 
 PIPELINE_TASK = next(iter(CUSTOM_PIPELINES))  # "state-tracking"
 
@@ -63,7 +67,7 @@ class StateTrackingPipeline(Pipeline):
                 "this checkpoint has no prompt_format in its config, so raw text cannot be segmented; set "
                 "model.config.prompt_format = state_tracking.prompts.prompt_format_of(task, rendering).to_dict() and "
                 "save it again (train_par.py and the export do this).")
-        self.prompt_format = PromptFormat.from_dict(spec)
+        self.prompt_format = load_prompt_format(spec)
         if self.tokenizer is None or not getattr(self.tokenizer, "is_fast", False):
             raise ValueError("the state-tracking pipeline needs the checkpoint's fast tokenizer (character offsets "
                              "find the operation boundaries); load it with use_fast=True.")
@@ -88,8 +92,18 @@ class StateTrackingPipeline(Pipeline):
             forward["max_iterations"] = max_iterations
         return preprocess, forward, post
 
+    def __call__(self, inputs, **kwargs):
+        # a records checkpoint reads one record as a list of operation strings; a batch is a list of such lists (or of
+        # {"operations": ..., "initial_state": ...} dicts, or of delimited strings)
+        if isinstance(self.prompt_format, RecordFormat) and isinstance(inputs, (list, tuple)) and inputs and all(
+                isinstance(op, str) for op in inputs):
+            return super().__call__({"operations": list(inputs)}, **kwargs)
+        return super().__call__(inputs, **kwargs)
+
     def preprocess(self, prompt, delimiter=None):
         prompt_format = self.prompt_format if delimiter is None else self.prompt_format.with_delimiter(delimiter)
+        if isinstance(prompt_format, RecordFormat):
+            return self._preprocess_record(prompt_format, prompt)
         segments = prompt_format.segment(prompt)
         encoding = self.tokenizer([prompt], add_special_tokens=True)
         ids = encoding["input_ids"][0]
@@ -97,6 +111,21 @@ class StateTrackingPipeline(Pipeline):
         if word is not None:
             raise PromptFormatError(f"word {word!r} of the prompt is unknown to the checkpoint's tokenizer.")
         operation_ends, query_positions = token_boundaries(encoding, 0, prompt, segments)
+        end_marks, query_marks = boundary_marks(len(ids), operation_ends, query_positions)
+        return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
+                "operation_end_marks": torch.tensor([end_marks]), "query_marks": torch.tensor([query_marks])}
+
+    def _preprocess_record(self, record_format: RecordFormat, record):
+        """A record (a delimited string, a list of operation strings, or a dict with "operations" and optionally
+        "initial_state") -> the same tensors as a text prompt."""
+        initial = None
+        if isinstance(record, dict):
+            unknown = sorted(set(record) - {"operations", "initial_state"})
+            if unknown or "operations" not in record:
+                raise PromptFormatError(f"a record is a dict with 'operations' (and optionally 'initial_state'); got "
+                                        f"keys {sorted(record)}.")
+            record, initial = record["operations"], record.get("initial_state")
+        ids, operation_ends, query_positions = record_format.encode(self.tokenizer, record, initial)
         end_marks, query_marks = boundary_marks(len(ids), operation_ends, query_positions)
         return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
                 "operation_end_marks": torch.tensor([end_marks]), "query_marks": torch.tensor([query_marks])}

@@ -10,7 +10,7 @@ Every other field is Qwen2's own, so any Qwen2 / Qwen2.5 config is a valid start
 
 from transformers import Qwen2Config
 
-from .prompt_format import PromptFormat
+from .record_format import load_prompt_format
 
 LOOP_VIEWS = ("full", "prefix", "local")
 # Every checkpoint names its pipeline: pipeline("state-tracking", model=DIR, trust_remote_code=True)
@@ -59,8 +59,10 @@ class ParLoopedQwenConfig(Qwen2Config):
         bidirectional_queries (`bool`, defaults to `False`): the query region attends to itself in both directions
             (otherwise causally), so every query can read every other query's state within one iteration.
         prompt_format (`dict` or `None`): the segmentation rule that turns a raw prompt into preamble / operations /
-            queries and builds `operation_ends` (`PromptFormat.to_dict()`, see `prompt_format.py`); what the
-            `state-tracking` pipeline reads raw text with. Its candidates are the answers, in `answer_token_ids` order.
+            queries and builds `operation_ends` (`PromptFormat.to_dict()`, see `prompt_format.py`), or for a checkpoint
+            trained on recorded data the vocabulary it learned (`RecordFormat.to_dict()`, ``"rendering": "records"``,
+            see `record_format.py`); what the `state-tracking` pipeline reads its input with. Its candidates are the
+            answers, in `answer_token_ids` order.
         learned_halting (`bool`, defaults to `False`): the halting readout was trained (`halting_loss_weight` > 0), so
             the pipeline halts by it; otherwise it runs forced depth from the segmentation.
     """
@@ -170,9 +172,9 @@ class ParLoopedQwenConfig(Qwen2Config):
             fail("learned_halting", "False without halt_token_ids (there is no halting readout)", True)
         if self.prompt_format is not None:
             try:
-                candidates = PromptFormat.from_dict(self.prompt_format).candidates
+                candidates = load_prompt_format(self.prompt_format).candidates
             except ValueError as error:
-                fail("prompt_format", f"a valid PromptFormat.to_dict() ({error})", "…")
+                fail("prompt_format", f"a valid PromptFormat.to_dict() or RecordFormat.to_dict() ({error})", "…")
             if ids and len(candidates) != len(ids):
                 fail("prompt_format", f"a format with one candidate per answer_token_ids entry ({len(ids)}); it "
                      f"lists {len(candidates)}", "…")

@@ -1,0 +1,267 @@
+"""How a checkpoint trained on recorded data reads a sequence of operations: the vocabulary it learned from the files.
+
+A *record* is a sequence of operations (opaque strings: a token, a word, a sentence, a log line), optionally an
+initial state, and the state observed after it (one label per query; a scalar state is one query). A checkpoint
+trained on records keeps what it learned from the training files here, saved in its config as `prompt_format`
+with ``"rendering": "records"``:
+
+    operations   every distinct operation string of the training data (whitespace runs collapsed)
+    query_names  the queries a state answers ("state" for a scalar state column, else the mapping's keys)
+    candidates   every label seen in training (in `answer_token_ids` order)
+    delimiter    the regex that splits a string of operations (None: whitespace)
+    initial_state   whether a prompt starts with an initial state (the data had an initial-state column)
+
+The model reads one record as token ids
+
+    <bos> [initial: one candidate token per query] words(op_1) ... words(op_d) <q1> ... <qQ>
+
+where words(op) are the tokenizer's tokens of the operation string, `operation_ends` marks each operation's last
+token (and the preamble's) and the readout is taken at <q_j>. `encode` is that layout, used by the pipeline and
+tested equal to the vectorised encoder that `state_tracking.records` trains with. An operation or a label the
+training data never held is refused with `PromptFormatError`, never guessed.
+
+Remote code: imports only the standard library and its sibling `prompt_format`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+
+from .prompt_format import PromptFormatError
+
+RECORDS = "records"
+QUERY_TOKEN = "<q{}>"  # 1-based, as the symbolic rendering's
+CANDIDATE_TOKEN = "<={}>"  # a label's own token (only ever placed by id: never produced from text)
+
+
+def normalize_operation(text: str) -> str:
+    """The key an operation is known by: surrounding whitespace stripped, inner runs collapsed to one space."""
+    return " ".join(str(text).split())
+
+
+def query_token(j: int) -> str:
+    """The token asking query j (0-based): ``<q1>``, ``<q2>``, ..."""
+    return QUERY_TOKEN.format(j + 1)
+
+
+def candidate_token(label: str) -> str:
+    """The vocabulary entry of one answer label (a label keeps its string form: ``true``, ``42``, ``heating``)."""
+    return CANDIDATE_TOKEN.format(label)
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    """What a records checkpoint learned from its training files (see the module docstring)."""
+
+    query_names: tuple[str, ...]
+    candidates: tuple[str, ...]
+    operations: tuple[str, ...]
+    delimiter: str | None = None
+    initial_state: bool = False
+    task_name: str = "records"
+    rendering: str = RECORDS
+    _lookup: dict = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        def fail(name, allowed, value):
+            raise ValueError(f"prompt_format.{name} must be {allowed}; got {value!r}.")
+
+        if self.rendering != RECORDS:
+            fail("rendering", f"{RECORDS!r} for a RecordFormat", self.rendering)
+        for name in ("query_names", "candidates", "operations"):
+            value = getattr(self, name)
+            if not value or not all(isinstance(v, str) and v.strip() for v in value) or len(set(value)) != len(value):
+                fail(name, "a non-empty list of distinct non-empty strings", value)
+        unnormalized = [op for op in self.operations if op != normalize_operation(op)]
+        if unnormalized:
+            fail("operations", "strings with single inner spaces and no surrounding whitespace", unnormalized[:3])
+        if not isinstance(self.initial_state, bool):
+            fail("initial_state", "a bool", self.initial_state)
+        splitter = re.compile(r"\s+")
+        if self.delimiter is not None:
+            if not isinstance(self.delimiter, str) or not self.delimiter:
+                fail("delimiter", "None (whitespace) or a non-empty regex", self.delimiter)
+            try:
+                splitter = re.compile(self.delimiter)
+            except re.error as error:
+                fail("delimiter", f"a valid regex ({error})", self.delimiter)
+            if splitter.match(""):
+                fail("delimiter", "a regex that matches no empty string", self.delimiter)
+        object.__setattr__(self, "_lookup", {
+            "op": {op: i for i, op in enumerate(self.operations)},
+            "candidate": {c: i for i, c in enumerate(self.candidates)},
+            "splitter": splitter,
+            "tokens": {},
+        })
+
+    # ------------------------------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict:
+        return {"rendering": RECORDS, "task_name": self.task_name, "query_names": list(self.query_names),
+                "candidates": list(self.candidates), "operations": list(self.operations),
+                "delimiter": self.delimiter, "initial_state": self.initial_state}
+
+    @classmethod
+    def from_dict(cls, spec: dict) -> "RecordFormat":
+        if not isinstance(spec, dict):
+            raise ValueError(f"prompt_format must be a dict (RecordFormat.to_dict()); got {type(spec).__name__}.")
+        allowed = {"rendering", "task_name", "query_names", "candidates", "operations", "delimiter", "initial_state"}
+        unknown = sorted(set(spec) - allowed)
+        if unknown:
+            raise ValueError(f"prompt_format has unknown key(s) {unknown}; allowed: {sorted(allowed)}.")
+        missing = sorted({"query_names", "candidates", "operations"} - set(spec))
+        if missing:
+            raise ValueError(f"prompt_format is missing {missing}.")
+        lists = {}
+        for name in ("query_names", "candidates", "operations"):
+            if not isinstance(spec[name], (list, tuple)):
+                raise ValueError(f"prompt_format.{name} must be a list; got {spec[name]!r}.")
+            lists[name] = tuple(spec[name])
+        return cls(**lists, delimiter=spec.get("delimiter"), initial_state=spec.get("initial_state", False),
+                   task_name=spec.get("task_name", "records"), rendering=spec.get("rendering", RECORDS))
+
+    def with_delimiter(self, delimiter: str | None) -> "RecordFormat":
+        spec = self.to_dict()
+        spec["delimiter"] = delimiter
+        return RecordFormat.from_dict(spec)
+
+    def example(self, operations: list[str] | None = None) -> list[str]:
+        """A record's operations the way the pipeline takes them (default: the first two operations)."""
+        ops = list(self.operations[:2]) if operations is None else list(operations)
+        self.operation_indices(ops)
+        return ops
+
+    # ------------------------------------------------------------------------------------------ reading operations
+    def split(self, text: str) -> list[str]:
+        """A string of operations -> the operations (split at `delimiter`; whitespace by default). Empty pieces at
+        the ends are dropped; an empty piece between two delimiters is an error (an empty operation is never
+        answered)."""
+        if not isinstance(text, str):
+            raise PromptFormatError(f"operations must be a string or a list of strings; got {type(text).__name__}.")
+        pieces = self._lookup["splitter"].split(text)
+        while pieces and not pieces[0].strip():
+            pieces.pop(0)
+        while pieces and not pieces[-1].strip():
+            pieces.pop()
+        for k, piece in enumerate(pieces):
+            if not piece.strip():
+                raise PromptFormatError(f"operation {k + 1} is empty (two delimiters {self.delimiter!r} in a row): an "
+                                        "empty operation is never answered.")
+        if not pieces:
+            raise PromptFormatError("the sequence of operations is empty.")
+        return pieces
+
+    def operation_indices(self, operations: list[str]) -> list[int]:
+        """Each operation's index in `operations`; `PromptFormatError` naming the first one training never saw."""
+        if isinstance(operations, str):
+            operations = self.split(operations)
+        if not operations:
+            raise PromptFormatError("the sequence of operations is empty.")
+        lookup = self._lookup["op"]
+        indices = []
+        for k, op in enumerate(operations):
+            if not isinstance(op, str):
+                raise PromptFormatError(f"operation {k + 1} must be a string; got {op!r}.")
+            key = normalize_operation(op)
+            if key not in lookup:
+                near = difflib.get_close_matches(key, list(lookup), n=1, cutoff=0.6)
+                hint = f"; nearest known: {near[0]!r}" if near else ""
+                raise PromptFormatError(
+                    f"operation {k + 1} {op!r} never occurs in the training data of {self.task_name!r} "
+                    f"({len(lookup)} operations known{hint}). An unseen operation is never answered.")
+            indices.append(lookup[key])
+        return indices
+
+    def candidate_indices(self, state, what: str = "initial state") -> list[int]:
+        """A state (a label, or a mapping query -> label) as candidate indices, one per query."""
+        if isinstance(state, dict):
+            missing = [q for q in self.query_names if q not in state]
+            extra = sorted(set(state) - set(self.query_names))
+            if missing or extra:
+                raise PromptFormatError(f"the {what} must name the queries {list(self.query_names)}; missing {missing}, "
+                                        f"unknown {extra}.")
+            labels = [state[q] for q in self.query_names]
+        elif len(self.query_names) == 1:
+            labels = [state]
+        else:
+            raise PromptFormatError(f"the {what} must map each query {list(self.query_names)} to a label; got "
+                                    f"{state!r}.")
+        out = []
+        for query, label in zip(self.query_names, labels):
+            key = label_string(label)
+            if key not in self._lookup["candidate"]:
+                raise PromptFormatError(f"the {what}'s label {key!r} for {query!r} never occurs in the training data "
+                                        f"({len(self.candidates)} labels known: {list(self.candidates[:8])}...).")
+            out.append(self._lookup["candidate"][key])
+        return out
+
+    # ------------------------------------------------------------------------------------------ token ids
+    def operation_tokens(self, tokenizer, index: int) -> list[int]:
+        """The token ids of operation `index`'s words (cached per tokenizer)."""
+        cache = self._lookup["tokens"].setdefault(id(tokenizer), {})
+        if index not in cache:
+            ids = tokenizer(self.operations[index], add_special_tokens=False)["input_ids"]
+            if not ids or (tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids):
+                raise PromptFormatError(f"operation {self.operations[index]!r} has a word this tokenizer does not know; "
+                                        "use the checkpoint's own tokenizer.")
+            cache[index] = list(ids)
+        return cache[index]
+
+    def special_ids(self, tokenizer) -> dict:
+        """{"bos": id, "queries": [id per query], "candidates": [id per candidate]} from the tokenizer's vocabulary."""
+        vocab = tokenizer.get_vocab()
+        names = ["<bos>", *(query_token(j) for j in range(len(self.query_names))),
+                 *(candidate_token(c) for c in self.candidates)]
+        missing = [n for n in names if n not in vocab]
+        if missing:
+            raise ValueError(f"the tokenizer lacks the records tokens {missing[:5]}; use the checkpoint's own tokenizer "
+                             "(state_tracking.records.build_record_tokenizer).")
+        q = len(self.query_names)
+        ids = [vocab[n] for n in names]
+        return {"bos": ids[0], "queries": ids[1:1 + q], "candidates": ids[1 + q:]}
+
+    def encode(self, tokenizer, operations, initial_state=None) -> tuple[list[int], list[int], list[int]]:
+        """One record -> (input_ids, operation_ends (d + 1), query_positions (Q)); see the module docstring."""
+        indices = self.operation_indices(operations)
+        special = self.special_ids(tokenizer)
+        ids = [special["bos"]]
+        if self.initial_state:
+            if initial_state is None:
+                raise PromptFormatError("this checkpoint was trained with an initial state before the operations; "
+                                        "pass initial_state.")
+            ids += [special["candidates"][c] for c in self.candidate_indices(initial_state)]
+        elif initial_state is not None:
+            raise PromptFormatError("this checkpoint was trained without initial states; it cannot take one.")
+        ends = [len(ids) - 1]
+        for index in indices:
+            ids += self.operation_tokens(tokenizer, index)
+            ends.append(len(ids) - 1)
+        queries = list(range(len(ids), len(ids) + len(self.query_names)))
+        ids += special["queries"]
+        return ids, ends, queries
+
+
+def label_string(label) -> str:
+    """A label's string form, its candidate name: booleans as ``true`` / ``false``, integral numbers without a
+    decimal point, strings stripped."""
+    if isinstance(label, bool):
+        return "true" if label else "false"
+    if isinstance(label, float) and label.is_integer():
+        return str(int(label))
+    if label is None:
+        raise PromptFormatError("a label is missing (None).")
+    return str(label).strip()
+
+
+def load_prompt_format(spec: dict):
+    """`config.prompt_format` as its reader: a `RecordFormat` for ``"rendering": "records"``, else a `PromptFormat`."""
+    from .prompt_format import PromptFormat
+
+    if isinstance(spec, dict) and spec.get("rendering") == RECORDS:
+        return RecordFormat.from_dict(spec)
+    return PromptFormat.from_dict(spec)
+
+
+__all__ = ["RECORDS", "RecordFormat", "candidate_token", "label_string", "load_prompt_format", "normalize_operation",
+           "query_token"]
