@@ -44,6 +44,13 @@ def boundary_marks(length: int, operation_ends: list[int], query_positions: list
     return ends, queries
 
 
+def model_inputs(ids: list[int], operation_ends: list[int], query_positions: list[int]) -> dict:
+    """One prompt's tensors for `_forward`: its ids, mask and the token-aligned boundary marks (batched by padding)."""
+    end_marks, query_marks = boundary_marks(len(ids), operation_ends, query_positions)
+    return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
+            "operation_end_marks": torch.tensor([end_marks]), "query_marks": torch.tensor([query_marks])}
+
+
 def boundaries_from_marks(end_marks: torch.Tensor, query_marks: torch.Tensor, num_queries: int):
     """Inverse of `boundary_marks` for a padded batch: operation_ends (b, D+1) with −1 past each sample's d, and
     query_positions (b, Q)."""
@@ -111,9 +118,7 @@ class StateTrackingPipeline(Pipeline):
         if word is not None:
             raise PromptFormatError(f"word {word!r} of the prompt is unknown to the checkpoint's tokenizer.")
         operation_ends, query_positions = token_boundaries(encoding, 0, prompt, segments)
-        end_marks, query_marks = boundary_marks(len(ids), operation_ends, query_positions)
-        return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
-                "operation_end_marks": torch.tensor([end_marks]), "query_marks": torch.tensor([query_marks])}
+        return model_inputs(ids, operation_ends, query_positions)
 
     def _preprocess_record(self, record_format: RecordFormat, record):
         """A record (a delimited string, a list of operation strings, or a dict with "operations" and optionally
@@ -126,9 +131,7 @@ class StateTrackingPipeline(Pipeline):
                                         f"keys {sorted(record)}.")
             record, initial = record["operations"], record.get("initial_state")
         ids, operation_ends, query_positions = record_format.encode(self.tokenizer, record, initial)
-        end_marks, query_marks = boundary_marks(len(ids), operation_ends, query_positions)
-        return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
-                "operation_end_marks": torch.tensor([end_marks]), "query_marks": torch.tensor([query_marks])}
+        return model_inputs(ids, operation_ends, query_positions)
 
     def _uses_halting(self, halting):
         return bool(getattr(self.model.config, "learned_halting", False)) if halting is None else halting
