@@ -454,36 +454,59 @@ class _Encoder:
             keep[row] = False
         return self._columns(keep, depth, op_index, label_index, initial_index, initial_len)
 
-    def _columns(self, keep, depth, op_index, label_index, initial_index, initial_len) -> dict:
-        q = len(self.format.query_names)
-        op_offsets = np.concatenate([[0], np.cumsum(depth)])
-        label_offsets = op_offsets * q
-        initial_offsets = np.concatenate([[0], np.cumsum(initial_len)])
-        lengths = self.token_lengths[np.maximum(op_index, 0)]
-        token_starts = self.token_starts[np.maximum(op_index, 0)]
-        out = {k: [] for k in ENCODED}
-        for r in np.flatnonzero(keep):
-            a, b = op_offsets[r], op_offsets[r + 1]
-            ops = op_index[a:b]
-            head = [self.bos]
-            if self.format.initial_state:
-                head += self.candidate_ids[initial_index[initial_offsets[r]:initial_offsets[r + 1]]].tolist()
-            lens = lengths[a:b]
-            gather = np.repeat(token_starts[a:b] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(
-                lens.sum())
-            body = self.token_table[gather]
-            ends = len(head) - 1 + np.concatenate([[0], np.cumsum(lens)])
-            ids = np.concatenate([np.array(head, dtype=np.int64), body, self.query_ids])
-            steps = label_index[label_offsets[r]:label_offsets[r + 1]].reshape(-1, q)
-            z0 = (initial_index[initial_offsets[r]:initial_offsets[r + 1]] if initial_len[r] == q
-                  else np.full(q, LABEL_PAD_ID))
-            out["input_ids"].append(ids)
-            out["query_positions"].append(np.arange(len(ids) - q, len(ids)))
-            out["operation_ends"].append(ends)
-            out["step_labels"].append(np.concatenate([z0[None], steps]))
-            out["depth"].append(int(b - a))
-            out["ops"].append(ops)
-        return out
+    def _columns(self, keep, depth, op_index, label_index, initial_index, initial_len) -> pa.Table:
+        """The kept records' training columns, built as flat arrays for the whole batch (no per-record loop):
+        ``<bos> [initial] words(op_1) … words(op_d) <q1> … <qQ>`` and z_0 (or unrecorded) followed by the labels."""
+        q, n = len(self.format.query_names), len(depth)
+        kept = np.cumsum(keep) - 1  # old record -> new index
+        rows = np.flatnonzero(keep)
+        op_record = np.repeat(np.arange(n), depth)
+        kept_op = keep[op_record]
+        ops, op_rec = op_index[kept_op], kept[op_record[kept_op]]  # (o,): the kept ops and their new record
+        d = depth[rows]
+        m, o = len(rows), len(ops)
+        op_starts = np.concatenate([[0], np.cumsum(d)])  # (m + 1,)
+        head = 1 + (q if self.format.initial_state else 0)
+        lens = self.token_lengths[ops]  # tokens per op
+        cum = np.cumsum(lens)
+        body_len = np.bincount(op_rec, weights=lens, minlength=m).astype(np.int64)
+        id_offsets = np.concatenate([[0], np.cumsum(head + body_len + q)])
+        ids = np.empty(id_offsets[-1], dtype=np.int64)
+        ids[id_offsets[:-1]] = self.bos
+        initial = np.full((n, q), LABEL_PAD_ID, dtype=np.int64)  # z_0 per old record
+        has_initial = initial_len == q
+        initial[has_initial] = initial_index.reshape(-1, q)[np.cumsum(has_initial)[has_initial] - 1] \
+            if has_initial.any() else initial[has_initial]
+        initial = initial[rows]
+        if self.format.initial_state:
+            ids[id_offsets[:-1, None] + 1 + np.arange(q)] = self.candidate_ids[initial]
+        # the body: every kept op's tokens, placed after its record's head
+        gather = np.repeat(self.token_starts[ops] - (cum - lens), lens) + np.arange(int(cum[-1]) if o else 0)
+        token_record = np.repeat(op_rec, lens)
+        body_offsets = np.concatenate([[0], np.cumsum(body_len)])
+        ids[id_offsets[token_record] + head + np.arange(len(gather)) - body_offsets[token_record]] = \
+            self.token_table[gather]
+        ids[id_offsets[1:, None] - q + np.arange(q)] = self.query_ids
+        queries = (id_offsets[1:, None] - id_offsets[:-1, None]) - q + np.arange(q)  # (m, Q) within each record
+        # operation_ends and step_labels: d + 1 rows per record (the preamble / z_0, then each op)
+        row_offsets = np.concatenate([[0], np.cumsum(d + 1)])
+        op_rows = row_offsets[op_rec] + 1 + np.arange(o) - op_starts[op_rec]
+        ends = np.empty(row_offsets[-1], dtype=np.int64)
+        ends[row_offsets[:-1]] = head - 1
+        ends[op_rows] = head - 1 + cum - np.concatenate([[0], cum])[op_starts[op_rec]]
+        labels = np.empty((row_offsets[-1], q), dtype=np.int64)
+        labels[row_offsets[:-1]] = initial
+        labels[op_rows] = label_index.reshape(-1, q)[kept_op]
+
+        def ragged(offsets, values):
+            return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.int32()))
+
+        columns = [ragged(id_offsets, ids), ragged(np.arange(m + 1) * q, queries.reshape(-1)),
+                   ragged(row_offsets, ends),
+                   pa.ListArray.from_arrays(pa.array(row_offsets, pa.int32()),
+                                            ragged(np.arange(len(labels) + 1) * q, labels.reshape(-1))),
+                   pa.array(d, pa.int32()), ragged(op_starts, ops)]
+        return pa.Table.from_arrays(columns, schema=ENCODED.arrow_schema)
 
 
 def encode_records(records: LoadedRecords, record_format: RecordFormat, tokenizer,

@@ -253,3 +253,20 @@ def test_mapping_states_with_an_initial_state_train_and_answer(tmp_path):
     assert set(answer["answers"]) == {"x0", "x1"} and answer["depth"] == 2
     with pytest.raises(ValueError, match="pass initial_state"):
         tracker(["flip x0"])
+
+
+def test_initial_states_encode_as_the_pipeline_reads_them(tmp_path):
+    path = tmp_path / "swap_init.jsonl"
+    records = make_dataset.main(["--task", "swap_s5", "--depths", "1-5", "--n", "30", "--random_initial", "--out",
+                                 str(path)])
+    loaded = load_record_files(str(path))
+    record_format = discover_format(loaded)
+    assert record_format.initial_state
+    tokenizer = build_record_tokenizer(record_format)
+    encoded, _ = encode_records(loaded, record_format, tokenizer)
+    for record, row in zip(records, encoded):
+        initial = record["initial_state"]
+        ids, ends, queries = record_format.encode(tokenizer, record["operations"], initial)
+        assert (ids, ends, queries) == (row["input_ids"], row["operation_ends"], row["query_positions"])
+        assert row["step_labels"][0] == record_format.candidate_indices(initial)
+        assert ends[0] == 5  # <bos> and one candidate token per box
