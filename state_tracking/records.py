@@ -249,8 +249,14 @@ class _Normalizer:
             initial = self.states(_parse_state(row[c.initial_state], where), where)
         return {"operations": ops, "labels": labels, "initial": initial, "source": self.source_index, "record": index}
 
-    def __call__(self, batch: dict, indices: list[int]) -> dict:
+    def __call__(self, table: pa.Table, indices: list[int]) -> pa.Table | dict:
+        """One batch (an Arrow table): with Arrow compute where every value is plain (`_plain_batch`), else record by
+        record in Python, which names the first bad record (or skips it)."""
+        fast = self._plain_batch(table, indices[0]) if len(indices) else None
+        if fast is not None:
+            return fast
         out = {k: [] for k in NORMALIZED}
+        batch = table.to_pydict()
         keys = list(batch)
         for i, index in enumerate(indices):
             row = {k: batch[k][i] for k in keys}
@@ -264,6 +270,102 @@ class _Normalizer:
             for k in out:
                 out[k].append(record[k])
         return out
+
+    def _plain_batch(self, table: pa.Table, first: int) -> pa.Table | None:
+        """The batch normalized with Arrow compute, or None unless every value is plain: whitespace-delimited strings
+        or lists of strings / integers for the operations and step states, scalar string / integer / boolean labels,
+        nothing missing or empty, step counts matching, the last step state equal to the final state. None sends the
+        batch to the record-by-record path (the same result, and the error naming the record where one is bad)."""
+        c = self.columns
+        if c.delimiter is not None or self.query_names not in (None, [SCALAR_QUERY]):
+            return None
+        ops = _plain_lists(table.column(c.operations), operations=True)
+        if ops is None:
+            return None
+        n = table.num_rows
+        depth = pc.list_value_length(ops).to_numpy(zero_copy_only=False).astype(np.int64)
+        flat_ops = pc.list_flatten(ops)
+        if (depth == 0).any() or not _all_plain(flat_ops):
+            return None
+        offsets = np.concatenate([[0], np.cumsum(depth)])
+        last = offsets[1:] - 1  # each record's last operation
+        final = _plain_labels(table.column(c.state)) if c.state is not None else None
+        if c.state is not None and final is None:
+            return None
+        if c.step_states is not None:
+            steps = _plain_lists(table.column(c.step_states), operations=False)
+            if steps is None or (pc.list_value_length(steps).to_numpy(zero_copy_only=False) != depth).any():
+                return None
+            labels = pc.list_flatten(steps)
+            if not _all_plain(labels) or (final is not None and not pc.all(
+                    pc.equal(pc.take(labels, pa.array(last)), final)).as_py()):
+                return None
+        else:
+            is_last = np.zeros(offsets[-1], dtype=bool)
+            is_last[last] = True
+            labels = pc.if_else(pa.array(is_last), pc.take(final, pa.array(np.repeat(np.arange(n), depth))), "")
+        if c.initial_state is not None:
+            initial = _plain_labels(table.column(c.initial_state))
+            if initial is None:
+                return None
+            initial = pa.ListArray.from_arrays(pa.array(np.arange(n + 1), pa.int32()), initial)
+        else:
+            initial = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1), pa.int32()), pa.array([], pa.string()))
+        self.query_names = [SCALAR_QUERY]
+        op_offsets = pa.array(offsets, pa.int32())
+        columns = [pa.ListArray.from_arrays(op_offsets, flat_ops),
+                   pa.ListArray.from_arrays(op_offsets, pa.ListArray.from_arrays(
+                       pa.array(np.arange(len(labels) + 1), pa.int32()), labels)),
+                   initial, pa.array(np.full(n, self.source_index), pa.int32()),
+                   pa.array(np.arange(first, first + n), pa.int64())]
+        return pa.Table.from_arrays(columns, schema=NORMALIZED.arrow_schema)
+
+
+def _plain_lists(column, operations: bool) -> pa.ListArray | None:
+    """A column of whitespace-delimited strings or of lists of strings / integers as lists of stripped strings (an
+    operation's inner whitespace collapsed), or None where it is anything else."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if column.null_count:
+        return None
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        text = pc.utf8_trim_whitespace(column)
+        if pc.any(pc.starts_with(text, "[")).as_py() or pc.any(pc.starts_with(text, "{")).as_py():
+            return None
+        return pc.utf8_split_whitespace(text)
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+        return None
+    flat = column.flatten()
+    if pa.types.is_integer(flat.type):
+        flat = pc.cast(flat, pa.string())
+    elif not (pa.types.is_string(flat.type) or pa.types.is_large_string(flat.type)) or flat.null_count:
+        return None
+    flat = pc.utf8_trim_whitespace(flat)
+    if operations:
+        flat = pc.replace_substring_regex(flat, r"\s+", " ")
+    elif pc.any(pc.starts_with(flat, "{")).as_py():
+        return None
+    return pa.ListArray.from_arrays(pa.array(column.offsets, pa.int32()), flat.cast(pa.string()))
+
+
+def _plain_labels(column) -> pa.Array | None:
+    """One scalar label per record as its string form (`label_string`), or None for anything else (mappings, floats,
+    missing values)."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if column.null_count:
+        return None
+    if pa.types.is_boolean(column.type) or pa.types.is_integer(column.type):
+        return pc.cast(column, pa.string())
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return None
+    text = pc.utf8_trim_whitespace(column)
+    if pc.any(pc.starts_with(text, "{")).as_py() or not _all_plain(text):
+        return None
+    return text.cast(pa.string())
+
+
+def _all_plain(strings: pa.Array) -> bool:
+    """No missing and no empty string."""
+    return strings.null_count == 0 and (len(strings) == 0 or pc.min(pc.utf8_length(strings)).as_py() > 0)
 
 
 @dataclass
@@ -315,9 +417,9 @@ def load_record_files(files: str | Sequence[str] | None = None, columns: RecordC
             data = data.select(range(min(remaining, len(data))))
         normalizer = _Normalizer(cols, source, source_index, query_names, skip_bad_records)
         used = [c for c in (cols.operations, cols.state, cols.step_states, cols.initial_state) if c is not None]
-        normalized = data.select_columns(used).map(
+        normalized = data.select_columns(used).with_format("arrow").map(
             normalizer, batched=True, batch_size=2000, with_indices=True, remove_columns=used, features=NORMALIZED,
-            load_from_cache_file=False, desc=f"reading {os.path.basename(source)}")
+            load_from_cache_file=False, desc=f"reading {os.path.basename(source)}").with_format(None)
         query_names = normalizer.query_names
         skipped += normalizer.skipped
         parts.append(normalized)

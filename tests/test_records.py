@@ -270,3 +270,30 @@ def test_initial_states_encode_as_the_pipeline_reads_them(tmp_path):
         assert (ids, ends, queries) == (row["input_ids"], row["operation_ends"], row["query_positions"])
         assert row["step_labels"][0] == record_format.candidate_indices(initial)
         assert ends[0] == 5  # <bos> and one candidate token per box
+
+
+@pytest.mark.parametrize("flags, ext", [([], "csv"), (["--final_only"], "jsonl"), (["--final_only"], "parquet"),
+                                        (["--random_initial"], "jsonl")])
+def test_the_arrow_path_reads_plain_files_as_the_record_by_record_path(tmp_path, monkeypatch, flags, ext):
+    """Plain batches (scalar labels, whitespace or list operations) are read with Arrow compute; the result is the
+    record-by-record path's, which reads every other batch (and names bad records)."""
+    from state_tracking import records as records_module
+
+    path = tmp_path / f"m.{ext}"
+    make_dataset.main(["--task", "examples/tasks/register3.json", "--depths", "1-7", "--n", "50", "--out", str(path),
+                       *flags])
+    calls = []
+    plain = records_module._Normalizer._plain_batch
+    monkeypatch.setattr(records_module._Normalizer, "_plain_batch",
+                        lambda self, *a: calls.append(plain(self, *a)) or calls[-1])
+    fast = load_record_files(str(path))
+    assert calls and all(table is not None for table in calls) and fast.query_names == ["state"]
+    monkeypatch.setattr(records_module._Normalizer, "_plain_batch", lambda self, *a: None)
+    slow = load_record_files(str(path))
+    assert fast.dataset[:] == slow.dataset[:]
+    ids = tmp_path / "ids.csv"  # integer labels (a CSV column pyarrow reads as int64)
+    make_dataset.main(["--task", "s5", "--state_ids", "--depths", "1-3", "--n", "20", "--out", str(ids)])
+    monkeypatch.setattr(records_module._Normalizer, "_plain_batch", plain)
+    integer = load_record_files(str(ids))
+    monkeypatch.setattr(records_module._Normalizer, "_plain_batch", lambda self, *a: None)
+    assert integer.dataset[:] == load_record_files(str(ids)).dataset[:]
