@@ -194,7 +194,7 @@ def evaluate_record_file(args) -> dict:
                                device=args.device, sources=[repo_relative(p) for p in loaded.sources],
                                progress=not args.no_progress)
     results.update(model_dir=repo_relative(args.model), skipped=len(skipped),
-                   command=" ".join(sys.argv if argv_of(args) is None else ["examples/evaluate_par.py", *argv_of(args)]))
+                   command=" ".join(sys.argv if args.argv is None else ["examples/evaluate_par.py", *args.argv]))
     save_results(results, args.out)
     if args.plot:
         plot_accuracy_vs_depth({os.path.basename(os.path.normpath(args.model)): [results]}, args.plot,
@@ -217,13 +217,9 @@ def evaluate_record_file(args) -> dict:
     return results
 
 
-def argv_of(args):
-    return getattr(args, "_argv", None)
-
-
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    args._argv = argv
+    args.argv = argv  # for the recorded command
     if args.test_file is not None or args.dataset_name is not None:
         return evaluate_record_file(args)
     task = resolve_task(args.model, args.task)
