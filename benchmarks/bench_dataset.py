@@ -11,9 +11,9 @@ from state_tracking import build_dataset, build_tokenizer, get_task
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--task", default="swap_s5")
 parser.add_argument("--n", type=int, default=400_000)
-parser.add_argument("--max-depth", type=int, default=32)
+parser.add_argument("--max_depth", "--max-depth", type=int, default=32)
 parser.add_argument("--rendering", default="symbolic", choices=("symbolic", "text"))
-parser.add_argument("--random-initial", action="store_true")
+parser.add_argument("--random_initial", "--random-initial", action="store_true")
 parser.add_argument("--seed", type=int, default=0)
 args = parser.parse_args()
 

@@ -427,14 +427,14 @@ def summary(report: dict) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (median reported)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--eval-depth", type=int, default=64)
-    parser.add_argument("--eval-n", type=int, default=256)
-    parser.add_argument("--bf16-eval-n", type=int, default=16, help="bf16 is slow on CPUs without bf16 matmul units")
-    parser.add_argument("--bf16-max-depth", type=int, default=8)
+    parser.add_argument("--batch_size", "--batch-size", type=int, default=64)
+    parser.add_argument("--eval_depth", "--eval-depth", type=int, default=64)
+    parser.add_argument("--eval_n", "--eval-n", type=int, default=256)
+    parser.add_argument("--bf16_eval_n", "--bf16-eval-n", type=int, default=16, help="bf16 is slow on CPUs without bf16 matmul units")
+    parser.add_argument("--bf16_max_depth", "--bf16-max-depth", type=int, default=8)
     parser.add_argument("--sections", default="ceiling,train,eval")
     parser.add_argument("--out", default=None, help="JSON report (and a .md table beside it)")
-    parser.add_argument("--summary-from", default=None, metavar="JSON",
+    parser.add_argument("--summary_from", "--summary-from", default=None, metavar="JSON",
                         help="print the summary table of an existing report and exit")
     args = parser.parse_args(argv)
     if args.summary_from:

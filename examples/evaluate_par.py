@@ -73,21 +73,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=1024, help="sequences per depth")
     parser.add_argument("--mode", choices=MODES, default="forced")
     parser.add_argument("--rendering", choices=RENDERINGS, default="symbolic")
-    parser.add_argument("--random-initial", action="store_true", help="random start assignment (shown in the prompt)")
+    parser.add_argument("--random_initial", "--random-initial", action="store_true", help="random start assignment (shown in the prompt)")
     parser.add_argument("--phrasing", choices=["canonical", "seen", "held_out"], default="canonical",
                         help="text rendering: first forms, drawn among the phrasings training saw, or the task's "
                              "held-out phrasings")
     parser.add_argument("--out", required=True, help="results JSON path")
     parser.add_argument("--plot", default=None, help="optional PNG of accuracy vs depth")
-    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--batch_size", "--batch-size", type=int, default=256)
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--train-max-depth", type=int, default=None, help="longest training depth, for G = d50 / d_train")
-    parser.add_argument("--step-size", type=int, default=None, help="c for forced R = ceil(d / c); default model.config.step_size")
+    parser.add_argument("--train_max_depth", "--train-max-depth", type=int, default=None, help="longest training depth, for G = d50 / d_train")
+    parser.add_argument("--step_size", "--step-size", type=int, default=None, help="c for forced R = ceil(d / c); default model.config.step_size")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no_progress", "--no-progress", action="store_true")
     parser.add_argument("--dtype", choices=["float32", "auto", "bfloat16"], default="float32",
                         help="weights at evaluation: float32 (default; fast on CPU), auto (as stored), bfloat16")
-    parser.add_argument("--fixed-iterations", type=int, default=None,
+    parser.add_argument("--fixed_iterations", "--fixed-iterations", type=int, default=None,
                         help="forced mode: R at every depth (a model trained with a fixed R, e.g. R = 1 plain Transformer)")
     parser.add_argument("--workers", type=int, default=0,
                         help="run each batch as this many parts at once, one CPU thread each; 0 (default): one per "
@@ -96,13 +96,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the core update and the coda (model.compile_core()); pays back only on "
                              "long evaluations (compiling costs ~20-50 s)")
-    parser.add_argument("--attn-implementation", default="auto", choices=list(ATTN_IMPLEMENTATIONS),
+    parser.add_argument("--attn_implementation", "--attn-implementation", default="auto", choices=list(ATTN_IMPLEMENTATIONS),
                         help="auto (default): par_eager on a CPU for the local view's few-row windows (eager "
                              "attention; under --compile its few-key blocks are fused broadcast products), else "
                              "sdpa (benchmarks/bench_speed.py)")
     parser.add_argument("--profile", default=None, help="also write the progress profile (JSON) here")
-    parser.add_argument("--profile-plot", default=None, help="heatmap PNG of the profile (and padding control)")
-    parser.add_argument("--padding-control", type=int, default=None, metavar="D0",
+    parser.add_argument("--profile_plot", "--profile-plot", default=None, help="heatmap PNG of the profile (and padding control)")
+    parser.add_argument("--padding_control", "--padding-control", type=int, default=None, metavar="D0",
                         help="with --profile: also profile D0 random ops + identity ops up to each depth")
     args = parser.parse_args(argv)
     try:

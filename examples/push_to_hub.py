@@ -1,7 +1,7 @@
 """Export a PAR checkpoint as a Hub-ready folder and, when asked, push it.
 
-    python examples/push_to_hub.py --checkpoint checkpoints/par-swap-s5-small --output-dir /tmp/export
-    python examples/push_to_hub.py --checkpoint DIR --output-dir /tmp/export --repo-id you/par-swap-s5 --push
+    python examples/push_to_hub.py --checkpoint checkpoints/par-swap-s5-small --output_dir export/par-swap-s5-small
+    python examples/push_to_hub.py --checkpoint DIR --output_dir export/par-swap-s5 --repo_id you/par-swap-s5 --push
 
 The folder holds safetensors weights, a config with `auto_map`, the two remote-code files, the tokenizer,
 the task spec (if the checkpoint has one) and the rendered model card (hub_card.md) as README.md.
@@ -9,6 +9,10 @@ the task spec (if the checkpoint has one) and the rendered model card (hub_card.
 Measured accuracies also go into the card's YAML front matter as `model-index` (the Hub's structured results,
 shown on the model page): from `measured=` (see `model_index`), or from `--results` when that is an evaluator
 JSON (examples/evaluate_par.py --out). A card with no measured numbers has no model-index.
+
+Re-exporting a checkpoint whose folder already has a card written from `hub_card.md` (every checkpoint this script
+or `train_par.py` exported) keeps that card's results, `model-index`, training data and limits unless new ones are
+given; a card that does not follow the template is reported and not carried.
 """
 
 from __future__ import annotations
@@ -71,12 +75,48 @@ def model_index(model_name: str, measured: dict | None) -> list[dict] | None:
     return [{"name": model_name, "results": results}]
 
 
+def card_fields(card: str) -> dict[str, str] | None:
+    """The values a card written from `hub_card.md` was filled with ({placeholder: text}), read back by matching the
+    template (its literal text as is, each {{placeholder}} as any text); None when the card does not follow it."""
+    template = CARD_TEMPLATE.read_text()
+    pattern, seen = [], set()
+    for i, piece in enumerate(re.split(r"{{(\w+)}}", template)):
+        if i % 2 == 0:
+            pattern.append(re.escape(piece))
+        else:
+            pattern.append(f"(?P={piece})" if piece in seen else f"(?P<{piece}>.*?)")
+            seen.add(piece)
+    match = re.fullmatch("".join(pattern), card, flags=re.DOTALL)
+    return None if match is None else match.groupdict()
+
+
+def carried_card(checkpoint: Path) -> dict | None:
+    """What a re-export keeps from the checkpoint's own card (README.md): {"results", "training_data", "limits",
+    "model_index" (the front matter's `model-index` list, or None)}; None when there is no card. A card that does not
+    follow `hub_card.md` is reported on stderr and carries nothing."""
+    path = checkpoint / "README.md"
+    if not path.is_file():
+        return None
+    fields = card_fields(path.read_text())
+    if fields is None:
+        print(f"push_to_hub: {path} does not follow hub_card.md; its results and model-index are not carried "
+              "(give --results to attach results).", file=sys.stderr)
+        return None
+    index = None
+    if fields["model_index"] != NO_MODEL_INDEX:
+        index = (yaml.safe_load(fields["model_index"]) or {}).get("model-index")
+    return {"results": fields["results"], "training_data": fields["training_data"], "limits": fields["limits"],
+            "model_index": index}
+
+
 def render_card(model, repo_id: str, results_markdown: str | None = None, training_data: str | None = None,
-                limits: str | None = None, measured: dict | None = None) -> str:
+                limits: str | None = None, measured: dict | None = None, index: list[dict] | None = None) -> str:
     """Fill `hub_card.md`'s {{placeholders}}; an unknown placeholder is an error, not a blank. `measured` (see
-    `model_index`) becomes the front matter's `model-index`."""
+    `model_index`) becomes the front matter's `model-index`; `index` (an existing `model-index` list, e.g. a source
+    card's) is used as is, renamed to this model, when nothing is measured."""
     c = model.config
-    index = model_index(repo_id.split("/")[-1], measured)
+    index = model_index(repo_id.split("/")[-1], measured) or (
+        None if index is None else [{**entry, "name": repo_id.split("/")[-1]} for entry in index])
     values = {
         "model_index": NO_MODEL_INDEX if index is None else yaml.safe_dump(
             {"model-index": index}, sort_keys=False, allow_unicode=True, width=120).rstrip("\n"),
@@ -150,7 +190,8 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
                    measured: dict | None = None, rendering: str | None = None,
                    learned_halting: bool | None = None) -> Path:
     """`measured` (see `model_index`; "task" defaults to the checkpoint's task spec) is the card's model-index;
-    without it, an evaluator JSON given as `results` supplies one. `rendering` ("symbolic" / "text") writes the
+    without it, an evaluator JSON given as `results` supplies one; with neither, the checkpoint's own card (see
+    `carried_card`) supplies its results and model-index, and training data / limits where not given. `rendering` ("symbolic" / "text") writes the
     task's segmentation rule into a checkpoint saved before configs carried one (`config.prompt_format`, what the
     `state-tracking` pipeline reads raw text with); `learned_halting` records whether its halting head was trained."""
     checkpoint, output_dir = Path(checkpoint), Path(output_dir)
@@ -159,7 +200,7 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {sorted(DTYPES)}; got {dtype!r}.")
     if output_dir.exists() and any(output_dir.iterdir()):
-        raise ValueError(f"--output-dir {output_dir} exists and is not empty; give a new folder.")
+        raise ValueError(f"--output_dir {output_dir} exists and is not empty; give a new folder.")
     model = ParLoopedQwenForStateTracking.from_pretrained(checkpoint)
     if rendering is not None:
         from state_tracking import load_task_from_dir, prompt_format_of
@@ -183,8 +224,12 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
             measured = measured_from_evaluation(json.loads(results.read_text()))
     if measured is not None:
         measured = _with_task(measured, checkpoint)
-    card = render_card(model, repo_id or f"local/{checkpoint.name}", results_markdown, training_data, limits,
-                       measured)
+    source = carried_card(checkpoint) or {}
+    index = None
+    if results is None and measured is None:  # nothing new measured: the source card's results stay
+        results_markdown, index = source.get("results"), source.get("model_index")
+    card = render_card(model, repo_id or f"local/{checkpoint.name}", results_markdown,
+                       training_data or source.get("training_data"), limits or source.get("limits"), measured, index)
     (output_dir / "README.md").write_text(card)
     return output_dir
 
@@ -192,15 +237,15 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="a folder written by save_pretrained")
-    parser.add_argument("--output-dir", required=True, help="a new folder for the export")
-    parser.add_argument("--repo-id", default=None, help="Hub repository, e.g. you/par-swap-s5")
+    parser.add_argument("--output_dir", "--output-dir", required=True, help="a new folder for the export")
+    parser.add_argument("--repo_id", "--repo-id", default=None, help="Hub repository, e.g. you/par-swap-s5")
     parser.add_argument("--dtype", default=None, choices=sorted(DTYPES), help="cast the weights before saving")
     parser.add_argument("--results", default=None, help="a results .md (inserted) or .json (quoted) for the card")
-    parser.add_argument("--training-data", default=None, help="one paragraph for the card")
+    parser.add_argument("--training_data", "--training-data", default=None, help="one paragraph for the card")
     parser.add_argument("--limits", default=None, help="one line for the card's limits")
     parser.add_argument("--rendering", default=None, choices=["symbolic", "text"],
                         help="write the task's segmentation rule (config.prompt_format) for the pipeline")
-    parser.add_argument("--learned-halting", default=None, choices=["true", "false"],
+    parser.add_argument("--learned_halting", "--learned-halting", default=None, choices=["true", "false"],
                         help="whether the halting head was trained (the pipeline halts by it when true)")
     parser.add_argument("--push", action="store_true", help="upload the export to --repo-id")
     parser.add_argument("--private", action="store_true")

@@ -55,7 +55,7 @@ def test_export_rejects_bad_inputs(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="--dtype"):
         push_to_hub.export_for_hub(tmp_path / "ckpt", tmp_path / "out", dtype="fp8")
     push_to_hub.export_for_hub(tmp_path / "ckpt", tmp_path / "out", dtype="bfloat16")
-    with pytest.raises(ValueError, match="--output-dir"):
+    with pytest.raises(ValueError, match="--output_dir"):
         push_to_hub.export_for_hub(tmp_path / "ckpt", tmp_path / "out")
 
 
@@ -137,7 +137,7 @@ def test_evaluator_json_results_give_the_model_index(tiny_model, tmp_path):
     record = {"task": "swap_s5", "mode": "halting", "train_max_depth": 4, "n_per_depth": 32, "depths": [4, 12],
               "accuracy": [0.96875, 0.40625], "d50": 4}
     (tmp_path / "eval.json").write_text(json.dumps(record))
-    push_to_hub.main(["--checkpoint", str(tmp_path / "ckpt"), "--output-dir", str(tmp_path / "out"),
+    push_to_hub.main(["--checkpoint", str(tmp_path / "ckpt"), "--output_dir", str(tmp_path / "out"),
                       "--repo-id", "me/par-eval", "--results", str(tmp_path / "eval.json")])
     meta = front_matter((tmp_path / "out" / "README.md").read_text())
     assert [r["dataset"]["args"] for r in meta["model-index"][0]["results"]] == [
@@ -161,3 +161,29 @@ def test_shipped_card_model_index_matches_its_training_summary():
     assert measured_metrics(meta["model-index"]) == expected
     assert {r["dataset"]["name"] for r in meta["model-index"][0]["results"]} == {"swap_s5"}
     assert {r["dataset"]["args"]["n_sequences"] for r in meta["model-index"][0]["results"]} == {summary["n_per_depth"]}
+
+
+def test_reexport_keeps_the_source_cards_results_unless_new_ones_are_given(tiny_model, tmp_path, capsys):
+    source = REPO / "checkpoints" / "par-swap-s5-small"
+    source_card = (source / "README.md").read_text()
+    out = push_to_hub.export_for_hub(source, tmp_path / "again", repo_id="me/par-again")
+    card = (out / "README.md").read_text()
+    (entry,) = front_matter(card)["model-index"]
+    assert entry["name"] == "par-again"
+    assert measured_metrics([entry]) == measured_metrics(front_matter(source_card)["model-index"])
+    kept = push_to_hub.card_fields(card)
+    for field in ("results", "training_data", "limits"):
+        assert kept[field] == push_to_hub.card_fields(source_card)[field] and kept[field].strip()
+
+    table = tmp_path / "table.md"  # new results replace the carried ones (and their model-index)
+    table.write_text("| depth | acc |\n|---|---|\n| 8 | 0.5 |")
+    card = (push_to_hub.export_for_hub(source, tmp_path / "new", results=table) / "README.md").read_text()
+    assert "model-index" not in front_matter(card) and push_to_hub.card_fields(card)["results"].strip() == (
+        table.read_text())
+
+    ckpt = tmp_path / "ckpt"  # a hand-written card is not the template's: reported, nothing carried
+    tiny_model.save_pretrained(ckpt)
+    (ckpt / "README.md").write_text("# my model\n\n| d | acc |\n|---|---|\n| 8 | 99 |\n")
+    card = (push_to_hub.export_for_hub(ckpt, tmp_path / "hand") / "README.md").read_text()
+    assert "model-index" not in front_matter(card) and "| 8 | 99 |" not in card
+    assert "does not follow hub_card.md" in capsys.readouterr().err
