@@ -345,6 +345,18 @@ def build_model(model_args: ModelArguments, token_ids: dict, train_args=None):
     return model
 
 
+def use_tokenizer_special_tokens(config, tokenizer) -> None:
+    """The model is built for this tokenizer: its config takes the tokenizer's pad / bos / eos ids wherever the
+    tokenizer defines one (an eos list that already holds the tokenizer's eos stays). This is what the Trainer would
+    otherwise do itself at the start of training, with a warning that the config was changed behind the user's back."""
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        token_id = getattr(tokenizer, name, None)
+        current = getattr(config, name, None)
+        if token_id is None or current == token_id or (isinstance(current, list) and token_id in current):
+            continue
+        setattr(config, name, int(token_id))
+
+
 def build_tokenizer_for(task, task_args: TaskArguments, model_args: ModelArguments):
     if model_args.init_from_qwen2:
         if task_args.rendering != "text":
@@ -504,6 +516,7 @@ def main(argv=None):
         prompt_format = prompt_format_of(task, task_args.rendering)
     set_seed(train_args.seed)  # the from-scratch initialisation (and the adapter of a retrofit) follow --seed
     model = build_model(model_args, token_ids, train_args)
+    use_tokenizer_special_tokens(model.config, tokenizer)
     # what the checkpoint needs to read raw text (the state-tracking pipeline) and whether it may halt by itself
     model.config.prompt_format = prompt_format.to_dict()
     model.config.learned_halting = train_args.halting_loss_weight > 0
