@@ -231,7 +231,7 @@ def prepare_model(model, path: dict):
 
 # eager attention + compile_core() (round 4's default: no-grad runs of `block_iterations` iterations as one graph),
 # and the same with "par_eager" attention (the window's few-key blocks as fused broadcast products: the CPU default).
-# Round 3's default (one compiled call per iteration) is in results/speed_cpu/earlier/.
+# Round 3's default (one compiled call per iteration) is described in results/speed_cpu/README.md.
 EAGER_COMPILED_PATHS = [
     ("eager attention + compile_core()", dict(attn="eager", compile=True)),
     ("par_eager attention + compile_core()", dict(attn="par_eager", compile=True)),

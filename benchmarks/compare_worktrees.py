@@ -1,7 +1,7 @@
 """Is a refactor speed-neutral? The default paths of `bench_speed.py`, timed from two checkouts, interleaved.
 
-    git worktree add /tmp/before <commit>          # the code before the change
-    python benchmarks/compare_worktrees.py --before /tmp/before --after . [--rounds 3] [--repeats 5] \
+    git worktree add ../before <commit>            # the code before the change
+    python benchmarks/compare_worktrees.py --before ../before --after . [--rounds 3] [--repeats 5] \
         [--out results/speed_cpu/split_before_after.json]
 
 Each round runs one measuring process per checkout (the order alternates between rounds), so both see the
