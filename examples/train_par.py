@@ -211,8 +211,16 @@ DATA_TRAINING = dict(output_dir="runs/par-records", max_steps=6000, max_train_se
 # Retrofitting a pretrained Qwen2 (--init_from_qwen2): the paper's AdamW schedule, not the from-scratch one above.
 RETROFIT_TRAINING = dict(learning_rate=2e-5, adapter_learning_rate=1e-4, warmup_steps=200)
 
-CURVE_KEYS = ("step", "loss", "loss_halt", "acc_last_iteration", "acc_window_mean", "depth", "iterations",
-              "curriculum_max_depth", "stretch_s_max", "learning_rate")
+# summary.json's curve: every loss part the trainer logs ("loss" and each "loss_*": loss_answer, loss_halt, loss_final,
+# loss_distill, ...) and these
+CURVE_KEYS = ("step", "acc_last_iteration", "acc_window_mean", "depth", "iterations", "curriculum_max_depth",
+              "stretch_s_max", "learning_rate")
+
+
+def training_curve(log_history: list[dict]) -> list[dict]:
+    """The training logs of a run's history (those with a loss), each cut to its step, loss parts and CURVE_KEYS."""
+    return [{k: v for k, v in row.items() if k in CURVE_KEYS or k == "loss" or k.startswith("loss_")}
+            for row in log_history if "loss" in row]
 
 
 def _wants_self_distillation(argv: list[str]) -> bool:
@@ -560,7 +568,7 @@ def main(argv=None):
         "extrapolation_factor": {m: r["extrapolation_factor"] for m, r in results.items()},
         "mean_iterations": {m: dict(zip(r["depths"], (row["mean_iterations"] for row in r["per_depth"])))
                             for m, r in results.items()},
-        "curve": [{k: row[k] for k in CURVE_KEYS if k in row} for row in trainer.state.log_history if "loss" in row],
+        "curve": training_curve(trainer.state.log_history),
         "probe": [{"step": row["step"], "accuracy": row["probe_accuracy"]} for row in trainer.state.log_history
                   if "probe_accuracy" in row],
         "probe_stopped_at": next((row["step"] for row in trainer.state.log_history if "probe_stop" in row), None),

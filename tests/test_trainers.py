@@ -17,12 +17,12 @@ from trainers import (
     ParTrainingArguments,
     PrefixSelfDistillationTrainer,
     SelfDistillationArguments,
+    additive_hold_iterations,
     apply_core_lora,
     balanced_halt_loss,
     curriculum_max_depth,
     final_targets,
     halt_labels,
-    additive_hold_iterations,
     hold_iterations,
     is_adapter_parameter,
     iterations_for_depth,
@@ -712,3 +712,144 @@ def test_mastery_curriculum_in_training_draws_under_its_cap_and_resumes_the_same
                            data_collator=COLLATOR)
         plain.train()
         train(tmp_path / "e", resume=str(tmp_path / "d" / "out" / "checkpoint-2"))
+
+
+# ---------------------------------------------------------------------------------------------------- step plan
+LOCAL_VIEW = dict(loop_view="local", progress_positions=True, bidirectional_queries=True)
+
+
+def record_position_ids(module, calls: list, tag: str) -> None:
+    """Appends (tag, the position_ids keyword) for every forward call of `module` (None: ordinary positions)."""
+    module.register_forward_pre_hook(lambda mod, args, kwargs: calls.append((tag, kwargs.get("position_ids"))),
+                                     with_kwargs=True)
+
+
+@pytest.mark.parametrize("view", ["local", "full"])
+def test_self_distillation_trains_on_random_positions_and_its_teacher_reads_them(tmp_path, view):
+    """random_positions_max under self-distillation: the student's forward gets sorted random positions (not the
+    ordinary 0..T−1), new ones every step; the teacher reads the same positions (one pass: the student's very ids;
+    prefix runs: the student's ids through the prefix's operations). Unset: both get the ordinary positions."""
+    def train(random_positions_max):
+        args = tiny_args(tmp_path, cls=SelfDistillationArguments, max_steps=4, ema_decay=0.5,
+                         random_positions_max=random_positions_max)
+        model = tiny_model(**(LOCAL_VIEW if view == "local" else {}))
+        trainer = PrefixSelfDistillationTrainer(model=model, args=args, train_dataset=DATASET, data_collator=COLLATOR,
+                                                processing_class=TOKENIZER, task=TASK)
+        calls = []
+        record_position_ids(trainer.model, calls, "student")
+        record_position_ids(trainer.ema_model, calls, "teacher")
+        trainer.train()
+        return trainer, calls
+
+    trainer, calls = train(64)
+    assert trainer.prefix_invariant() == (view == "local")
+    student = [ids for tag, ids in calls if tag == "student"]
+    assert len(student) == 4 and any(tag == "teacher" for tag, _ in calls)
+    for ids in student:
+        assert ids is not None and (ids.diff(dim=-1) > 0).all() and ids.max() < 64
+        assert not torch.equal(ids, torch.arange(ids.shape[1]).expand_as(ids))  # no padding: ordinary = 0..T−1
+    assert len({tuple(ids[0].tolist()) for ids in student}) == 4  # new positions every step
+    last_student = None
+    for tag, ids in calls:
+        if tag == "student":
+            last_student = ids
+            continue
+        assert ids is not None
+        if view == "local":  # one pass over the whole prompt: the student's positions
+            assert torch.equal(ids, last_student)
+        else:  # a prefix: the preamble and its operations where the student has them
+            kept = ids.shape[1] - TASK.num_queries
+            assert ids.shape[1] < last_student.shape[1] and torch.equal(ids[:, :kept], last_student[:, :kept])
+    if view == "local":
+        _, ordinary = train(None)
+        assert ordinary and all(ids is None for _, ids in ordinary)
+
+
+def test_teacher_on_the_plans_positions_one_pass_equals_the_prefix_runs(tmp_path):
+    """With randomized positions the one-pass teacher (prefix-invariant view) still equals the prefix runs, whose
+    positions `prefix_position_ids` takes from the whole prompt's; ordinary positions map to the prefix's own."""
+    from modeling_par.loop_views import positions_from_mask
+    from trainers import prefix_position_ids
+
+    args = tiny_args(tmp_path, cls=SelfDistillationArguments, max_steps=1, random_positions_max=64)
+    trainer = PrefixSelfDistillationTrainer(model=tiny_model(**LOCAL_VIEW), args=args, train_dataset=DATASET,
+                                            data_collator=COLLATOR, processing_class=TOKENIZER, task=TASK)
+    batch = COLLATOR([DATASET[i] for i in range(len(DATASET)) if DATASET[i]["depth"] == 6][:5])
+    plan = trainer.begin_batch(batch)
+    assert plan.position_ids is not None
+    iterations = [1, 2, 3, 5]
+    fast = trainer.teacher_logits(batch, batch["depth"], iterations, plan)
+    slow = trainer.prefix_teacher_logits(batch, batch["depth"], iterations, plan)
+    torch.testing.assert_close(fast, slow, atol=2e-5, rtol=0)
+    ordinary = trainer.teacher_logits(batch, batch["depth"], iterations)
+    assert (fast - ordinary).abs().max() > 1e-4  # the positions reached the teacher
+    prefix = COLLATOR([DATASET[i] for i in range(len(DATASET)) if DATASET[i]["depth"] == 2][:1])  # a 2-op prompt
+    whole = COLLATOR([DATASET[i] for i in range(len(DATASET)) if DATASET[i]["depth"] == 6][:1])
+    got = prefix_position_ids(whole, positions_from_mask(whole["attention_mask"]), 2, prefix["attention_mask"])
+    assert torch.equal(got, positions_from_mask(prefix["attention_mask"]))
+
+
+def plan_fields(plan):
+    ids = None if plan.position_ids is None else plan.position_ids.tolist()
+    scale = None if plan.position_scale is None else plan.position_scale.tolist()
+    return plan.depth, plan.num_iterations, plan.reads, plan.extra_negative, scale, ids
+
+
+def test_step_plan_is_drawn_in_begin_batch_whatever_runs_after_or_before(tmp_path):
+    """One plan per micro-batch (R, the window, the extra negative, stretch, positions), drawn in begin_batch: the same
+    seed gives the same plans whether the teacher ran before the plan was drawn or after it (inside compute_loss),
+    and whatever the global random state is; ParTrainer draws the same plan; a second micro-batch of a step gets its
+    own."""
+    batches = [COLLATOR([DATASET[i] for i in range(len(DATASET)) if DATASET[i]["depth"] == d][:4]) for d in (3, 5, 6)]
+    options = dict(max_steps=6, depth_schedule="hold", random_positions_max=64)
+
+    def distiller():
+        args = tiny_args(tmp_path, cls=SelfDistillationArguments, ema_decay=0.5, **options)
+        return PrefixSelfDistillationTrainer(model=tiny_model(**LOCAL_VIEW), args=args, train_dataset=DATASET,
+                                             data_collator=COLLATOR, processing_class=TOKENIZER, task=TASK)
+
+    first, plans = distiller(), []
+    first.model.train()
+    real_begin = first.begin_batch
+    first.begin_batch = lambda inputs: plans.append(real_begin(inputs)) or plans[-1]
+    for step in range(6):
+        first.state.global_step = step
+        with torch.no_grad():
+            first.compute_loss(first.model, batches[step % 3])  # the plan, the student, then the teacher
+    teacher_first, par = distiller(), ParTrainer(model=tiny_model(**LOCAL_VIEW), args=tiny_args(tmp_path, **options),
+                                                 train_dataset=DATASET, data_collator=COLLATOR)
+    for step in range(6):
+        batch = batches[step % 3]
+        teacher_first.state.global_step = par.state.global_step = step
+        teacher_first.teacher_logits(batch, batch["depth"], [1, 2])  # the teacher first this time
+        torch.manual_seed(100 + step), np.random.seed(step), torch.rand(3), np.random.rand(3)  # global state moved
+        assert plan_fields(teacher_first.begin_batch(batch)) == plan_fields(plans[step]), step
+        assert plan_fields(par.begin_batch(batch)) == plan_fields(plans[step]), step
+    assert len({plan.num_iterations - plan.depth for plan in plans}) > 1  # the hold tail was drawn
+    again = par.begin_batch(batches[2])  # micro-batch 1 of step 5 (gradient accumulation): its own draws
+    assert plan_fields(again)[-1] != plan_fields(plans[5])[-1]
+
+
+def test_train_par_curve_carries_every_logged_loss_part(tmp_path):
+    """summary.json's curve (train_par.training_curve) keeps every loss part a trainer logs: self-distillation's
+    loss_final and loss_distill, ParTrainer's loss_answer and loss_halt, with the logged values."""
+    from tests.conftest import load_example
+
+    training_curve = load_example("examples/train_par.py").training_curve
+    distill = PrefixSelfDistillationTrainer(
+        model=tiny_model(**LOCAL_VIEW), args=tiny_args(tmp_path / "sd", cls=SelfDistillationArguments, max_steps=3,
+                                                       ema_decay=0.5),
+        train_dataset=DATASET, data_collator=COLLATOR, processing_class=TOKENIZER, task=TASK)
+    halting = ParTrainer(model=tiny_model(), args=tiny_args(tmp_path / "par", max_steps=3, depth_schedule="hold",
+                                                            halting_loss_weight=0.5),
+                         train_dataset=DATASET, data_collator=COLLATOR)
+    for trainer, parts in ((distill, {"loss", "loss_final", "loss_distill"}),
+                           (halting, {"loss", "loss_answer", "loss_halt"})):
+        trainer.train()
+        logs = [row for row in trainer.state.log_history if "loss" in row]
+        curve = training_curve(trainer.state.log_history)
+        logged = {k for row in logs for k in row if k == "loss" or k.startswith("loss_")}
+        assert parts <= logged and len(curve) == len(logs) == 3
+        for row, point in zip(logs, curve):
+            assert {k: row[k] for k in row if k == "loss" or k.startswith("loss_")}.items() <= point.items()
+            assert point["step"] == row["step"] and "grad_norm" not in point

@@ -14,7 +14,7 @@ from .objectives import (
     progress_targets,
     readout_accuracy,
 )
-from .par_trainer import ParTrainer, ParTrainingArguments, is_adapter_parameter
+from .par_trainer import ParTrainer, ParTrainingArguments, StepPlan, is_adapter_parameter
 from .peft_utils import apply_core_lora, core_lora_config
 from .schedules import DepthBatchSampler, MasteryCurriculum, curriculum_max_depth, mastery_max_depth, stretch_max_scale
 from .self_distillation import (
@@ -22,13 +22,15 @@ from .self_distillation import (
     SelfDistillationArguments,
     distillation_kl,
     ema_update,
+    prefix_position_ids,
 )
 
 __all__ = [
     "OBJECTIVES", "additive_hold_iterations", "answer_loss", "apply_core_lora", "balanced_halt_loss",
     "core_lora_config", "curriculum_max_depth", "DepthBatchSampler", "distillation_kl", "ema_update", "final_targets",
     "halt_labels", "hold_iterations", "is_adapter_parameter", "iterations_for_depth", "mastery_max_depth",
-    "MasteryCurriculum", "ParTrainer", "ParTrainingArguments", "PrefixSelfDistillationTrainer", "progress_targets",
-    "readout_accuracy", "SelfDistillationArguments", "StateAccuracyProbeCallback", "stretch_max_scale",
-    "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback", "trained_seconds",
+    "MasteryCurriculum", "ParTrainer", "ParTrainingArguments", "prefix_position_ids", "PrefixSelfDistillationTrainer",
+    "progress_targets", "readout_accuracy", "SelfDistillationArguments", "StateAccuracyProbeCallback", "StepPlan",
+    "stretch_max_scale", "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback",
+    "trained_seconds",
 ]

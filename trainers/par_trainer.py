@@ -7,7 +7,7 @@ import math
 import os
 import warnings
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -196,6 +196,36 @@ class ParTrainingArguments(TrainingArguments):
         self.accelerator_config.split_batches = True
 
 
+@dataclass(frozen=True, eq=False)  # tensors inside: compare fields, not plans
+class StepPlan:
+    """What one training micro-batch runs, drawn once by `ParTrainer.begin_batch` before any model call.
+
+    depth: the batch's d. num_iterations: R (the depth schedule's draw). reads: the supervised readouts (the gradient
+    window; [R] for final_only). extra_negative: with the halting loss, one earlier iteration read as an extra "No"
+    example (None otherwise). position_scale: (B,) stretch factors, or None. position_ids: (B, T) randomized
+    positions (`random_positions_max`), or None for the ordinary ones.
+    """
+
+    depth: int
+    num_iterations: int
+    reads: tuple[int, ...]
+    extra_negative: int | None = None
+    position_scale: torch.Tensor | None = None
+    position_ids: torch.Tensor | None = None
+
+    @property
+    def all_reads(self) -> tuple[int, ...]:
+        """Every iteration read out (supervised reads and the extra negative), ascending."""
+        extra = () if self.extra_negative is None else (self.extra_negative,)
+        return tuple(sorted(set(self.reads) | set(extra)))
+
+    def with_reads(self, reads, num_iterations: int | None = None) -> StepPlan:
+        """The same positions, read at `reads` (and run to `num_iterations`, default max(reads)), no extra negative."""
+        reads = tuple(int(k) for k in reads)
+        return replace(self, reads=reads, extra_negative=None,
+                       num_iterations=max(reads) if num_iterations is None else num_iterations)
+
+
 class ParTrainer(Trainer):
     """Trainer for PAR: `compute_loss` runs the loop for the batch's depth and supervises the gradient window.
 
@@ -266,7 +296,8 @@ class ParTrainer(Trainer):
 
     # ------------------------------------------------------------------------------------------------ per-step rng
     def _step_rng(self, purpose: str) -> np.random.Generator:
-        """Randomness keyed on (seed, step, micro-batch, purpose): identical on every rank and after a resume."""
+        """Randomness keyed on (seed, step, micro-batch, purpose): identical on every rank and after a resume, and each
+        purpose its own stream, so no draw depends on another or on the order of the calls."""
         return np.random.default_rng([self.args.seed, self.state.global_step, self._micro_batch,
                                       _RNG_PURPOSES.index(purpose)])
 
@@ -330,8 +361,12 @@ class ParTrainer(Trainer):
         return reads, extra
 
     # ------------------------------------------------------------------------------------------------ loss
-    def begin_batch(self, inputs) -> int:
-        """Check the batch has one depth d, count micro-batches within the optimizer step, return d."""
+    def begin_batch(self, inputs) -> StepPlan:
+        """Check the batch has one depth d, count micro-batches within the optimizer step, and draw the step's plan.
+
+        Every random choice of the micro-batch is made here, in a fixed order (loop length, extra halting negative,
+        stretch, positions), each from its own keyed stream (`_step_rng`): the plan is a function of (seed, step,
+        micro-batch, batch) alone, whatever runs after it (a teacher, a probe) and in whatever order."""
         depth = inputs["depth"]
         d = int(depth[0])
         if not bool((depth == d).all()):
@@ -340,21 +375,29 @@ class ParTrainer(Trainer):
         step = self.state.global_step  # micro-batches of one optimizer step: 0, 1, … (gradient accumulation)
         self._micro_batch = self._micro_batch + 1 if self._micro_batch_step == step else 0
         self._micro_batch_step = step
-        return d
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        depth, d = inputs["depth"], self.begin_batch(inputs)
-        c = self.model.config.step_size
         num_iterations = self.num_iterations(d)
         reads, extra = self.readout_iterations(num_iterations, d)
-        all_reads = sorted(set(reads) | ({extra} if extra else set()))
-        scale = self.position_scale(depth.shape[0], depth.device)
-        out = model(
+        return StepPlan(depth=d, num_iterations=num_iterations, reads=tuple(reads), extra_negative=extra,
+                        position_scale=self.position_scale(depth.shape[0], depth.device),
+                        position_ids=self.position_ids(inputs["attention_mask"]))
+
+    def forward_batch(self, model, inputs, plan: StepPlan):
+        """The model on a training batch as `plan` says: R iterations, the readouts `plan.all_reads`, the plan's
+        positions (stretch scale or position ids). The one call of the loop on a batch: ParTrainer's, and the student's
+        and the one-pass teacher's in self-distillation.  -> ParLoopedOutput, answer_logits (K, B, Q, C)"""
+        return model(
             input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-            query_positions=inputs["query_positions"], num_iterations=num_iterations,
-            readout_iterations=all_reads, position_scale=scale, operation_ends=inputs.get("operation_ends"),
-            position_ids=self.position_ids(inputs["attention_mask"]),
+            query_positions=inputs["query_positions"], num_iterations=plan.num_iterations,
+            readout_iterations=list(plan.all_reads), position_scale=plan.position_scale,
+            operation_ends=inputs.get("operation_ends"), position_ids=plan.position_ids,
         )
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        plan = self.begin_batch(inputs)
+        depth, d, num_iterations = inputs["depth"], plan.depth, plan.num_iterations
+        c = self.model.config.step_size
+        reads, all_reads = plan.reads, plan.all_reads
+        out = self.forward_batch(model, inputs, plan)
         read_index = torch.tensor(all_reads, device=depth.device)
         supervised = torch.tensor([k in reads for k in all_reads], device=depth.device)
         iterations = read_index[supervised]

@@ -3,6 +3,15 @@
 For iterations k < ⌈d/c⌉ inside the gradient window, the EMA teacher runs on the same prompt truncated to its first
 c·k operations and is read at its own completing iteration ⌈c·k/c⌉ = k; the student's iteration k is pulled to it by
 KL. Iterations k ≥ ⌈d/c⌉ take CE with the final answer z_d — the only label used.
+
+Positions: student and teacher read the same positions, those of the step's plan (`ParTrainer.begin_batch`): the
+stretch scale s of each sample, or its randomized position ids (`random_positions_max`). On a prefix, the prompt's
+tokens through operation c·k keep their positions and the queries follow operation c·k as they follow the last
+operation (`prefix_position_ids`: the progress shift). The KL then compares the student's iteration k with what the
+(EMA) model computes on the prefix of the very input the student sees, and under a prefix-invariant view the one
+teacher pass over the whole prompt equals the prefix runs. (A teacher on ordinary positions would instead pull the
+student toward the readouts of another input, and for a model trained only on randomized positions, one it is not
+trained on.)
 """
 
 from __future__ import annotations
@@ -16,11 +25,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_model, save_model
 from transformers import TrainerCallback
 
-from modeling_par import grad_window_iterations
 from state_tracking import StateTrackingCollator, truncate_to_prefix
 
 from .objectives import answer_loss, final_targets, iterations_for_depth, readout_accuracy
-from .par_trainer import ParTrainer, ParTrainingArguments
+from .par_trainer import ParTrainer, ParTrainingArguments, StepPlan
 
 EMA_WEIGHTS_NAME = "ema_teacher.safetensors"
 
@@ -73,6 +81,39 @@ def distillation_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
     return temperature**2 * kl.mean(dim=(1, 2)).sum()
 
 
+def prefix_position_ids(inputs, position_ids: torch.Tensor, j, prefix_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of each prompt's j-op prefix, from the whole prompt's: its tokens through operation j keep their
+    positions, and the tokens after the prompt's last operation (the queries) follow operation j as they follow the
+    last one, moved back by Δ = pos(end_d) − pos(end_j) — the progress shift of `progress_positions`, so a
+    prefix-invariant view computes on the prefix what it computes at iteration j/c of the whole prompt. Ordinary
+    positions give the prefix's ordinary positions. Padding gets 0.
+
+    inputs: the whole batch (attention_mask (B, T), operation_ends (B, D+1), depth (B,)); position_ids (B, T) of it;
+    j: the prefix length (an int or (B,)); prefix_mask: (B, T') attention mask of the rendered prefixes -> (B, T')
+    """
+    if inputs.get("operation_ends") is None:
+        raise ValueError("self-distillation with random_positions_max needs operation_ends in the batch (the "
+                         "prefix's tokens are found by them); build the dataset with state_tracking.build_dataset.")
+    mask, ends, depth = inputs["attention_mask"].bool(), inputs["operation_ends"], inputs["depth"]
+    j = torch.as_tensor(j, device=ends.device).long().expand(depth.shape[0])
+    token = torch.arange(mask.shape[1], device=mask.device)[None]
+    last_kept = ends.gather(1, j[:, None])  # (B, 1) last token of operation j (of the preamble for j = 0)
+    last_op = ends.gather(1, depth[:, None])  # (B, 1) last token of the prompt's last operation
+    after = mask & (token > last_op)  # the query region
+    keep = (mask & (token <= last_kept)) | after  # (B, T)
+    shift = position_ids.gather(1, last_op) - position_ids.gather(1, last_kept)  # (B, 1) Δ
+    moved = torch.where(after, position_ids - shift, position_ids)
+    positions = torch.zeros_like(prefix_mask, dtype=position_ids.dtype)
+    for b in range(mask.shape[0]):
+        real = prefix_mask[b].bool()
+        if int(keep[b].sum()) != int(real.sum()):
+            raise ValueError(f"the {int(j[b])}-op prefix of sample {b} has {int(real.sum())} tokens, but its prompt "
+                             f"without operations {int(j[b]) + 1}..{int(depth[b])} has {int(keep[b].sum())}: the "
+                             "rendering does not render a prefix as the prompt cut after operation j.")
+        positions[b, real] = moved[b, keep[b]]
+    return positions
+
+
 class _EmaCallback(TrainerCallback):
     def __init__(self, trainer: PrefixSelfDistillationTrainer):
         self.trainer = trainer
@@ -88,6 +129,9 @@ class PrefixSelfDistillationTrainer(ParTrainer):
     view), `rendering` ("symbolic" | "text"), `random_initial`;
     the tokenizer is the Trainer's `processing_class`. The EMA weights are written to every checkpoint as
     `ema_teacher.safetensors` and restored on resume.
+
+    The student runs through `ParTrainer.forward_batch` with the step's plan (`begin_batch`: R, the window, the
+    stretch scale, randomized positions), and the teacher reads the same positions (the module docstring says why).
     """
 
     args: SelfDistillationArguments
@@ -118,57 +162,68 @@ class PrefixSelfDistillationTrainer(ParTrainer):
         return config.loop_view in ("local", "prefix") and bool(config.progress_positions)
 
     @torch.no_grad()
-    def teacher_logits(self, inputs, depth: torch.Tensor, iterations: list[int]) -> torch.Tensor:
+    def teacher_logits(self, inputs, depth: torch.Tensor, iterations: list[int],
+                       plan: StepPlan | None = None) -> torch.Tensor:
         """The teacher's readout on each prompt truncated to c·k ops, at its completing iteration k.
 
-        Under a prefix-invariant view (`prefix_invariant`) this is read from one teacher pass over the whole prompt
-        (the same numbers); otherwise each prefix is rendered and run.  -> (K, B, Q, C) for K = len(iterations)
+        plan: the batch's step plan; the teacher reads the student's positions (its stretch scale or position ids);
+        None: ordinary positions. Under a prefix-invariant view (`prefix_invariant`) this is read from one teacher
+        pass over the whole prompt (the same numbers); otherwise each prefix is rendered and run.
+        -> (K, B, Q, C) for K = len(iterations)
         """
+        if plan is None:
+            plan = StepPlan(depth=int(depth.max()), num_iterations=max(iterations), reads=tuple(iterations))
         if self.prefix_invariant():
-            out = self.ema_model(
-                input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                query_positions=inputs["query_positions"], num_iterations=max(iterations),
-                readout_iterations=list(iterations), operation_ends=inputs["operation_ends"],
-            )
-            return out.answer_logits
-        return self.prefix_teacher_logits(inputs, depth, iterations)
+            return self.forward_batch(self.ema_model, inputs, plan.with_reads(iterations)).answer_logits
+        return self.prefix_teacher_logits(inputs, depth, iterations, plan)
 
     @torch.no_grad()
-    def prefix_teacher_logits(self, inputs, depth: torch.Tensor, iterations: list[int]) -> torch.Tensor:
+    def prefix_teacher_logits(self, inputs, depth: torch.Tensor, iterations: list[int],
+                              plan: StepPlan | None = None) -> torch.Tensor:
         """`teacher_logits` by rendering each c·k-op prefix and running the teacher on it to iteration k (any view).
 
-        -> (K, B, Q, C) for K = len(iterations)
+        With the plan's position ids, a prefix's positions come from the whole prompt's (`prefix_position_ids`),
+        and the prefixes of each k run as one batch. -> (K, B, Q, C) for K = len(iterations)
         """
         c = self.model.config.step_size
         columns = {"ops": inputs["ops"], "step_labels": inputs["step_labels"], "depth": depth}
-        rows, num_iterations = [], []
+        scale = None if plan is None else plan.position_scale  # (B,)
+        prefixes = []  # per k: the B rendered prefixes
         for k in iterations:
             prefix = truncate_to_prefix(columns, c * k, self.task, self.processing_class, self.rendering,
                                         random_initial=self.random_initial)
-            rows.extend({key: prefix[key][b] for key in ("input_ids", "query_positions", "operation_ends")}
-                        for b in range(depth.shape[0]))
-            num_iterations.extend([k] * depth.shape[0])  # its completing iteration ⌈c·k / c⌉ = k
-        batch = {k: v.to(depth.device) for k, v in self.prefix_collator(rows).items()}
-        prediction = self.ema_model.predict(
-            batch["input_ids"], attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
-            num_iterations=torch.tensor(num_iterations, device=depth.device),
-            operation_ends=batch["operation_ends"],
-        )
-        return prediction.answer_logits.view(len(iterations), depth.shape[0], *prediction.answer_logits.shape[1:])
+            prefixes.append([{key: prefix[key][b] for key in ("input_ids", "query_positions", "operation_ends")}
+                             for b in range(depth.shape[0])])
+        if plan is None or plan.position_ids is None:  # one batch of all K·B prefixes, each read at its own k
+            rows = [row for rows_k in prefixes for row in rows_k]
+            num_iterations = [k for k in iterations for _ in range(depth.shape[0])]  # completing iteration ⌈c·k/c⌉ = k
+            batch = {key: v.to(depth.device) for key, v in self.prefix_collator(rows).items()}
+            prediction = self.ema_model.predict(
+                batch["input_ids"], attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
+                num_iterations=torch.tensor(num_iterations, device=depth.device),
+                operation_ends=batch["operation_ends"],
+                position_scale=None if scale is None else scale.repeat(len(iterations)),
+            )
+            return prediction.answer_logits.view(len(iterations), depth.shape[0],
+                                                 *prediction.answer_logits.shape[1:])
+        logits = []
+        for k, rows in zip(iterations, prefixes):
+            batch = {key: v.to(depth.device) for key, v in self.prefix_collator(rows).items()}
+            positions = prefix_position_ids(inputs, plan.position_ids, c * k, batch["attention_mask"])
+            out = self.ema_model(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                query_positions=batch["query_positions"], num_iterations=k, readout_iterations=[k],
+                operation_ends=batch["operation_ends"], position_ids=positions, position_scale=scale,
+            )
+            logits.append(out.answer_logits[0])
+        return torch.stack(logits)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        depth, d = inputs["depth"], self.begin_batch(inputs)
-        c = self.model.config.step_size
-        num_iterations = self.num_iterations(d)
-        reads = grad_window_iterations(num_iterations, self.model.config.grad_window)
-        out = model(
-            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-            query_positions=inputs["query_positions"], num_iterations=num_iterations, readout_iterations=reads,
-            position_scale=self.position_scale(depth.shape[0], depth.device),
-            operation_ends=inputs.get("operation_ends"),
-        )
-        completing = iterations_for_depth(d, c)
-        iterations = torch.tensor(reads, device=depth.device)
+        plan = self.begin_batch(inputs)  # the halting loss is off: plan.all_reads == plan.reads, the gradient window
+        depth, d = inputs["depth"], plan.depth
+        out = self.forward_batch(model, inputs, plan)
+        completing = iterations_for_depth(d, self.model.config.step_size)
+        iterations = torch.tensor(plan.reads, device=depth.device)
         distilled = iterations < completing
         loss = out.answer_logits.new_zeros((), dtype=torch.float32)
         if (~distilled).any():  # k ≥ ⌈d/c⌉: the final answer z_d, the only label this trainer reads
@@ -181,11 +236,11 @@ class PrefixSelfDistillationTrainer(ParTrainer):
             self._log_value("acc_last_iteration", final_accuracy)
             self.observe_final_accuracy(d, final_accuracy)
         if distilled.any():
-            teacher = self.teacher_logits(inputs, depth, iterations[distilled].tolist())
+            teacher = self.teacher_logits(inputs, depth, iterations[distilled].tolist(), plan)
             loss_kl = distillation_kl(out.answer_logits[distilled], teacher, self.args.distill_temperature)
             loss = loss + loss_kl
             self._log_value("loss_distill", loss_kl.item())
-        self.log_loop(out, d, num_iterations)
+        self.log_loop(out, d, plan.num_iterations)
         return (loss, out) if return_outputs else loss
 
     # ------------------------------------------------------------------------------------------------ checkpoints
