@@ -205,7 +205,11 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
     if rendering is not None:
         from state_tracking import load_task_from_dir, prompt_format_of
 
-        model.config.prompt_format = prompt_format_of(load_task_from_dir(checkpoint), rendering).to_dict()
+        before = model.config.prompt_format or {}
+        fmt = prompt_format_of(load_task_from_dir(checkpoint), rendering)
+        if before.get("rendering") == rendering and before.get("trained") is not None:  # keep what training used
+            fmt = fmt.with_trained(before["trained"])
+        model.config.prompt_format = fmt.to_dict()
     if learned_halting is not None:
         model.config.learned_halting = learned_halting
     model.config.validate_par(require_answers=True)

@@ -49,6 +49,7 @@ from state_tracking import (  # noqa: E402
     save_results,
     save_task,
 )
+from state_tracking.data import trained_phrasings  # noqa: E402
 from state_tracking.evaluation import (  # noqa: E402
     check_attn_implementation,
     default_attn_implementation,
@@ -268,6 +269,43 @@ def parse_all_args(argv=None):
 
 def build_task(task_args: TaskArguments):
     return load_task(task_args.task_file) if task_args.task_file else get_task(task_args.task)
+
+
+def training_problems(task_args: TaskArguments, train_args, world: int = 1) -> dict:
+    """The `build_dataset` arguments of the training data (n, depths, seed, random_initial)."""
+    return dict(n=task_args.train_size or train_args.max_steps * train_args.per_device_train_batch_size * world,
+                depths=(train_args.min_train_depth, train_args.max_train_depth), seed=train_args.seed,
+                random_initial=task_args.random_initial)
+
+
+def trained_prompt_format(task, task_args: TaskArguments, problems: dict, init_from_par: str | None = None):
+    """The task's prompt format with the record of the sentences the training data used (`PromptFormat.trained`,
+    replayed by `state_tracking.data.trained_phrasings`): the pipeline refuses every other. Fine-tuning a PAR
+    checkpoint adds them to its own record; a parent without one leaves the record out (its data is unknown)."""
+    prompt_format = prompt_format_of(task, task_args.rendering)
+    trained = trained_phrasings(task, task_args.rendering, **problems)
+    if init_from_par:
+        parent = getattr(ParLoopedQwenConfig.from_pretrained(init_from_par), "prompt_format", None) or {}
+        before = parent.get("trained") if parent.get("rendering") == task_args.rendering else None
+        if before is None:
+            logger.warning("--init_from_par: %s records no training sentences; the new checkpoint records none either "
+                           "(its pipeline refuses nothing for being unseen).", init_from_par)
+            return prompt_format
+        trained = merge_trained(prompt_format.with_trained(before).trained, prompt_format.with_trained(trained).trained)
+    return prompt_format.with_trained(trained)
+
+
+def merge_trained(a: dict, b: dict) -> dict:
+    """Two `PromptFormat.trained` records of one format as one (each slot's sentences: a's, then b's new ones)."""
+    def union(x, y):
+        return list(dict.fromkeys([*x, *y]))
+
+    names = list(dict.fromkeys([*a["operations"], *b["operations"]]))
+    return {"operations": {n: union(a["operations"].get(n, ()), b["operations"].get(n, ())) for n in names},
+            "preamble": [union(x, y) for x, y in zip(a["preamble"], b["preamble"])] if a["preamble"] and b["preamble"]
+            else [list(p) for p in (a["preamble"] or b["preamble"])],
+            "queries": [union(x, y) for x, y in zip(a["queries"], b["queries"])],
+            "source": "; ".join(s for s in (a["source"], b["source"]) if s)}
 
 
 RECIPE_VIEW = dict(loop_view="local", progress_positions=True, bidirectional_queries=True)  # from scratch
@@ -517,11 +555,9 @@ def main(argv=None):
         task = build_task(task_args)
         tokenizer = build_tokenizer_for(task, task_args, model_args)
         token_ids = model_token_ids(tokenizer, task)
-        n = task_args.train_size or train_args.max_steps * train_args.per_device_train_batch_size * world
-        dataset = build_dataset(task, tokenizer, task_args.rendering, n=n,
-                                depths=(train_args.min_train_depth, train_args.max_train_depth), seed=train_args.seed,
-                                random_initial=task_args.random_initial)
-        prompt_format = prompt_format_of(task, task_args.rendering)
+        problems = training_problems(task_args, train_args, world)
+        dataset = build_dataset(task, tokenizer, task_args.rendering, **problems)
+        prompt_format = trained_prompt_format(task, task_args, problems, model_args.init_from_par)
     set_seed(train_args.seed)  # the from-scratch initialisation (and the adapter of a retrofit) follow --seed
     model = build_model(model_args, token_ids, train_args)
     use_tokenizer_special_tokens(model.config, tokenizer)

@@ -10,7 +10,14 @@ The checkpoint's `config.prompt_format` (see `prompt_format.py`) segments each p
 queries; a prompt it cannot segment raises `PromptFormatError` and is never answered. A checkpoint trained on recorded
 data (`record_format.py`) takes a record instead: a list of operation strings, a string of them split at its delimiter,
 or ``{"operations": ..., "initial_state": ...}`` (a batch: a list of those); an operation or label its training files
-never held raises `PromptFormatError`. The model then runs learned
+never held raises `PromptFormatError`.
+
+Only what training used is answered: a sentence the format knows but the training data never used (a held-out
+phrasing, a start state an idle-start checkpoint never saw; `prompt_format.trained`) raises one `PromptFormatError`
+naming it and the nearest trained sentence. `allow_untrained=True` answers anyway and each result then carries
+``"untrained"``: the list of such units (``{"unit", "sentence", "nearest_trained"}``; empty when there were none), or
+None for a checkpoint saved before formats recorded what training used (nothing is known: such a checkpoint answers
+every prompt its format segments, with or without the flag, as it always did). The model then runs learned
 halting when the checkpoint was trained for it (`config.learned_halting`), forced depth R = ⌈d / step_size⌉ from the
 segmentation otherwise; `mode` says which (override with `halting=True/False`). `return_trajectory=True` adds the
 state after each operation, read from the progress readouts y_k = Q(s_k) of iterations k = 1..R (iteration k
@@ -44,11 +51,14 @@ def boundary_marks(length: int, operation_ends: list[int], query_positions: list
     return ends, queries
 
 
-def model_inputs(ids: list[int], operation_ends: list[int], query_positions: list[int]) -> dict:
-    """One prompt's tensors for `_forward`: its ids, mask and the token-aligned boundary marks (batched by padding)."""
+def model_inputs(ids: list[int], operation_ends: list[int], query_positions: list[int],
+                 untrained: list[dict] | None = None) -> dict:
+    """One prompt's tensors for `_forward`: its ids, mask and the token-aligned boundary marks (batched by padding),
+    and its untrained units (a batch of one: a list the Pipeline's collation keeps per prompt)."""
     end_marks, query_marks = boundary_marks(len(ids), operation_ends, query_positions)
     return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
-            "operation_end_marks": torch.tensor([end_marks]), "query_marks": torch.tensor([query_marks])}
+            "operation_end_marks": torch.tensor([end_marks]), "query_marks": torch.tensor([query_marks]),
+            "untrained": [untrained]}
 
 
 def boundaries_from_marks(end_marks: torch.Tensor, query_marks: torch.Tensor, num_queries: int):
@@ -80,13 +90,18 @@ class StateTrackingPipeline(Pipeline):
                              "find the operation boundaries); load it with use_fast=True.")
 
     def _sanitize_parameters(self, return_trajectory=None, halting=None, max_iterations=None, delimiter=None,
-                             **kwargs):
+                             allow_untrained=None, **kwargs):
         if kwargs:
             raise ValueError(f"state-tracking pipeline: unknown argument(s) {sorted(kwargs)}; allowed: "
-                             "return_trajectory, halting, max_iterations, delimiter, batch_size, device, dtype.")
+                             "return_trajectory, halting, max_iterations, delimiter, allow_untrained, batch_size, "
+                             "device, dtype.")
         preprocess, forward, post = {}, {}, {}
         if delimiter is not None:
             preprocess["delimiter"] = delimiter
+        if allow_untrained is not None:
+            if not isinstance(allow_untrained, bool):
+                raise ValueError(f"allow_untrained must be a bool; got {allow_untrained!r}.")
+            preprocess["allow_untrained"] = post["allow_untrained"] = allow_untrained
         if return_trajectory is not None:
             if not isinstance(return_trajectory, bool):
                 raise ValueError(f"return_trajectory must be a bool; got {return_trajectory!r}.")
@@ -107,20 +122,23 @@ class StateTrackingPipeline(Pipeline):
             return super().__call__({"operations": list(inputs)}, **kwargs)
         return super().__call__(inputs, **kwargs)
 
-    def preprocess(self, prompt, delimiter=None):
+    def preprocess(self, prompt, delimiter=None, allow_untrained=False):
         prompt_format = self.prompt_format if delimiter is None else self.prompt_format.with_delimiter(delimiter)
         if isinstance(prompt_format, RecordFormat):
-            return self._preprocess_record(prompt_format, prompt)
+            return self._preprocess_record(prompt_format, prompt, allow_untrained)
         segments = prompt_format.segment(prompt)
+        if segments.untrained and not allow_untrained:
+            raise prompt_format.untrained_error(segments)
         encoding = self.tokenizer([prompt], add_special_tokens=True)
         ids = encoding["input_ids"][0]
         word = unknown_word(self.tokenizer, encoding, 0, prompt)
         if word is not None:
             raise PromptFormatError(f"word {word!r} of the prompt is unknown to the checkpoint's tokenizer.")
         operation_ends, query_positions = token_boundaries(encoding, 0, prompt, segments)
-        return model_inputs(ids, operation_ends, query_positions)
+        untrained = None if segments.untrained is None else list(segments.untrained)
+        return model_inputs(ids, operation_ends, query_positions, untrained)
 
-    def _preprocess_record(self, record_format: RecordFormat, record):
+    def _preprocess_record(self, record_format: RecordFormat, record, allow_untrained=False):
         """A record (a delimited string, a list of operation strings, or a dict with "operations" and optionally
         "initial_state") -> the same tensors as a text prompt."""
         initial = None
@@ -130,8 +148,9 @@ class StateTrackingPipeline(Pipeline):
                 raise PromptFormatError(f"a record is a dict with 'operations' (and optionally 'initial_state'); got "
                                         f"keys {sorted(record)}.")
             record, initial = record["operations"], record.get("initial_state")
-        ids, operation_ends, query_positions = record_format.encode(self.tokenizer, record, initial)
-        return model_inputs(ids, operation_ends, query_positions)
+        ids, operation_ends, query_positions = record_format.encode(self.tokenizer, record, initial, allow_untrained)
+        untrained = record_format.untrained(record) if allow_untrained else []
+        return model_inputs(ids, operation_ends, query_positions, untrained)
 
     def _uses_halting(self, halting):
         return bool(getattr(self.model.config, "learned_halting", False)) if halting is None else halting
@@ -149,7 +168,7 @@ class StateTrackingPipeline(Pipeline):
         else:
             prediction = self.model.predict(inputs["input_ids"], num_iterations=steps, **kw)
         out = {"answers": prediction.answers, "iterations": prediction.iterations, "halted": prediction.halted,
-               "depth": depth}
+               "depth": depth, "untrained": inputs["untrained"]}
         if return_trajectory:
             reads = list(range(1, int(steps.max()) + 1))
             logits = self.model(inputs["input_ids"], num_iterations=reads[-1], readout_iterations=reads,
@@ -158,7 +177,7 @@ class StateTrackingPipeline(Pipeline):
             out["trajectory_steps"] = steps
         return out
 
-    def postprocess(self, outputs, return_trajectory=False, halting=None):
+    def postprocess(self, outputs, return_trajectory=False, halting=None, allow_untrained=False):
         names, candidates = self.prompt_format.query_names, self.prompt_format.candidates
 
         def named(row):
@@ -168,6 +187,8 @@ class StateTrackingPipeline(Pipeline):
         result = {"answers": named(outputs["answers"][0]), "iterations": int(outputs["iterations"][0]),
                   "halted": bool(outputs["halted"][0]),
                   "mode": "learned halting" if self._uses_halting(halting) else "forced depth", "depth": depth}
+        if allow_untrained:
+            result["untrained"] = outputs["untrained"][0]
         if return_trajectory:
             c = self.model.config.step_size
             steps = int(outputs["trajectory_steps"][0])

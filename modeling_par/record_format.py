@@ -20,6 +20,12 @@ token (and the preamble's) and the readout is taken at <q_j>. `encode` is that l
 tested equal to the vectorised encoder that `state_tracking.records` trains with. An operation or a label the
 training data never held is refused with `PromptFormatError`, never guessed.
 
+This format is itself the record of what training used (`PromptFormat.trained` for a task's format): its operations
+and candidates are discovered from the training records alone (`state_tracking.records.discover_format`; validation
+and test files add nothing). `allow_untrained=True` (`encode`, the pipeline) reads an operation training never held
+from its words instead, when the tokenizer knows every one of them; a label training never held has no token and is
+always refused.
+
 Remote code: imports only the standard library and its sibling `prompt_format`.
 """
 
@@ -103,7 +109,7 @@ class RecordFormat:
                 "delimiter": self.delimiter, "initial_state": self.initial_state}
 
     @classmethod
-    def from_dict(cls, spec: dict) -> "RecordFormat":
+    def from_dict(cls, spec: dict) -> RecordFormat:
         if not isinstance(spec, dict):
             raise ValueError(f"prompt_format must be a dict (RecordFormat.to_dict()); got {type(spec).__name__}.")
         allowed = {"rendering", "task_name", "query_names", "candidates", "operations", "delimiter", "initial_state"}
@@ -121,7 +127,7 @@ class RecordFormat:
         return cls(**lists, delimiter=spec.get("delimiter"), initial_state=spec.get("initial_state", False),
                    task_name=spec.get("task_name", "records"), rendering=spec.get("rendering", RECORDS))
 
-    def with_delimiter(self, delimiter: str | None) -> "RecordFormat":
+    def with_delimiter(self, delimiter: str | None) -> RecordFormat:
         spec = self.to_dict()
         spec["delimiter"] = delimiter
         return RecordFormat.from_dict(spec)
@@ -152,8 +158,9 @@ class RecordFormat:
             raise PromptFormatError("the sequence of operations is empty.")
         return pieces
 
-    def operation_indices(self, operations: list[str]) -> list[int]:
-        """Each operation's index in `operations`; `PromptFormatError` naming the first one training never saw."""
+    def operation_indices(self, operations: list[str], allow_untrained: bool = False) -> list[int | str]:
+        """Each operation's index in `operations`; `PromptFormatError` naming the first one training never saw
+        (`allow_untrained`: such an operation is kept as its normalized string instead)."""
         if isinstance(operations, str):
             operations = self.split(operations)
         if not operations:
@@ -165,13 +172,29 @@ class RecordFormat:
                 raise PromptFormatError(f"operation {k + 1} must be a string; got {op!r}.")
             key = normalize_operation(op)
             if key not in lookup:
-                near = difflib.get_close_matches(key, list(lookup), n=1, cutoff=0.6)
-                hint = f"; nearest known: {near[0]!r}" if near else ""
+                if allow_untrained and key:
+                    indices.append(key)
+                    continue
+                near = self.nearest_operation(key)
+                hint = f"; nearest known: {near!r}" if near else ""
                 raise PromptFormatError(
                     f"operation {k + 1} {op!r} never occurs in the training data of {self.task_name!r} "
-                    f"({len(lookup)} operations known{hint}). An unseen operation is never answered.")
+                    f"({len(lookup)} operations known{hint}). An unseen operation is never answered (pass "
+                    "allow_untrained=True to read it from its words anyway).")
             indices.append(lookup[key])
         return indices
+
+    def nearest_operation(self, op: str, cutoff: float = 0.6) -> str | None:
+        """The trained operation nearest to `op` (difflib), or None under `cutoff`."""
+        near = difflib.get_close_matches(normalize_operation(op), list(self._lookup["op"]), n=1, cutoff=cutoff)
+        return near[0] if near else None
+
+    def untrained(self, operations) -> list[dict]:
+        """The operations training never held, as {"unit": "operation k", "sentence": op, "nearest_trained": ...}."""
+        if isinstance(operations, str):
+            operations = self.split(operations)
+        return [{"unit": f"operation {k + 1}", "sentence": op, "nearest_trained": self.nearest_operation(op, 0.0)}
+                for k, op in enumerate(operations) if normalize_operation(op) not in self._lookup["op"]]
 
     def candidate_indices(self, state, what: str = "initial state") -> list[int]:
         """A state (a label, or a mapping query -> label) as candidate indices, one per query."""
@@ -197,14 +220,17 @@ class RecordFormat:
         return out
 
     # ------------------------------------------------------------------------------------------ token ids
-    def operation_tokens(self, tokenizer, index: int) -> list[int]:
-        """The token ids of operation `index`'s words (cached per tokenizer)."""
-        cache = self._lookup["tokens"].setdefault(id(tokenizer), {})
+    def operation_tokens(self, tokenizer, index: int | str) -> list[int]:
+        """The token ids of operation `index`'s words (cached per tokenizer; a string: an untrained operation's own
+        words, not cached)."""
+        cache = {} if isinstance(index, str) else self._lookup["tokens"].setdefault(id(tokenizer), {})
         if index not in cache:
-            ids = tokenizer(self.operations[index], add_special_tokens=False)["input_ids"]
+            text = index if isinstance(index, str) else self.operations[index]
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             if not ids or (tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids):
-                raise PromptFormatError(f"operation {self.operations[index]!r} has a word this tokenizer does not know; "
-                                        "use the checkpoint's own tokenizer.")
+                raise PromptFormatError(f"operation {text!r} has a word this tokenizer does not know"
+                                        + ("; an untrained operation can be read only from words of trained ones."
+                                           if isinstance(index, str) else "; use the checkpoint's own tokenizer."))
             cache[index] = list(ids)
         return cache[index]
 
@@ -221,9 +247,11 @@ class RecordFormat:
         ids = [vocab[n] for n in names]
         return {"bos": ids[0], "queries": ids[1:1 + q], "candidates": ids[1 + q:]}
 
-    def encode(self, tokenizer, operations, initial_state=None) -> tuple[list[int], list[int], list[int]]:
-        """One record -> (input_ids, operation_ends (d + 1), query_positions (Q)); see the module docstring."""
-        indices = self.operation_indices(operations)
+    def encode(self, tokenizer, operations, initial_state=None,
+               allow_untrained: bool = False) -> tuple[list[int], list[int], list[int]]:
+        """One record -> (input_ids, operation_ends (d + 1), query_positions (Q)); see the module docstring
+        (`allow_untrained`: an operation training never held is read from its words)."""
+        indices = self.operation_indices(operations, allow_untrained)
         special = self.special_ids(tokenizer)
         ids = [special["bos"]]
         if self.initial_state:

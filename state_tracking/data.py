@@ -16,8 +16,9 @@ so a trainer with step size c reads iteration k's target as z_min(c·k, d)
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +27,9 @@ from datasets import Dataset, DatasetInfo, Features, List, Value
 from datasets.table import InMemoryTable
 from transformers import PreTrainedTokenizerBase
 
-from .prompts import check_rendering
+from modeling_par.prompt_format import CANDIDATE
+
+from .prompts import check_rendering, prompt_format_of, text_prompt
 from .tasks import Task
 from .tokenization import encode_batch, encode_ragged
 
@@ -119,12 +122,8 @@ def build_dataset(
         c: [] for c in ("input_ids", "operation_ends", "step_labels", "ops")
     }
     query_positions = np.empty((n, task.num_queries), dtype=np.int64)
-    for depth in np.unique(sample_depths):
-        rows = np.flatnonzero(sample_depths == depth)
-        ops = task.sample_ops(rng, len(rows), int(depth))  # (m, d)
-        initial = task.sample_initial(rng, len(rows)) if random_initial else None
+    for depth, rows, ops, initial, phrasing_rng in _draw_problems(task, rng, sample_depths, seed, random_initial):
         states = task.prefix_states(ops, initial)  # (m, d + 1, Q)
-        phrasing_rng = np.random.default_rng(derive_seed(seed, "phrasing", int(depth)))
         ids_flat, lengths, positions, operation_ends = encode_ragged(task, tokenizer, rendering, ops, initial,
                                                                      phrasing, phrasing_rng)
         query_positions[rows] = positions
@@ -156,6 +155,79 @@ def build_dataset(
     fingerprint = _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial,
                                phrasing)
     return Dataset(InMemoryTable(table), info=DatasetInfo(features=features), fingerprint=fingerprint)
+
+
+def _draw_problems(task: Task, rng: np.random.Generator, sample_depths: np.ndarray, seed: int, random_initial: bool):
+    """The problems of :func:`build_dataset`, per depth (ascending): (depth, rows, ops (m, d), initial (m, Q) or None,
+    the generator its text rendering draws phrasings from). One source for the dataset and :func:`trained_phrasings`."""
+    for depth in np.unique(sample_depths):
+        rows = np.flatnonzero(sample_depths == depth)
+        ops = task.sample_ops(rng, len(rows), int(depth))  # (m, d)
+        initial = task.sample_initial(rng, len(rows)) if random_initial else None
+        yield int(depth), rows, ops, initial, np.random.default_rng(derive_seed(seed, "phrasing", int(depth)))
+
+
+def trained_phrasings(
+    task: Task,
+    rendering: str = "symbolic",
+    *,
+    n: int,
+    depths: int | tuple[int, int] | range | Sequence[int] | Mapping[int, float] = (1, 32),
+    seed: int = 0,
+    random_initial: bool = False,
+    phrasing: str = "seen",
+) -> dict:
+    """What the prompts of ``build_dataset(task, _, rendering, n=n, depths=depths, seed=seed,
+    random_initial=random_initial, phrasing=phrasing)`` are written with, as ``PromptFormat.trained`` (see
+    ``modeling_par/prompt_format.py``): the problems and phrasings drawn again from the same generators (no
+    tokenizer needed), each prompt split into units by the task's format, the units collected per slot in the
+    format's own order. ``prompt_format_of(task, rendering).with_trained(trained_phrasings(...))`` is what
+    ``train_par.py`` saves in a checkpoint."""
+    check_rendering(rendering)
+    depth_values, depth_probs = parse_depths(depths)
+    task.phrasing_options(phrasing)
+    fmt = prompt_format_of(task, rendering)
+    rng = np.random.default_rng(seed)
+    sample_depths = rng.choice(depth_values, size=n, p=depth_probs)
+    q, p = task.num_queries, len(fmt.preamble)
+    used_ops: set[int] = set()
+    used_op_units: set[tuple[int, str]] = set()
+    used_preamble: list[set[str]] = [set() for _ in range(p if rendering == "text" else q)]
+    used_queries: list[set[str]] = [set() for _ in range(q)]
+    for _, _, ops, initial, phrasing_rng in _draw_problems(task, rng, sample_depths, seed, random_initial):
+        if rendering == "symbolic":
+            used_ops.update(np.unique(ops).tolist())
+            if initial is not None:
+                for j in range(q):
+                    used_preamble[j].update(task.candidate_names[c] for c in np.unique(initial[:, j]))
+            continue
+        for i in range(len(ops)):  # the calls encode_ragged makes, in its order: the same draws
+            prompt = text_prompt(task, ops[i], None if initial is None else initial[i], phrasing, phrasing_rng)[0]
+            units = [" ".join(prompt[a:b].split()) for a, b in fmt.units(prompt)]
+            for j in range(p):
+                used_preamble[j].add(units[j])
+            for o, unit in zip(ops[i].tolist(), units[p:len(units) - q]):
+                used_op_units.add((o, unit))
+            for j in range(q):
+                used_queries[j].add(units[len(units) - q + j][:-1].rstrip())
+    names = task.op_names
+    if rendering == "symbolic":
+        operations = {names[o]: list(fmt.operations[names[o]]) for o in range(task.num_ops) if o in used_ops}
+        preamble = [[c for c in task.candidate_names if c in used] for used in used_preamble] if random_initial else []
+        queries: list[list[str]] = []
+    else:
+        operations = {name: [u for u in fmt.operations[name] if (o, " ".join(u.split())) in used_op_units]
+                      for o, name in enumerate(names)}
+        operations = {name: units for name, units in operations.items() if units}
+        preamble = [[t.replace(CANDIDATE, c) for t in templates for c in task.candidate_names
+                     if " ".join(t.replace(CANDIDATE, c).split()) in used_preamble[j]]
+                    for j, templates in enumerate(fmt.preamble)]
+        queries = [[w for w in words if " ".join(w.split()) in used_queries[j]] for j, words in enumerate(fmt.queries)]
+    spread = depths if not isinstance(depths, range) else (depths.start, depths.stop - 1)
+    source = (f"state_tracking.data.trained_phrasings: the prompts of build_dataset(task {task.name!r}, rendering "
+              f"{rendering!r}, n={n}, depths={spread!r}, seed={seed}, random_initial={random_initial}, "
+              f"phrasing={phrasing!r})")
+    return {"operations": operations, "preamble": preamble, "queries": queries, "source": source}
 
 
 def _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial, phrasing) -> str:

@@ -11,12 +11,13 @@ config needs.
 from __future__ import annotations
 
 import numpy as np
-from modeling_par.prompt_format import token_boundaries, unknown_word
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 from tokenizers.processors import TemplateProcessing
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from modeling_par.prompt_format import token_boundaries, unknown_word
 
 from .prompts import (
     BOS_TOKEN,
@@ -25,9 +26,9 @@ from .prompts import (
     UNK_TOKEN,
     YES_TOKEN,
     check_rendering,
+    prompt_format_of,
     query_token,
     symbolic_vocabulary,
-    prompt_format_of,
     text_prompt,
     text_sentences,
 )
@@ -145,7 +146,7 @@ def encode_ragged(
     initial: np.ndarray | None = None,
     phrasing: str = "canonical",
     rng: np.random.Generator | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`encode_batch` as arrays: (ids_flat (sum of lengths,), lengths (n,), query_positions (n, Q),
     operation_ends (n, d + 1))."""
     check_rendering(rendering)
@@ -186,7 +187,7 @@ def _encode_symbolic(task: Task, tokenizer: PreTrainedTokenizerBase, ops: np.nda
 def _encode_text(
     task: Task, tokenizer: PreTrainedTokenizerBase, ops: np.ndarray, initial: np.ndarray | None,
     phrasing: str = "canonical", rng: np.random.Generator | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Render, then find the boundaries the way a checkpoint reads raw text: the task's `PromptFormat` segments each
     prompt (and must give back its own operations) and `token_boundaries` maps them to tokens."""
     n = len(ops)

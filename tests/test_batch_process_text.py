@@ -24,6 +24,10 @@ def test_batch_process_text_tiny_end_to_end(tmp_path):
     checkpoint = tmp_path / "checkpoint"
     config = json.loads((checkpoint / "config.json").read_text())
     assert config["learned_halting"] is True and config["prompt_format"]["rendering"] == "text"
+    trained = config["prompt_format"]["trained"]  # what the 6 x 64 training prompts used, kept through the export
+    held_out = {options[-1] for options in config["prompt_format"]["operations"].values()}
+    assert trained["operations"] and not held_out & {u for units in trained["operations"].values() for u in units}
+    assert "n=384, depths=(1, 8), seed=0, random_initial=True" in trained["source"]
     assert "state-tracking" in config["custom_pipelines"]
     card = (checkpoint / "README.md").read_text()
     assert "model-index:" in card and "held-out phrasing" in card

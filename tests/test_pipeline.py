@@ -246,3 +246,142 @@ def test_the_cards_example_prompt_is_one_the_format_reads(task, rendering):
     assert fmt.segment(fmt.example()).depth == 2
     with pytest.raises(ValueError, match="unknown operation"):
         fmt.example(["fly"])
+
+
+# --------------------------------------------------------------------------------------------- what training used
+PHRASINGS = load_task(REPO / "examples" / "tasks" / "batch_process_phrasings.json")
+
+
+def test_trained_phrasings_are_the_sentences_of_the_built_dataset(monkeypatch):
+    """The record replays build_dataset exactly: the units of every prompt the dataset was rendered from (captured
+    as it builds) are the record, slot by slot — no more (held-out phrasings, unused start states), no fewer."""
+    import state_tracking.tokenization as tokenization
+    from state_tracking.data import build_dataset, trained_phrasings
+
+    rendered = []
+
+    def capture(*args, **kwargs):
+        rendered.append(text_prompt(*args, **kwargs)[0])
+        return rendered[-1], None
+
+    monkeypatch.setattr(tokenization, "text_prompt", capture)
+    build_dataset(PHRASINGS, build_tokenizer(PHRASINGS, "text"), "text", n=40, depths=(1, 3), seed=3)
+    fmt = prompt_format_of(PHRASINGS, "text")
+    ops, starts, queries = set(), set(), set()
+    for prompt in rendered:
+        units = [prompt[a:b] for a, b in fmt.units(prompt)]
+        starts.add(units[0])
+        queries.add(units[-1][:-2])
+        ops.update(zip(fmt.segment(prompt).operations, units[1:-1]))
+    trained = trained_phrasings(PHRASINGS, "text", n=40, depths=(1, 3), seed=3)
+    assert {(name, u) for name, units in trained["operations"].items() for u in units} == ops
+    assert set(trained["preamble"][0]) == starts == {"The batch reactor is idle.", "At the start the reactor is idle."}
+    assert set(trained["queries"][0]) == queries
+    held_out = {options[-1] for options in PHRASINGS.op_phrasings}
+    assert not held_out & {u for units in trained["operations"].values() for u in units}
+    assert "n=40, depths=(1, 3), seed=3" in trained["source"]
+    symbolic = trained_phrasings(SWAP, "symbolic", n=200, depths=(1, 4), seed=0, random_initial=True)
+    assert list(symbolic["operations"]) == SWAP.op_names and symbolic["queries"] == []
+    assert symbolic["preamble"] == [SWAP.candidate_names] * SWAP.num_queries
+    assert trained_phrasings(SWAP, "symbolic", n=20, depths=2, seed=0)["preamble"] == []
+
+
+def trained_format():
+    from state_tracking.data import trained_phrasings
+
+    return prompt_format_of(PHRASINGS, "text").with_trained(
+        trained_phrasings(PHRASINGS, "text", n=400, depths=(1, 4), seed=0, random_initial=True))
+
+
+def test_segment_lists_every_untrained_unit_with_its_nearest_trained_sentence():
+    fmt = trained_format()
+    assert PromptFormat.from_dict(json.loads(json.dumps(fmt.to_dict()))) == fmt
+    seen = ("The batch reactor is filling. The tank is full. The batch is started by the operator. "
+            "The reactor state is now ?")
+    assert fmt.segment(seen).untrained == ()
+    held = seen.replace("The batch reactor", "Initially the batch reactor").replace("The tank is full.",
+                                                                                   "The level switch signals full.")
+    segments = fmt.segment(held.replace("The reactor state is now", "At this point the reactor is"))
+    assert segments.operations == ("level_ok", "start")
+    assert segments.untrained == (
+        {"unit": "start sentence 1", "sentence": "Initially the batch reactor is filling.",
+         "nearest_trained": "The batch reactor is filling."},
+        {"unit": "operation 1 (level_ok)", "sentence": "The level switch signals full.",
+         "nearest_trained": "The level sensor reports full."},
+        {"unit": "question 1", "sentence": "At this point the reactor is ?", "nearest_trained": "The reactor is now"})
+    error = fmt.untrained_error(segments)
+    assert isinstance(error, PromptFormatError)
+    assert str(error).startswith("start sentence 1 'Initially the batch reactor is filling.' never occurs in this "
+                                 "checkpoint's training data (nearest trained: 'The batch reactor is filling.'); 2 "
+                                 "more untrained unit(s)")
+    assert "allow_untrained=True" in str(error)
+    assert fmt.with_delimiter(r"\n").segment(seen.replace(". ", "\n")).untrained == ()
+    assert prompt_format_of(PHRASINGS, "text").segment(held).untrained is None  # no record: nothing known
+    assert fmt.segment(fmt.example()).untrained == ()
+
+
+def test_symbolic_untrained_start_and_operation():
+    fmt = prompt_format_of(SWAP, "symbolic")
+    queries = " ".join(f"<q{j + 1}>" for j in range(5))
+    default_only = fmt.with_trained({"operations": {"swap_1_2": ["swap_1_2"], "identity": ["identity"]},
+                                     "preamble": [], "queries": []})
+    assert default_only.segment("swap_1_2 identity " + queries).untrained == ()
+    segments = default_only.segment("banana apple cherry grape lemon swap_1_2 swap_2_3 " + queries)
+    assert [u["unit"] for u in segments.untrained] == ["start", "operation 2"]
+    assert segments.untrained[1]["nearest_trained"] == "swap_1_2"
+    assert "training never wrote one (the default start only)" in str(default_only.untrained_error(segments))
+    apple_first = fmt.with_trained({"operations": {"swap_1_2": ["swap_1_2"]},
+                                    "preamble": [["apple"]] + [SWAP.candidate_names] * 4})
+    assert [u["unit"] for u in apple_first.segment("banana apple cherry grape lemon swap_1_2 " + queries).untrained] \
+        == ["start token 1"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t["operations"].update(start=["The operator presses stop."]),
+     r"trained.operations\['start'\] must be sentences of operation 'start' this format accepts there"),
+    (lambda t: t["operations"].update(fly=["The operator presses start."]), "trained.operations must be keyed by"),
+    (lambda t: t.update(preamble=[]), r"trained.preamble must be one list of start sentences per preamble unit \(1\)"),
+    (lambda t: t["preamble"][0].append("The batch reactor is asleep."), r"trained.preamble\[0\] must be start sentences"),
+    (lambda t: t.update(queries=[["The kettle is"]]), r"trained.queries\[0\] must be question words"),
+    (lambda t: t.update(heard=True), r"prompt_format.trained must be a dict with keys"),
+    (lambda t: t.update(source=3), "trained.source must be None or a string"),
+])
+def test_a_bad_trained_record_gets_one_error_naming_the_field(change, message):
+    spec = trained_format().to_dict()
+    change(spec["trained"])
+    with pytest.raises(ValueError, match=message):
+        PromptFormat.from_dict(spec)
+    from tests.conftest import tiny_par_config  # the config checks it on load, with the same words
+
+    with pytest.raises(ValueError, match="ParLoopedQwenConfig.prompt_format must be a valid PromptFormat"):
+        tiny_par_config(prompt_format=spec, answer_token_ids=list(range(6)))
+
+
+def test_pipeline_refuses_untrained_sentences_unless_asked(tmp_path):
+    model, tokenizer = text_checkpoint(tmp_path)
+    fmt = prompt_format_of(MACHINE, "text").with_trained({
+        "operations": {"start": ["The operator presses start."], "level_ok": ["The level sensor reports full."]},
+        "preamble": [["The batch reactor is idle."]], "queries": [["The reactor is now"]]})
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["prompt_format"] = fmt.to_dict()
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    tracker = pipeline("state-tracking", model=str(tmp_path), trust_remote_code=True)
+    trained = machine_prompt(["start", "level_ok"])
+    assert tracker(trained) == pipeline("state-tracking", model=model, tokenizer=tokenizer)(trained)
+    assert "untrained" not in tracker(trained)
+    untrained = machine_prompt(["start", "alarm", "level_ok"])
+    with pytest.raises(ValueError, match=r"operation 2 \(alarm\) 'An alarm trips.' never occurs in this checkpoint's "
+                                         r"training data \(nearest trained: '.*'\)") as error:
+        tracker(untrained)
+    assert type(error.value).__name__ == "PromptFormatError"
+    with pytest.raises(ValueError, match="never occurs"):
+        tracker([trained, untrained], batch_size=2)
+    both = tracker([trained, untrained], batch_size=2, allow_untrained=True)
+    assert both[0]["untrained"] == [] and [u["sentence"] for u in both[1]["untrained"]] == ["An alarm trips."]
+    alone = tracker(untrained, allow_untrained=True, return_trajectory=True)
+    assert alone["untrained"] == both[1]["untrained"] and alone["answers"] == both[1]["answers"]
+    assert alone["answers"]["state"] == reference(model, tokenizer, np.array([0, 6, 1]), num_iterations=3)[0]
+    with pytest.raises(ValueError, match="allow_untrained must be a bool"):
+        tracker(trained, allow_untrained="yes")
+    old = pipeline("state-tracking", model=model, tokenizer=tokenizer)  # no record: answered, flagged as unknown
+    assert "untrained" not in old(untrained) and old(untrained, allow_untrained=True)["untrained"] is None

@@ -198,6 +198,14 @@ def test_train_on_a_hand_written_csv_then_serve_and_evaluate_from_the_folder(tmp
     with pytest.raises(ValueError, match="operation 2 'dance' never occurs in the training data") as error:
         tracker(["coin", "dance"])
     assert type(error.value).__name__ == PromptFormatError.__name__  # the folder's own remote-code class
+    # an operation training never held, in words it did: answered only when asked, and flagged
+    with pytest.raises(ValueError, match="operation 2 'coin push' never occurs .* allow_untrained=True"):
+        tracker(["coin", "coin push"])
+    flagged = tracker(["coin", "coin push"], allow_untrained=True)
+    assert flagged["depth"] == 2 and [u["sentence"] for u in flagged["untrained"]] == ["coin push"]
+    assert tracker(["coin", "push"], allow_untrained=True)["untrained"] == []
+    with pytest.raises(ValueError, match="'dance' has a word this tokenizer does not know"):
+        tracker(["coin", "dance"], allow_untrained=True)
     # any checkpoint scores any file: evaluate_par.py on the same test file gives the same numbers
     again = evaluate_par.main(["--model", str(out), "--test_file", str(tmp_path / "test.csv"), "--operations_column",
                                "events", "--step_states_column", "observed", "--out", str(tmp_path / "e.json"),
@@ -297,3 +305,20 @@ def test_the_arrow_path_reads_plain_files_as_the_record_by_record_path(tmp_path,
     integer = load_record_files(str(ids))
     monkeypatch.setattr(records_module._Normalizer, "_plain_batch", lambda self, *a: None)
     assert integer.dataset[:] == load_record_files(str(ids)).dataset[:]
+
+
+def test_a_records_format_is_its_training_vocabulary_and_reads_untrained_operations_only_when_asked():
+    fmt = RecordFormat(query_names=("state",), candidates=("locked", "unlocked"), operations=("coin", "push", "kick it"))
+    tokenizer = build_record_tokenizer(fmt)
+    assert fmt.untrained(["coin", "kick  it"]) == []
+    assert fmt.untrained(["coin", "kick coin"]) == [{"unit": "operation 2", "sentence": "kick coin",
+                                                     "nearest_trained": "kick it"}]
+    with pytest.raises(PromptFormatError, match="operation 2 'kick coin' never occurs .*nearest known: 'kick it'"):
+        fmt.encode(tokenizer, ["coin", "kick coin"])
+    ids, ends, queries = fmt.encode(tokenizer, ["coin", "kick coin"], allow_untrained=True)
+    words = tokenizer.convert_ids_to_tokens(ids)
+    assert words == ["<bos>", "coin", "kick", "coin", "<q1>"] and ends == [0, 1, 3] and queries == [4]
+    assert fmt.encode(tokenizer, ["coin", "kick it"], allow_untrained=True) == fmt.encode(tokenizer, ["coin", "kick it"])
+    with pytest.raises(PromptFormatError, match="'kick door' has a word this tokenizer does not know; an untrained "
+                                                "operation can be read only from words of trained ones"):
+        fmt.encode(tokenizer, ["kick door"], allow_untrained=True)

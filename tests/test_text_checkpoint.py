@@ -55,3 +55,57 @@ def test_text_checkpoint_answers_raw_strings_from_its_folder_alone():
     trajectory = [[step["answers"]["state"] for step in r["trajectory"]] for r in out["results"]]
     assert np.mean(np.array(trajectory) == np.array(task.candidate_names)[states[:, 1:]]) >= 0.99
     assert all(e and e.startswith("PromptFormatError") for e in out["errors"]), out["errors"]
+
+
+ANSWER_UNTRAINED = """
+    from transformers import pipeline
+    tracker = pipeline("state-tracking", model=sys.argv[1], trust_remote_code=True)
+    assert type(tracker).__module__.startswith("transformers_modules")
+    cases = json.loads(sys.argv[3])
+    try:
+        tracker(cases["held_out"])
+        error = None
+    except ValueError as e:
+        error = type(e).__name__ + ": " + str(e)
+    print(json.dumps({"error": error, "trained": tracker(cases["trained"]),
+                      "allowed": tracker(cases["held_out"], allow_untrained=True)}))
+"""
+# the same operations (start, level_ok, temp_ok, timer_done from idle: draining), in held-out and trained phrasings
+HELD_OUT = ("Initially the batch reactor is idle. The operator starts the batch. The level switch signals full. "
+            "The batch is at temperature. The hold timer ends. The reactor is now ?")
+TRAINED = ("The batch reactor is idle. The batch is started by the operator. The tank is full. "
+           "The set point temperature is reached. The hold time is over. The reactor is now ?")
+
+
+def test_text_checkpoint_refuses_phrasings_it_never_trained_on():
+    """From the folder alone (package blocked): the held-out phrasings of four operations are refused with one
+    PromptFormatError naming the first and its nearest trained sentence; trained phrasings of the same operations
+    answer `draining`; `allow_untrained=True` answers the held-out prompt and lists all five untrained sentences."""
+    out = json.loads(run_blocked(ANSWER_UNTRAINED, CHECKPOINT, json.dumps({"held_out": HELD_OUT, "trained": TRAINED})))
+    assert out["error"].startswith(
+        "PromptFormatError: start sentence 1 'Initially the batch reactor is idle.' never occurs in this checkpoint's "
+        "training data (nearest trained: 'The batch reactor is idle.'); 4 more untrained unit(s) in this prompt."), \
+        out["error"]
+    assert out["trained"]["answers"] == {"state": "draining"} and "untrained" not in out["trained"]
+    allowed = out["allowed"]
+    assert allowed["depth"] == 4 and allowed["answers"]["state"] in ("idle", "filling", "heating", "holding",
+                                                                     "draining", "fault")
+    assert [u["sentence"] for u in allowed["untrained"]] == [
+        "Initially the batch reactor is idle.", "The operator starts the batch.", "The level switch signals full.",
+        "The batch is at temperature.", "The hold timer ends."]
+    assert [u["unit"] for u in allowed["untrained"]][1:] == [
+        "operation 1 (start)", "operation 2 (level_ok)", "operation 3 (temp_ok)", "operation 4 (timer_done)"]
+
+
+def test_shipped_records_of_training_sentences_are_recomputed_from_the_training_commands():
+    """Both shipped configs carry `prompt_format.trained` exactly as examples/reproduce/trained_phrasings.py derives
+    it from their recorded train_par.py commands (the data replayed with the same task, seed and size): every seen
+    phrasing and, from random starts, every start state; no held-out phrasing."""
+    from tests.conftest import load_example
+
+    script = load_example("examples/reproduce/trained_phrasings.py")
+    assert script.main(["--check"]) == 0
+    trained = json.loads((CHECKPOINT / "config.json").read_text())["prompt_format"]["trained"]
+    task = load_task_from_dir(CHECKPOINT)
+    assert trained["operations"] == {name: options[:-1] for name, options in zip(task.op_names, task.op_phrasings)}
+    assert len(trained["preamble"][0]) == 2 * task.num_candidates and trained["queries"] == [task.query_phrasings[0][:-1]]

@@ -3,7 +3,11 @@
 A Qwen2 stack of ``num_hidden_layers`` decoder layers is split into a prelude P (run once), a weight-shared
 core C (run R times) and a coda Q (read after any iteration):
 
-    e = P(x),  s_0 = e,  s_k = C(W [e ; s_{k-1}]),  y_k = Q(s_k)        (k = 1..R)
+    e = P(x),  s_0 = e,  s_k = anchor(C(W [e ; s_{k-1}])),  y_k = Q(s_k)        (k = 1..R)
+
+where the anchoring (``norm_anchoring``, `anchor_state_norm` in `modeling_par.py`) rescales each token's state to the
+RMS of its own iteration-1 state, anchor(u) = u · rms(s_1) / rms(u) for k ≥ 2 (rms(s_1) detached; iteration 1 sets
+it and is not rescaled; without ``norm_anchoring``, anchor is the identity).
 
 Every other field is Qwen2's own, so any Qwen2 / Qwen2.5 config is a valid starting point.
 """
@@ -62,7 +66,10 @@ class ParLoopedQwenConfig(Qwen2Config):
             queries and builds `operation_ends` (`PromptFormat.to_dict()`, see `prompt_format.py`), or for a checkpoint
             trained on recorded data the vocabulary it learned (`RecordFormat.to_dict()`, ``"rendering": "records"``,
             see `record_format.py`); what the `state-tracking` pipeline reads its input with. Its candidates are the
-            answers, in `answer_token_ids` order.
+            answers, in `answer_token_ids` order. Its optional `trained` entry records the sentences the training data
+            used (`PromptFormat.trained`; a records format is itself the training vocabulary): the pipeline refuses any
+            other unless called with `allow_untrained=True`; without it (older checkpoints) nothing is refused for
+            having been unseen.
         learned_halting (`bool`, defaults to `False`): the halting readout was trained (`halting_loss_weight` > 0), so
             the pipeline halts by it; otherwise it runs forced depth from the segmentation.
     """

@@ -17,6 +17,20 @@ Each preamble unit, operation unit and query unit must be one of the sentences t
 its alternatives under varied phrasing), compared with runs of whitespace collapsed. A query unit is its question
 words followed by "?"; the readout token is the one holding the last character of the words.
 
+What training wrote (`trained`, saved in the same dict): a format lists every phrasing a task has, held-out ones
+included, but a checkpoint answers reliably only in the sentences its training data used (the batch-process text
+checkpoint: 100% in trained phrasings, ~41% in held-out ones). `trained` records them, per slot:
+
+    operations  op name -> the sentences of that op training used (an op training never drew: absent)
+    preamble    text: per preamble unit, the start sentences used, candidate filled in ("The batch reactor is idle.");
+                symbolic: per query, the candidate tokens training wrote as a start, or [] (training wrote no start)
+    queries     text: per query, the question words used
+    source      how the record was made (free text, e.g. the build_dataset call it replays)
+
+`segment` lists every unit outside that record in `Segments.untrained` (None when the format has no record: nothing
+is known, and a prompt is read as before); the pipeline refuses such a prompt with `untrained_error` unless asked to
+answer anyway (`allow_untrained=True`). `state_tracking.data.trained_phrasings` makes the record from the data.
+
 Remote code: imports only the standard library; `state_tracking.prompt_format_of` builds the format of a task.
 """
 
@@ -35,7 +49,8 @@ _TOKEN = re.compile(r"\S+")
 
 
 class PromptFormatError(ValueError):
-    """A prompt the checkpoint's format cannot segment (names what is wrong; never answered)."""
+    """A prompt the checkpoint's format cannot segment, or one in sentences its training never used (names what is
+    wrong; never answered)."""
 
 
 def _norm(text: str) -> str:
@@ -48,12 +63,15 @@ class Segments:
 
     preamble_end: where the preamble ends (None: the symbolic rendering with the default start, whose preamble is
     the tokenizer's <bos> alone). operation_ends: (d,) where each operation ends. query_ends: (Q,) where each
-    query's question words end. operations: the d operation names, in order."""
+    query's question words end. operations: the d operation names, in order. untrained: every unit training never
+    used, as {"unit": "operation 2", "sentence": ..., "nearest_trained": ... or None}, in prompt order; None when
+    the format records nothing about training."""
 
     preamble_end: int | None
     operation_ends: tuple[int, ...]
     query_ends: tuple[int, ...]
     operations: tuple[str, ...]
+    untrained: tuple[dict, ...] | None = None
 
     @property
     def depth(self) -> int:
@@ -68,7 +86,8 @@ class PromptFormat:
     names, in `answer_token_ids` order. operations: op name -> accepted units (sentences, or the op token).
     preamble: per preamble unit, accepted templates where "{candidate}" stands for any candidate (text; symbolic:
     empty, the optional start is Q candidate tokens). queries: per query, accepted question words. delimiter: a
-    regex between units instead of sentence ends (text only), or None."""
+    regex between units instead of sentence ends (text only), or None. trained: the sentences training used (see the
+    module docstring), or None (not recorded)."""
 
     rendering: str
     query_names: tuple[str, ...]
@@ -78,6 +97,7 @@ class PromptFormat:
     queries: tuple[tuple[str, ...], ...] = ()
     delimiter: str | None = None
     task_name: str = "task"
+    trained: dict | None = None
     _lookup: dict = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
@@ -96,6 +116,13 @@ class PromptFormat:
         queries = [{_norm(words) for words in alternatives} for alternatives in self.queries]
         object.__setattr__(self, "_lookup", {"op": op_of, "preamble": preamble, "query": queries,
                                             "delimiter": re.compile(self.delimiter) if self.delimiter else None})
+        if self.trained is not None:
+            object.__setattr__(self, "trained", self._checked_trained(self.trained))
+            trained = self.trained
+            self._lookup["trained"] = {
+                "op": {name: {key(u): u for u in units} for name, units in trained["operations"].items()},
+                "preamble": [{key(u): u for u in units} for units in trained["preamble"]],
+                "query": [{_norm(w): w for w in words} for words in trained["queries"]]}
 
     def _key(self, unit: str) -> str:
         """What a unit is compared by: whitespace runs collapsed; under a delimiter, a closing '.' or '!' is optional
@@ -157,19 +184,85 @@ class PromptFormat:
             if compiled.match(""):
                 fail("delimiter", "a regex that matches no empty string", self.delimiter)
 
+    def _checked_trained(self, trained) -> dict:
+        """`trained` checked against the format (every sentence one the format accepts in that slot) and normalized
+        to tuples; one `ValueError` naming the first bad field."""
+        def fail(name, allowed, value):
+            raise ValueError(f"prompt_format.trained{name} must be {allowed}; got {value!r}.")
+
+        def strings(name, value, allowed_keys, what, may_be_empty=False):
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value) or (
+                    not value and not may_be_empty):
+                fail(name, f"a {'' if may_be_empty else 'non-empty '}list of {what}", value)
+            for v in value:
+                if self._key(v) not in allowed_keys:
+                    fail(name, f"{what} this format accepts there", v)
+            return tuple(value)
+
+        if not isinstance(trained, dict):
+            fail("", "None or a dict with 'operations', 'preamble', 'queries' (and optionally 'source')", trained)
+        allowed = {"operations", "preamble", "queries", "source"}
+        if sorted(set(trained) - allowed) or "operations" not in trained:
+            fail("", f"a dict with keys {sorted(allowed)} ('operations' required)", sorted(trained))
+        operations = trained["operations"]
+        if not isinstance(operations, dict) or not operations:
+            fail(".operations", "a non-empty mapping op name -> the sentences training used", operations)
+        out_ops = {}
+        for name, units in operations.items():
+            if name not in self.operations:
+                fail(".operations", f"keyed by the format's operations {list(self.operations)[:8]}", name)
+            out_ops[name] = strings(f".operations[{name!r}]", units, {self._key(u) for u in self.operations[name]},
+                                    f"sentences of operation {name!r}")
+        preamble, queries = trained.get("preamble", []), trained.get("queries", [])
+        q = len(self.query_names)
+        if self.rendering == "symbolic":
+            if not isinstance(preamble, (list, tuple)) or len(preamble) not in (0, q):
+                fail(".preamble", f"[] (training wrote no start) or one list of start candidates per query ({q})",
+                     preamble)
+            out_preamble = tuple(strings(f".preamble[{j}]", p, set(self.candidates), "candidates")
+                                 for j, p in enumerate(preamble))
+            if queries:
+                fail(".queries", "[] in the symbolic rendering (its queries are fixed tokens)", queries)
+            out_queries = ()
+        else:
+            if not isinstance(preamble, (list, tuple)) or len(preamble) != len(self.preamble):
+                fail(".preamble", f"one list of start sentences per preamble unit ({len(self.preamble)})", preamble)
+            out_preamble = tuple(strings(f".preamble[{j}]", p, self._lookup["preamble"][j], "start sentences")
+                                 for j, p in enumerate(preamble))
+            if not isinstance(queries, (list, tuple)) or len(queries) != q:
+                fail(".queries", f"one list of question words per query ({q})", queries)
+            out_queries = tuple(strings(f".queries[{j}]", w, {self._key(a) for a in self.queries[j]},
+                                        "question words") for j, w in enumerate(queries))
+        source = trained.get("source")
+        if source is not None and not isinstance(source, str):
+            fail(".source", "None or a string", source)
+        return {"operations": out_ops, "preamble": out_preamble, "queries": out_queries, "source": source}
+
     def to_dict(self) -> dict:
-        return {"rendering": self.rendering, "task_name": self.task_name, "query_names": list(self.query_names),
+        spec = {"rendering": self.rendering, "task_name": self.task_name, "query_names": list(self.query_names),
                 "candidates": list(self.candidates),
                 "operations": {name: list(units) for name, units in self.operations.items()},
                 "preamble": [list(t) for t in self.preamble], "queries": [list(q) for q in self.queries],
                 "delimiter": self.delimiter}
+        if self.trained is not None:
+            t = self.trained
+            spec["trained"] = {"operations": {name: list(units) for name, units in t["operations"].items()},
+                               "preamble": [list(p) for p in t["preamble"]], "queries": [list(w) for w in t["queries"]],
+                               "source": t["source"]}
+        return spec
+
+    def with_trained(self, trained: dict | None) -> PromptFormat:
+        """The same format with the record of what training used (see the module docstring)."""
+        spec = self.to_dict()
+        spec["trained"] = trained
+        return PromptFormat.from_dict(spec)
 
     @classmethod
-    def from_dict(cls, spec: dict) -> "PromptFormat":
+    def from_dict(cls, spec: dict) -> PromptFormat:
         if not isinstance(spec, dict):
             raise ValueError(f"prompt_format must be a dict (PromptFormat.to_dict()); got {type(spec).__name__}.")
         allowed = {"rendering", "task_name", "query_names", "candidates", "operations", "preamble", "queries",
-                   "delimiter"}
+                   "delimiter", "trained"}
         unknown = sorted(set(spec) - allowed)
         if unknown:
             raise ValueError(f"prompt_format has unknown key(s) {unknown}; allowed: {sorted(allowed)}.")
@@ -189,22 +282,32 @@ class PromptFormat:
                    query_names=tuple(spec["query_names"]), candidates=tuple(spec["candidates"]),
                    operations={k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in operations.items()},
                    preamble=tuples(spec.get("preamble", []), "preamble"),
-                   queries=tuples(spec.get("queries", []), "queries"), delimiter=spec.get("delimiter"))
+                   queries=tuples(spec.get("queries", []), "queries"), delimiter=spec.get("delimiter"),
+                   trained=spec.get("trained"))
 
     def example(self, operations: list[str] | None = None) -> str:
-        """A prompt written the way this format reads one: the first phrasing of every sentence, the first candidate as
-        the start (text), and `operations` (names; default the first two operations)."""
+        """A prompt written the way this format reads one: the first phrasing of every sentence (the first trained one
+        where `trained` is recorded), the first candidate as the start (text), and `operations` (names; default the
+        first two operations)."""
         names = list(self.operations)[:2] if operations is None else operations
         unknown = [n for n in names if n not in self.operations]
         if unknown:
             raise ValueError(f"example: unknown operation(s) {unknown}; known: {list(self.operations)[:8]}...")
-        ops = [self.operations[n][0] for n in names]
+        trained = self.trained
+        if trained is None:
+            ops = [self.operations[n][0] for n in names]
+        else:  # trained sentences only (an op training never drew keeps its first form)
+            ops = [(trained["operations"].get(n) or self.operations[n])[0] for n in names]
         if self.rendering == "symbolic":
             return " ".join(ops + [f"<q{j + 1}>" for j in range(len(self.query_names))])
-        start = [templates[0].replace(CANDIDATE, self.candidates[0]) for templates in self.preamble]
-        return " ".join(start + ops + [f"{words[0]} {QUESTION_MARK}" for words in self.queries])
+        if trained is None:
+            start = [templates[0].replace(CANDIDATE, self.candidates[0]) for templates in self.preamble]
+            queries = [words[0] for words in self.queries]
+        else:
+            start, queries = [p[0] for p in trained["preamble"]], [w[0] for w in trained["queries"]]
+        return " ".join(start + ops + [f"{words} {QUESTION_MARK}" for words in queries])
 
-    def with_delimiter(self, delimiter: str | None) -> "PromptFormat":
+    def with_delimiter(self, delimiter: str | None) -> PromptFormat:
         """The same format with units split at `delimiter` (a regex) instead of sentence ends."""
         spec = self.to_dict()
         spec["delimiter"] = delimiter
@@ -284,7 +387,23 @@ class PromptFormat:
                 self._unknown_operation(prompt, spans[i], texts[i], i - p + 1)
             operations.append(name)
         op_ends = tuple(b for _, b in spans[p:len(spans) - q])
-        return Segments(spans[p - 1][1], op_ends, tuple(query_ends), tuple(operations))
+        untrained = None
+        if self.trained is not None:
+            trained = self._lookup["trained"]
+            units = [(f"start sentence {j + 1}", spans[j], trained["preamble"][j]) for j in range(p)]
+            units += [(f"operation {k + 1} ({name})", spans[p + k], trained["op"].get(name, {}))
+                      for k, name in enumerate(operations)]
+            units += [(f"question {j + 1}", spans[len(spans) - q + j], trained["query"][j]) for j in range(q)]
+            untrained = []
+            for (unit, span, known), text in zip(units, texts):
+                if unit.startswith("question"):
+                    text = _norm(text[:-1])
+                if text not in known:
+                    if not known and unit.startswith("operation"):  # an op training never drew: any trained op
+                        known = {k: u for ops in trained["op"].values() for k, u in ops.items()}
+                    untrained.append(self._untrained(unit, prompt[slice(*span)], known))
+        return Segments(spans[p - 1][1], op_ends, tuple(query_ends), tuple(operations),
+                        None if untrained is None else tuple(untrained))
 
     def _segment_symbolic(self, prompt, spans, texts, q) -> Segments:
         queries = [f"<q{j + 1}>" for j in range(q)]
@@ -300,8 +419,43 @@ class PromptFormat:
             if name is None:
                 self._unknown_operation(prompt, spans[i], body[i], i - start + 1)
             operations.append(name)
+        untrained = None
+        if self.trained is not None:
+            trained = self._lookup["trained"]
+            untrained = []
+            if start and not trained["preamble"]:
+                untrained.append({"unit": "start", "sentence": " ".join(body[:q]), "nearest_trained": None})
+            elif start:
+                untrained += [self._untrained(f"start token {j + 1}", body[j], trained["preamble"][j])
+                              for j in range(q) if body[j] not in trained["preamble"][j]]
+            every_op = {k: u for ops in trained["op"].values() for k, u in ops.items()}
+            untrained += [self._untrained(f"operation {k + 1}", body[start + k], every_op)
+                          for k in range(len(operations)) if body[start + k] not in every_op]
         return Segments(spans[start - 1][1] if start else None, tuple(b for _, b in spans[start:len(body)]),
-                        tuple(spans[len(body) + j][1] for j in range(q)), tuple(operations))
+                        tuple(spans[len(body) + j][1] for j in range(q)), tuple(operations),
+                        None if untrained is None else tuple(untrained))
+
+    def _untrained(self, unit: str, sentence: str, known: dict) -> dict:
+        """One untrained unit with the trained sentence nearest to it (difflib) among `known` (key -> sentence)."""
+        near = difflib.get_close_matches(self._key(sentence), list(known), n=1, cutoff=0.0)
+        return {"unit": unit, "sentence": sentence, "nearest_trained": known[near[0]] if near else None}
+
+    def untrained_error(self, segments: Segments) -> PromptFormatError:
+        """The one error for a prompt with sentences training never used: the first of them, its nearest trained
+        sentence, how many more there are, and how to answer anyway."""
+        first, more = segments.untrained[0], len(segments.untrained) - 1
+        if first["unit"] == "start":
+            what = (f"the prompt starts with a start state ({first['sentence']!r}) but training never wrote one (the "
+                    "default start only)")
+        else:
+            near = "none" if first["nearest_trained"] is None else repr(first["nearest_trained"])
+            what = (f"{first['unit']} {first['sentence']!r} never occurs in this checkpoint's training data (nearest "
+                    f"trained: {near})")
+        return PromptFormatError(
+            f"{what}{f'; {more} more untrained unit(s) in this prompt' if more else ''}. The model answers sentences "
+            f"it was not trained on unreliably (held-out phrasings: far below trained ones), so it does not answer; "
+            f"write it with trained sentences, or pass allow_untrained=True to answer anyway (the result then lists "
+            f"them under 'untrained').")
 
     def _unknown_operation(self, prompt, span, text, k):
         known = list(self._lookup["op"])
