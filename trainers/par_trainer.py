@@ -291,7 +291,8 @@ class ParTrainer(Trainer):
             mastery=self.mastery,
         )
         loader = DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=self.data_collator,
-                            num_workers=a.dataloader_num_workers, pin_memory=a.dataloader_pin_memory)
+                            num_workers=a.dataloader_num_workers,
+                            pin_memory=a.dataloader_pin_memory and a.device.type != "cpu")  # pinning is for copies to an accelerator
         return self.accelerator.prepare(loader)
 
     # ------------------------------------------------------------------------------------------------ per-step rng
