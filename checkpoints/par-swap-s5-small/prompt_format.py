@@ -452,10 +452,10 @@ class PromptFormat:
             what = (f"{first['unit']} {first['sentence']!r} never occurs in this checkpoint's training data (nearest "
                     f"trained: {near})")
         return PromptFormatError(
-            f"{what}{f'; {more} more untrained unit(s) in this prompt' if more else ''}. The model answers sentences "
-            f"it was not trained on unreliably (held-out phrasings: far below trained ones), so it does not answer; "
-            f"write it with trained sentences, or pass allow_untrained=True to answer anyway (the result then lists "
-            f"them under 'untrained').")
+            f"{what}{f'; {more} more untrained unit(s) in this prompt' if more else ''}. A checkpoint answers what "
+            f"its training never showed it unreliably (held-out phrasings: far below trained ones), so this prompt is "
+            f"not answered; write it the way training did, or pass allow_untrained=True to answer anyway (the result "
+            f"then lists the untrained units under 'untrained').")
 
     def _unknown_operation(self, prompt, span, text, k):
         known = list(self._lookup["op"])
