@@ -385,3 +385,25 @@ def test_pipeline_refuses_untrained_sentences_unless_asked(tmp_path):
         tracker(trained, allow_untrained="yes")
     old = pipeline("state-tracking", model=model, tokenizer=tokenizer)  # no record: answered, flagged as unknown
     assert "untrained" not in old(untrained) and old(untrained, allow_untrained=True)["untrained"] is None
+
+
+def test_fine_tuning_adds_its_sentences_to_the_parents_record(tmp_path):
+    from types import SimpleNamespace
+
+    from tests.conftest import load_example
+
+    train_par = load_example("examples/train_par.py")
+    text_checkpoint(tmp_path)  # a parent that records nothing: the child records nothing either
+    args = SimpleNamespace(rendering="text")
+    problems = dict(n=30, depths=(1, 2), seed=1, random_initial=False)
+    assert train_par.trained_prompt_format(MACHINE, args, problems, str(tmp_path)).trained is None
+    config = json.loads((tmp_path / "config.json").read_text())
+    parent = {"operations": {"start": ["The operator presses start."]}, "preamble": [["The batch reactor is filling."]],
+              "queries": [["The reactor is now"]], "source": "parent"}
+    config["prompt_format"] = prompt_format_of(MACHINE, "text").with_trained(parent).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    child = train_par.trained_prompt_format(MACHINE, args, problems, str(tmp_path)).trained
+    alone = train_par.trained_prompt_format(MACHINE, args, problems).trained
+    assert set(child["operations"]) == set(alone["operations"]) and len(alone["operations"]) == MACHINE.num_ops
+    assert child["preamble"] == (("The batch reactor is filling.", "The batch reactor is idle."),)
+    assert child["source"].startswith("parent; state_tracking.data.trained_phrasings")
