@@ -362,9 +362,12 @@ def build_model(model_args: ModelArguments, token_ids: dict, train_args=None):
             raise ValueError(f"--init_from_par: the checkpoint's answer_token_ids {model.config.answer_token_ids} do "
                              f"not match the task's tokenizer ({token_ids['answer_token_ids']}).")
     elif model_args.init_from_qwen2:
+        # fp32 master weights whatever the parent was saved in: Qwen2.5 ships bf16, from_pretrained's dtype="auto" would
+        # keep it, and AdamW's lr-2e-5 steps then mostly round away; --bf16 autocasts the compute
         model = ParLoopedQwenForStateTracking.from_qwen2(
             model_args.init_from_qwen2, model_args.prelude_layers, model_args.core_layers, model_args.coda_layers,
-            answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"], **par_fields,
+            answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"],
+            dtype=torch.float32, **par_fields,
         )
     else:
         config = ParLoopedQwenConfig(
