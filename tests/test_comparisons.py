@@ -17,10 +17,12 @@ PROCESS = study.REPO / "examples" / "tasks" / "batch_process.json"
 
 
 def test_every_comparison_row_parses_into_valid_arguments():
-    for name, (_, _, command) in study.RUNS.items():
-        if command[0] != "examples/train_par.py":
+    for name, row in study.ROWS.items():
+        if row.kind != "par":
             continue
-        model_args, task_args, train_args = train_par.parse_args(command[1:] + ["--output_dir", "x"])
+        command = study.command(name, 0)
+        assert command[:2] == ["python", "examples/train_par.py"], name
+        model_args, task_args, train_args = train_par.parse_args(command[2:])
         view = train_par.resolve_view(model_args)
         assert view == {k: getattr(model_args, k) for k in view}, name  # explicit view, whatever the defaults
         assert task_args.eval_depths == "8,16,32,64" and task_args.eval_n == 256, name
@@ -34,6 +36,7 @@ def test_every_comparison_row_parses_into_valid_arguments():
             assert train_args.depth_schedule == "random" and train_args.random_max_iterations == 16
         if name in ("self_distill", "s5_self_distill"):
             assert task_args.self_distillation and train_args.depth_schedule == "forced"
+        assert task_args.eval_halting == row.halting == (train_args.halting_loss_weight > 0), name
 
 
 def test_fixed_iterations_evaluation_runs_that_r_at_every_depth():

@@ -93,9 +93,11 @@ def test_train_par_fine_tunes_a_par_checkpoint(tmp_path):
 def test_every_study_run_parses_into_valid_arguments():
     """Each row of examples/studies/length_generalization.py is a valid train_par.py command, and the rows that
     claim a view/option really set it (the flags are explicit, whatever train_par.py's defaults are)."""
+    from par_studies import argv
+
     study = load_example("examples/studies/length_generalization.py")
-    for name, (_, flags) in study.RUNS.items():
-        model_args, _, train_args = train_par.parse_args(flags + ["--output_dir", "x"])
+    for name, row in study.ROWS.items():
+        model_args, _, train_args = train_par.parse_args(argv(row.flags) + ["--output_dir", "x"])
         view = train_par.resolve_view(model_args)
         assert view == {k: getattr(model_args, k) for k in view}, name  # no row relies on a default view
         if name.startswith("local"):
@@ -209,16 +211,18 @@ def test_paper_protocol_rows_are_valid_and_explicit():
     """Every PAR row of examples/reproduce/paper_protocol.py parses as train_par.py flags, sets its view explicitly,
     trains to d = 32 with the stated curriculum (32 reached at step 750), and the recipe row trains halting with the
     offset-1 labels; the RNN rows take the same curriculum and steps."""
+    from par_studies import argv
     from trainers import curriculum_max_depth
 
     protocol = load_example("examples/reproduce/paper_protocol.py")
+    p = protocol.PROTOCOLS["swap_s5"]
     for name, row in protocol.ROWS.items():
-        if row["kind"] == "rnn":
-            rnn = load_example("examples/baselines/rnn.py").parse_args(protocol.common_rnn() + row["flags"])
+        if row.kind == "rnn":
+            rnn = load_example("examples/baselines/rnn.py").parse_args(argv({**protocol.common_rnn(p), **row.flags}))
             assert (rnn.max_train_depth, rnn.curriculum_every_steps, rnn.eval_n) == (32, 25, 1024)
-            assert rnn.depths == protocol.GRID
+            assert rnn.depths == p.grid
             continue
-        model_args, _, args = train_par.parse_args(protocol.common_par() + row["flags"] + ["--output_dir", "x"])
+        model_args, _, args = train_par.parse_args(argv({**protocol.common_par(p), **row.flags}) + ["--output_dir", "x"])
         view = train_par.resolve_view(model_args)
         assert view == {k: getattr(model_args, k) for k in view}, name
         assert args.max_train_depth == 32 and args.save_strategy == "steps" and args.restore_callback_states_from_checkpoint
@@ -238,23 +242,24 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
     """The protocol script at tiny scale: a PAR row trains with checkpoints, a second call after an interruption
     resumes from the newest checkpoint (two segments on record), the evaluation follows the stop rule on the grid,
     an RNN row scores the same grid, and --collect writes the paper-shaped table with the paper's rows above ours."""
+    from dataclasses import replace
+
     protocol = load_example("examples/reproduce/paper_protocol.py")
-    monkeypatch.setattr(protocol, "RUN_DIR", REPO / "runs" / "test_paper_protocol" / tmp_path.name)
-    monkeypatch.setattr(protocol, "OUT", tmp_path / "results")
-    for name, value in (("TRAIN_MAX_DEPTH", 3), ("GRID", [3, 6, 24, 48, 96]), ("N", 16), ("STEPS", 2),
-                        ("SAVE_STEPS", 2), ("PROFILE_DEPTHS", [6]), ("PROFILE_N", 8),
-                        ("IN_RANGE_DEPTHS", [2, 3]), ("IN_RANGE_N", 8), ("LONG_GRID", [12, 30]),
-                        ("LONG_N", 8), ("LONG_BATCH", 4),
-                        ("CURRICULUM", ["--curriculum_start_depth", "2", "--curriculum_every_steps", "1"])):
-        monkeypatch.setattr(protocol, name, value)
-    small = ["--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2",
-             "--num_key_value_heads", "2", "--per_device_train_batch_size", "8", "--use_cpu", "true"]
-    rows = {"recipe_halting": dict(protocol.ROWS["recipe_halting"], flags=protocol.ROWS["recipe_halting"]["flags"] + small),
-            "lstm": dict(protocol.ROWS["lstm"], flags=["--cell", "lstm", "--hidden", "16"]),
-            "recipe_mastery": dict(protocol.ROWS["recipe_mastery"],
-                                   flags=protocol.ROWS["recipe_mastery"]["flags"] + small + ["--max_steps", "2"]),
-            "recipe_then_halting": dict(protocol.ROWS["recipe_then_halting"],
-                                        flags=protocol.ROWS["recipe_then_halting"]["flags"] + small + ["--max_steps", "2"])}
+    tiny = replace(protocol.PROTOCOLS["swap_s5"], run_dir=REPO / "runs" / "test_paper_protocol" / tmp_path.name,
+                   out=tmp_path / "results", train_max_depth=3, grid=[3, 6, 24, 48, 96], n=16, steps=2, save_steps=2,
+                   profile_depths=[6], profile_n=8, in_range_depths=[2, 3], in_range_n=8, long_grid=[12, 30],
+                   long_n=8, long_batch=4, curriculum_every=1)
+    monkeypatch.setitem(protocol.PROTOCOLS, "swap_s5", tiny)
+    small = {"--hidden_size": "32", "--intermediate_size": "64", "--num_attention_heads": "2",
+             "--num_key_value_heads": "2", "--per_device_train_batch_size": "8", "--use_cpu": "true"}
+
+    def shrunk(name, **flags):  # the row at test scale: its flags with these over them
+        return replace(protocol.ROWS[name], flags={**protocol.ROWS[name].flags, **small, **flags})
+
+    rows = {"recipe_halting": shrunk("recipe_halting"),
+            "lstm": replace(protocol.ROWS["lstm"], flags={"--cell": "lstm", "--hidden": "16"}),
+            "recipe_mastery": shrunk("recipe_mastery", **{"--max_steps": "2"}),
+            "recipe_then_halting": shrunk("recipe_then_halting", **{"--max_steps": "2"})}
     monkeypatch.setattr(protocol, "ROWS", rows)
     try:
         # a two-stage row needs its trained parent, then starts from it and counts its training time
@@ -262,8 +267,8 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
             protocol.main(["--row", "recipe_then_halting", "--seed", "0"])
         protocol.main(["--row", "recipe_mastery", "--seed", "0"])
         protocol.main(["--row", "recipe_then_halting", "--seed", "0"])
-        staged = json.loads(protocol.record_path("recipe_then_halting", 0).read_text())
-        parent = json.loads(protocol.record_path("recipe_mastery", 0).read_text())
+        staged = json.loads(protocol.record_path(tiny, "recipe_then_halting", 0).read_text())
+        parent = json.loads(protocol.record_path(tiny, "recipe_mastery", 0).read_text())
         assert parent["curriculum"]["mastery_accuracy"] == 0.9 and isinstance(parent["curriculum"]["growth_steps"], list)
         assert parent["probe"] and parent["probe"][0]["step"] == 0  # the in-range probe ran
         assert staged["init_from"] == "recipe_mastery" and "--init_from_par" in staged["train_commands"][0]
@@ -271,12 +276,13 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
         assert staged["train_seconds_total"] == pytest.approx(staged["train_seconds"] + parent["train_seconds"], abs=0.2)
         assert set(staged["evaluation"]) == {"forced", "halting"} and set(parent["evaluation"]) == {"forced"}
         protocol.main(["--row", "recipe_halting", "--seed", "0"])
-        folder = protocol.run_path("recipe_halting", 0)
+        folder = protocol.run_path(tiny, "recipe_halting", 0)
         assert (folder / "checkpoint-2").is_dir()
         (folder / "summary.json").unlink()  # as if the segment had been cut off before the end
-        monkeypatch.setattr(protocol, "STEPS", 4)
+        tiny = replace(tiny, steps=4)
+        monkeypatch.setitem(protocol.PROTOCOLS, "swap_s5", tiny)
         protocol.main(["--row", "recipe_halting", "--seed", "0"])
-        record = json.loads(protocol.record_path("recipe_halting", 0).read_text())
+        record = json.loads(protocol.record_path(tiny, "recipe_halting", 0).read_text())
         assert [s["resumed_from"] for s in record["segments"]] == [None, "checkpoint-2"]
         assert "--resume_from_checkpoint" in record["train_commands"][1] and record["steps"] == 4
         before = record["segments"][1]["trained_seconds_before"]
@@ -284,14 +290,14 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
         for mode in ("forced", "halting"):
             evaluation = record["evaluation"][mode]
             depths = evaluation["depths"]
-            assert depths == protocol.GRID[: len(depths)] and evaluation["n_per_depth"] == 16
+            assert depths == tiny.grid[: len(depths)] and evaluation["n_per_depth"] == 16
             low = [a < 0.02 for a in evaluation["accuracy"]]
-            assert (len(depths) < len(protocol.GRID)) == (low[-2:] == [True, True]) == evaluation["stopped_early"]
+            assert (len(depths) < len(tiny.grid)) == (low[-2:] == [True, True]) == evaluation["stopped_early"]
         assert record["profile"] and record["padding_control"]
         assert record["in_range"]["depths"] == [2, 3] and record["in_range"]["n_per_depth"] == 8
         protocol.main(["--row", "lstm", "--seed", "0"])
-        lstm = json.loads(protocol.record_path("lstm", 0).read_text())
-        assert lstm["evaluation"]["forced"]["depths"] == protocol.GRID[: len(lstm["evaluation"]["forced"]["depths"])]
+        lstm = json.loads(protocol.record_path(tiny, "lstm", 0).read_text())
+        assert lstm["evaluation"]["forced"]["depths"] == tiny.grid[: len(lstm["evaluation"]["forced"]["depths"])]
         for row in ("recipe_halting", "lstm"):  # past the protocol
             protocol.main(["--long", row, "--seed", "0"])
             long = json.loads((tmp_path / "results" / "long" / f"{row}_s0.json").read_text())
@@ -304,7 +310,7 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
         assert "LSTM, hidden 288 (≈ PAR's parameters) — *ours, CPU* | 1 |" in table
         assert "| 2 + 2 |" in table  # the two-stage row: its parent's steps + its own
         assert "Inside the training range" in table and "| d=2 | d=3 | d=6 profile: iteration 1 / 2 |" in table
-        shipped = protocol.export("recipe_halting", 0, target=tmp_path / "ckpt")
+        shipped = protocol.export(tiny, "recipe_halting", 0, target=tmp_path / "ckpt")
         summary = json.loads((shipped / "training_summary.json").read_text())
         assert summary["max_train_depth"] == 3 and summary["steps"] == 4 and summary["n_per_depth"] == 16
         card = (shipped / "README.md").read_text()
@@ -321,92 +327,92 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
 def test_paper_protocol_s5_a5_rows_train_the_group_to_16():
     """--protocol s5 / a5: the same rows on S5 / A5, train d ≤ 16 (reached at step 350), test 16 … 256; the label-free
     row is prefix self-distillation; rows outside the protocol and the swap-S5 export are refused."""
+    from par_studies import argv
     from trainers import curriculum_max_depth
 
     protocol = load_example("examples/reproduce/paper_protocol.py")
-    saved = {k: getattr(protocol, k) for k in protocol.PROTOCOLS["s5"]}
-    try:
-        for name in ("s5", "a5"):
-            protocol.apply_protocol(name)
-            assert protocol.GRID == [16, 32, 64, 128, 256] and protocol.OUT.parts[-2:] == ("s5_a5_cpu", name)
-            for row in protocol.PROTOCOL_ROWS[name]:
-                spec = protocol.ROWS[row]
-                if spec["kind"] == "rnn":
-                    rnn = load_example("examples/baselines/rnn.py").parse_args(protocol.common_rnn() + spec["flags"])
-                    assert (rnn.task, rnn.max_train_depth, rnn.depths) == (name, 16, protocol.GRID)
-                    continue
-                _, task_args, args = train_par.parse_args(protocol.common_par() + spec["flags"] + protocol.probe_flags(row)
-                                                          + ["--output_dir", "x"])
-                assert task_args.task == name and args.max_train_depth == 16
-                start, every = args.curriculum_start_depth, args.curriculum_every_steps
-                if "mastery" in row:  # grown by accuracy; probed in range, stops once learned unless nostop
-                    assert (args.curriculum_advance_accuracy, args.curriculum_window, every) == (0.9, 20, 100)
-                    stops = not row.endswith(("nostop", "_more", "_decay"))  # (self_distill_mastery_more_stop stops)
-                    assert (task_args.probe_depth, task_args.probe_stop_accuracy) == (16, 0.99 if stops else None)
-                    constant = row.startswith("self_distill_mastery") and not row.endswith(("cosine", "decay"))
-                    steps = 6_000 if row.endswith("decay") else 20_000 if constant else 10_000  # a constant rate
-                    assert (args.max_steps, args.lr_scheduler_type == "constant_with_warmup") == (  # does not run
-                        (steps, constant)), row  # out while d_max grows
-                    if not spec.get("resume_curriculum"):  # (that one reads its parent's run: next test)
-                        curriculum = protocol.curriculum_of(row, protocol.REPO / "no-such-run", 0)
-                        assert curriculum["mastery_accuracy"] == 0.9 and curriculum["growth_steps"] is None
-                else:
-                    assert curriculum_max_depth(349, start, every, 1, 16) == 15 == curriculum_max_depth(350, start, every, 1, 16) - 1
-                    assert task_args.probe_depth is None
-                    assert protocol.curriculum_of(row, protocol.REPO, 0)["reaches_16_at_step"] == 350
-                assert task_args.self_distillation == row.startswith("self_distill")
-    finally:
-        for k, v in saved.items():
-            setattr(protocol, k, v)
+    for name in ("s5", "a5"):
+        p = protocol.PROTOCOLS[name]
+        assert p.grid == [16, 32, 64, 128, 256] and p.out.parts[-2:] == ("s5_a5_cpu", name)
+        for row in protocol.rows_of(p):
+            spec = protocol.ROWS[row]
+            if spec.kind == "rnn":
+                rnn = load_example("examples/baselines/rnn.py").parse_args(argv({**protocol.common_rnn(p), **spec.flags}))
+                assert (rnn.task, rnn.max_train_depth, rnn.depths) == (name, 16, p.grid)
+                continue
+            _, task_args, args = train_par.parse_args(argv({**protocol.common_par(p), **spec.flags,
+                                                            **protocol.probe_flags(p, row)}) + ["--output_dir", "x"])
+            assert task_args.task == name and args.max_train_depth == 16
+            start, every = args.curriculum_start_depth, args.curriculum_every_steps
+            if "mastery" in row:  # grown by accuracy; probed in range, stops once learned unless nostop
+                assert (args.curriculum_advance_accuracy, args.curriculum_window, every) == (0.9, 20, 100)
+                stops = not row.endswith(("nostop", "_more", "_decay"))  # (self_distill_mastery_more_stop stops)
+                assert (task_args.probe_depth, task_args.probe_stop_accuracy) == (16, 0.99 if stops else None)
+                constant = row.startswith("self_distill_mastery") and not row.endswith(("cosine", "decay"))
+                steps = 6_000 if row.endswith("decay") else 20_000 if constant else 10_000  # a constant rate
+                assert (args.max_steps, args.lr_scheduler_type == "constant_with_warmup") == (  # does not run
+                    (steps, constant)), row  # out while d_max grows
+                if not spec.resume_curriculum:  # (that one reads its parent's run: next test)
+                    curriculum = protocol.curriculum_of(p, row, protocol.REPO / "no-such-run", 0)
+                    assert curriculum["mastery_accuracy"] == 0.9 and curriculum["growth_steps"] is None
+            else:
+                assert curriculum_max_depth(349, start, every, 1, 16) == 15 == curriculum_max_depth(350, start, every, 1, 16) - 1
+                assert task_args.probe_depth is None
+                assert protocol.curriculum_of(p, row, protocol.REPO, 0)["reaches_16_at_step"] == 350
+            assert task_args.self_distillation == row.startswith("self_distill")
     from state_tracking import get_task
 
-    assert "no identity operation" in protocol.padding_control(None, None, get_task("a5"), {})["skipped"]
+    a5 = protocol.PROTOCOLS["a5"]
+    assert "no identity operation" in protocol.padding_control(a5, None, None, get_task("a5"), {})["skipped"]
     with pytest.raises(SystemExit):
         protocol.main(["--protocol", "s5", "--row", "full_view"])
     with pytest.raises(SystemExit):
         protocol.main(["--protocol", "a5", "--export", "recipe_halting"])
 
 
-def test_paper_protocol_second_stage_resumes_the_parents_curriculum(tmp_path, monkeypatch):
+def test_paper_protocol_second_stage_resumes_the_parents_curriculum(tmp_path):
     """A `resume_curriculum` row (self_distill_mastery_more) starts from its parent's trained weights with the mastery
-    curriculum at the parent's last d_max (start + growths, at most TRAIN_MAX_DEPTH), and says so in its record; a
+    curriculum at the parent's last d_max (start + growths, at most train_max_depth), and says so in its record; a
     parent without a curriculum state is refused by name."""
+    from dataclasses import replace
+
+    from par_studies import argv
+
     protocol = load_example("examples/reproduce/paper_protocol.py")
-    saved = {k: getattr(protocol, k) for k in protocol.PROTOCOLS["s5"]}
-    try:
-        protocol.apply_protocol("s5")
-        monkeypatch.setattr(protocol, "RUN_DIR", tmp_path)
-        row, parent = "self_distill_mastery_more", "self_distill_mastery"
-        assert protocol.ROWS[row]["init_from"] == parent
-        parent_checkpoint = protocol.run_path(parent, 1) / "checkpoint-900"
-        parent_checkpoint.mkdir(parents=True)
-        (protocol.run_path(parent, 1) / "summary.json").write_text("{}")
-        with pytest.raises(SystemExit, match="no curriculum state"):
-            protocol.parent_flags(row, 1)
-        (parent_checkpoint / "curriculum_state.json").write_text(json.dumps({"advances": [300, 500, 800], "recent": []}))
-        flags = protocol.parent_flags(row, 1)
-        assert flags[flags.index("--curriculum_start_depth") + 1] == "5" and "--init_from_par" in flags
-        _, _, args = train_par.parse_args(protocol.common_par() + protocol.ROWS[row]["flags"] + protocol.probe_flags(row)
-                                          + flags + ["--output_dir", "x"])
-        assert args.curriculum_start_depth == 5 and args.curriculum_advance_accuracy == 0.9
-        assert protocol.curriculum_of(row, tmp_path / "no-such-run", 1)["start"] == 5
-        (parent_checkpoint / "curriculum_state.json").write_text(json.dumps({"advances": list(range(30)), "recent": []}))
-        assert protocol.curriculum_of(row, tmp_path / "no-such-run", 1)["start"] == 16  # capped at d ≤ 16
-        assert protocol.resumed_curriculum_flags("recipe_then_halting", 1) == []
-    finally:
-        for k, v in saved.items():
-            setattr(protocol, k, v)
+    p = replace(protocol.PROTOCOLS["s5"], run_dir=tmp_path)
+    row, parent = "self_distill_mastery_more", "self_distill_mastery"
+    assert protocol.ROWS[row].init_from == parent
+    parent_checkpoint = protocol.run_path(p, parent, 1) / "checkpoint-900"
+    parent_checkpoint.mkdir(parents=True)
+    (protocol.run_path(p, parent, 1) / "summary.json").write_text("{}")
+    with pytest.raises(SystemExit, match="no curriculum state"):
+        protocol.parent_flags(p, row, 1)
+    (parent_checkpoint / "curriculum_state.json").write_text(json.dumps({"advances": [300, 500, 800], "recent": []}))
+    flags = protocol.parent_flags(p, row, 1)
+    assert flags["--curriculum_start_depth"] == "5" and "--init_from_par" in flags
+    _, _, args = train_par.parse_args(argv(protocol.train_flags(p, row, 1)) + ["--output_dir", "x"])
+    assert args.curriculum_start_depth == 5 and args.curriculum_advance_accuracy == 0.9
+    assert protocol.curriculum_of(p, row, tmp_path / "no-such-run", 1)["start"] == 5
+    (parent_checkpoint / "curriculum_state.json").write_text(json.dumps({"advances": list(range(30)), "recent": []}))
+    assert protocol.curriculum_of(p, row, tmp_path / "no-such-run", 1)["start"] == 16  # capped at d ≤ 16
+    assert protocol.resumed_curriculum_flags(p, "recipe_then_halting", 1) == {}
 
 
-def test_s5_breakthrough_rows_are_valid_and_explicit():
+def test_s5_breakthrough_rows_are_valid_and_explicit(tmp_path, monkeypatch):
     """Every row of examples/studies/s5_breakthrough.py parses as train_par.py flags: S5, the recipe's view set
-    explicitly, train d ≤ 8, the issue's cap (10,000 steps, 7,200 s), a checkpoint and a probe (d = 8, 256 sequences)
+    explicitly, train d ≤ 8, the study's cap (10,000 steps, 7,200 s), a checkpoint and a probe (d = 8, 256 sequences)
     every 250 steps; each variant trains what it says and each change is in the flags."""
+    from par_studies import argv
+
     study = load_example("examples/studies/s5_breakthrough.py")
-    rows = study.rows()
-    assert {name for name, spec in rows.items() if spec["change"].startswith("baseline")} == set(study.VARIANTS)
+    rows = study.ROWS
+    assert {name for name, spec in rows.items() if spec.label.startswith("baseline")} == set(study.VARIANTS)
+    monkeypatch.setattr(study, "RUN_DIR", tmp_path)
+    for parent in {spec.init_from for spec in rows.values()} - {None}:  # trained parents, as a fine-tune needs
+        study.run_path(parent, 0).mkdir()
+        (study.run_path(parent, 0) / "summary.json").write_text("{}")
     for name, spec in rows.items():
-        flags = study.merge(study.BASE, spec["flags"])
+        flags = argv(study.train_flags(name, 0))
         model_args, task_args, args = train_par.parse_args(flags + ["--output_dir", "x", "--seed", "0"])
         assert train_par.resolve_view(model_args) == train_par.RECIPE_VIEW == {
             k: getattr(model_args, k) for k in train_par.RECIPE_VIEW}, name
@@ -414,15 +420,15 @@ def test_s5_breakthrough_rows_are_valid_and_explicit():
         fine_tune = {"self_distill_stretch_ft": 1000, "halting_from_labels": 2000}
         assert args.max_steps == fine_tune.get(name, 10_000), name
         # from-scratch rows stop once two probes in a row reach 99%; fine-tuning rows start near it and run on
-        assert task_args.probe_stop_accuracy == (None if spec["init_from"] else 0.99), name
+        assert task_args.probe_stop_accuracy == (None if spec.init_from else 0.99), name
         assert task_args.probe_stop_patience == 2, name
         assert args.save_strategy == "steps" and args.save_steps == 250 and args.restore_callback_states_from_checkpoint
         assert (task_args.probe_depth, task_args.probe_n, task_args.probe_every_steps) == (8, 256, 250)
-        assert task_args.self_distillation == (spec["variant"] == "self_distill"), name
-        assert (args.depth_schedule == "hold") == (spec["variant"] == "halting"), name
-        assert (args.halting_loss_weight == 0.5) == (spec["variant"] == "halting" and name != "halting_noloss"), name
-        assert task_args.eval_halting == (args.halting_loss_weight > 0), name
-        change = name[len(spec["variant"]) + 1:]
+        assert task_args.self_distillation == (spec.group == "self_distill"), name
+        assert (args.depth_schedule == "hold") == (spec.group == "halting"), name
+        assert (args.halting_loss_weight == 0.5) == (spec.group == "halting" and name != "halting_noloss"), name
+        assert task_args.eval_halting == (args.halting_loss_weight > 0) == spec.halting, name
+        change = name[len(spec.group) + 1:]
         if change.startswith("lr"):
             assert args.learning_rate == float(change[2:]) and args.adapter_learning_rate == 2 * args.learning_rate
         if change == "width192":
@@ -433,8 +439,8 @@ def test_s5_breakthrough_rows_are_valid_and_explicit():
             assert args.ema_decay == float(change[3:])
         if name == "self_distill_stretch_ft":
             assert args.stretch_steps == args.max_steps and args.stretch_max_scale == 8
-        if spec["init_from"] is not None:
-            with pytest.raises(SystemExit, match=f"fine-tunes the trained {spec['init_from']} row"):
+        if spec.init_from is not None:
+            with pytest.raises(SystemExit, match=f"fine-tunes the trained {spec.init_from} row"):
                 study.train_flags(name, 12345)  # no trained parent for that seed
     assert study.left_chance_step([{"step": 0, "accuracy": 0.0}, {"step": 250, "accuracy": 0.099},
                                    {"step": 500, "accuracy": 0.1}, {"step": 750, "accuracy": 0.0}]) == 500

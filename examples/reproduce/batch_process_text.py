@@ -26,20 +26,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "examples" / "studies"))
-sys.path.insert(0, str(REPO / "examples" / "reproduce"))
-sys.path.insert(0, str(REPO / "examples"))
-
-from length_generalization import load_run  # noqa: E402
-from paper_protocol import row_train_seconds, train_segment  # noqa: E402
+from par_studies import (
+    HALTING,
+    LOCAL,
+    REPO,
+    Row,
+    combine,
+    load_records,
+    load_run,
+    repo_module,
+    row_train_seconds,
+    rows_by_name,
+    save_record,
+    train_segment,
+)
 
 TASK_FILE = "examples/tasks/batch_process_phrasings.json"
 OUT = REPO / "results" / "batch_process_text_cpu"
@@ -50,24 +55,21 @@ GRID = [8, 16, 32, 64, 128]
 N = 1024
 PHRASINGS = ["canonical", "seen", "held_out"]
 DIAGNOSIS_DEPTH, DIAGNOSIS_N = 64, 512
-PIPELINE_DEPTH, PIPELINE_N = 64, 1024  # the issue's check: >= 99% at 8x the training depth through the pipeline
+PIPELINE_DEPTH, PIPELINE_N = 64, 1024  # the export's check: >= 99% at 8x the training depth through the pipeline
 STEPS = 2000
-TINY_FLAGS: list[str] = []  # --tiny (tests): a small model whose untrained halting gives up quickly
+TINY_FLAGS: dict[str, str] = {}  # --tiny (tests): a small model whose untrained halting gives up quickly
 
-COMMON = [
-    "--task_file", TASK_FILE, "--rendering", "text", "--max_train_depth", str(TRAIN_MAX_DEPTH),
-    "--max_steps", str(STEPS), "--per_device_train_batch_size", "64", "--learning_rate", "1e-3",
-    "--loop_view", "local", "--progress_positions", "true", "--bidirectional_queries", "true",
-    "--depth_schedule", "hold", "--hold_extra_iterations", "8", "--grad_window", "16",
-    "--halting_loss_weight", "0.5", "--halt_label_offset", "1",
-    "--eval_depths", "8", "--eval_n", "64", "--logging_steps", "50", "--disable_tqdm", "true", "--report_to", "none",
-    "--save_strategy", "steps", "--save_steps", "250", "--save_total_limit", "1", "--max_train_seconds", "3600",
-]
-ROWS = {
-    "idle_start": dict(label="recipe + halting, every training prompt starts idle", flags=[]),
-    "random_start": dict(label="recipe + halting, random start state (stated in the prompt)",
-                         flags=["--random_initial", "true"]),
+COMMON = {
+    "--task_file": TASK_FILE, "--rendering": "text", "--max_train_depth": str(TRAIN_MAX_DEPTH),
+    "--max_steps": str(STEPS), "--per_device_train_batch_size": "64", "--learning_rate": "1e-3",
+    "--eval_depths": "8", "--eval_n": "64", "--logging_steps": "50", "--disable_tqdm": "true", "--report_to": "none",
+    "--save_strategy": "steps", "--save_steps": "250", "--save_total_limit": "1", "--max_train_seconds": "3600",
 }
+ROWS = rows_by_name(
+    Row.of("idle_start", "recipe + halting, every training prompt starts idle", LOCAL, HALTING),
+    Row.of("random_start", "recipe + halting, random start state (stated in the prompt)", LOCAL, HALTING,
+           {"--random_initial": "true"}),
+)
 
 
 def run_path(row: str, seed: int) -> Path:
@@ -75,9 +77,10 @@ def run_path(row: str, seed: int) -> Path:
 
 
 def train(row: str, seed: int, steps: int | None = None) -> list[dict]:
-    """Train (or resume) a row with examples/train_par.py; returns its segments."""
-    flags = [*COMMON, *ROWS[row]["flags"], *([] if steps is None else ["--max_steps", str(steps)]), *TINY_FLAGS]
-    return train_segment(run_path(row, seed), seed, flags, row)
+    """Train (or resume) a row with examples/train_par.py: the common flags, the row's over them, then --steps and
+    --tiny's (test scale) over both; returns its segments."""
+    flags = {**COMMON, **ROWS[row].flags, **({} if steps is None else {"--max_steps": str(steps)}), **TINY_FLAGS}
+    return train_segment(run_path(row, seed), seed, combine(row, flags), row)
 
 
 def state_visits(task, depth_max: int, n: int = 20000, seed: int = 0, random_initial: bool = False) -> dict:
@@ -143,8 +146,8 @@ def evaluate(row: str, seed: int, segments: list[dict]) -> dict:
                 "seconds": round(time.time() - started, 1)}
             print(f"{row} s{seed} {phrasing}/{mode}: " + " ".join(
                 f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
-    random_initial = "--random_initial" in ROWS[row]["flags"]
-    return dict(row=row, label=ROWS[row]["label"], seed=seed, task_file=TASK_FILE,
+    random_initial = ROWS[row].flags.get("--random_initial") == "true"
+    return dict(row=row, label=ROWS[row].label, seed=seed, task_file=TASK_FILE,
                 command=f"python examples/reproduce/batch_process_text.py --row {row} --seed {seed}",
                 train_commands=[s["command"] for s in segments], segments=segments, steps=summary["steps"],
                 samples_seen=summary["samples_seen"], train_seconds=row_train_seconds(segments),
@@ -161,8 +164,7 @@ def record_path(row: str, seed: int) -> Path:
 def run_row(row: str, seed: int, steps: int | None = None) -> dict:
     segments = train(row, seed, steps)
     record = evaluate(row, seed, segments)
-    record_path(row, seed).parent.mkdir(parents=True, exist_ok=True)
-    record_path(row, seed).write_text(json.dumps(record, indent=1))
+    save_record(record, record_path(row, seed))
     return record
 
 
@@ -192,7 +194,8 @@ def pipeline_check(folder: Path, task, seed: int, depth: int | None = None, n: i
     from state_tracking.data import derive_seed
     from state_tracking.evaluation import draw_test_problems
     from state_tracking.prompts import text_prompt
-    from tests.test_modeling_par import run_blocked
+
+    run_blocked = repo_module("tests.test_modeling_par").run_blocked
 
     depth, n = depth or PIPELINE_DEPTH, n or PIPELINE_N
     ops, _ = draw_test_problems(task, depth, n, seed + 4242, False)
@@ -215,9 +218,9 @@ def pipeline_check(folder: Path, task, seed: int, depth: int | None = None, n: i
 def export(row: str, seed: int, target: Path | None = None) -> Path:
     import shutil
 
-    from push_to_hub import export_for_hub, results_section
-
     from state_tracking import load_task_from_dir
+
+    hub = repo_module("examples.push_to_hub")
 
     target = target or CHECKPOINT
     record = json.loads(record_path(row, seed).read_text())
@@ -231,13 +234,13 @@ def export(row: str, seed: int, target: Path | None = None) -> Path:
              f"{TRAIN_MAX_DEPTH}), by phrasing: canonical (each sentence's first form), seen (drawn among the phrasings "
              "training drew from), held-out (the phrasing of each sentence kept out of training). "
              f"`{record['command']}`.")
-    markdown = results_section(intro, GRID, rows, curve=record.get("curve"))
+    markdown = hub.results_section(intro, GRID, rows, curve=record.get("curve"))
     measured = {"depths": GRID, "rows": rows, "train_max_depth": TRAIN_MAX_DEPTH, "n_sequences": N}
-    export_for_hub(folder, target, repo_id="par-batch-process-text", results=None, measured=measured,
-                   rendering="text", learned_halting=True,
-                   training_data=(f"{record['samples_seen']:,} random text problems of {TASK_FILE} (d ≤ {TRAIN_MAX_DEPTH}, "
-                                  f"{ROWS[row]['label']}), {record['steps']} steps, seed {seed}."),
-                   limits="From scratch at CPU scale; a small word-level vocabulary: only the task's sentences.")
+    hub.export_for_hub(folder, target, repo_id="par-batch-process-text", results=None, measured=measured,
+                       rendering="text", learned_halting=ROWS[row].halting,
+                       training_data=(f"{record['samples_seen']:,} random text problems of {TASK_FILE} (d ≤ "
+                                      f"{TRAIN_MAX_DEPTH}, {ROWS[row].label}), {record['steps']} steps, seed {seed}."),
+                       limits="From scratch at CPU scale; a small word-level vocabulary: only the task's sentences.")
     card = (target / "README.md").read_text().replace("No results were attached to this export.", markdown)
     (target / "README.md").write_text(card)
     check = pipeline_check(target, load_task_from_dir(folder), seed)
@@ -258,7 +261,7 @@ def export(row: str, seed: int, target: Path | None = None) -> Path:
 
 # ------------------------------------------------------------------------------------------------------ collect
 def collect() -> None:
-    records = [json.loads(p.read_text()) for p in sorted((OUT / "runs").glob("*.json"))]
+    records = load_records(OUT / "runs")
     lines = ["| row | seed | phrasing | mode | " + " | ".join(f"d={d}" for d in GRID) + " | train s |",
              "|---|---|---|---|" + "---|" * len(GRID) + "---|"]
     for r in records:
@@ -325,8 +328,8 @@ def main(argv=None) -> None:
         tiny = Path(args.tiny)
         OUT, RUN_DIR, CHECKPOINT = tiny / "results", tiny / "runs", tiny / "checkpoint"
         GRID, N, DIAGNOSIS_N, PIPELINE_N = [8, 16], 16, 16, 16
-        TINY_FLAGS = ["--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2",
-                      "--num_key_value_heads", "2", "--max_iterations", "40", "--eval_n", "8"]
+        TINY_FLAGS = {"--hidden_size": "32", "--intermediate_size": "64", "--num_attention_heads": "2",
+                      "--num_key_value_heads": "2", "--max_iterations": "40", "--eval_n": "8"}
     if args.row:
         run_row(args.row, args.seed, args.steps)
     if args.export:

@@ -6,7 +6,8 @@ processes under one wall-clock budget each, then evaluated on fresh sequences pe
 
 Writes OUT/<run>.json (config, seed, steps, samples seen, wall time, machine, per-depth accuracy),
 OUT/README.md (mean ± sd across seeds beside the paper's numbers), OUT/accuracy_vs_depth.png, and copies the
-best PAR run as a bf16 checkpoint to --checkpoint-dir. Each run is `examples/train_par.py` with the flags below.
+best PAR run as a bf16 checkpoint to --checkpoint-dir. Each run is `examples/train_par.py` with the scale's flags and
+the row's (ROWS) over them, then `--extra`'s over both.
 
 The paper's protocol row by row (train d ≤ 32, 1,024 sequences per length, 6 seeds, resumable rows, LSTM / GRU
 baselines, the stop rule) is `examples/reproduce/paper_protocol.py`, which also ships checkpoints/par-swap-s5-small;
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -26,52 +27,59 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from state_tracking import plot_accuracy_vs_depth  # noqa: E402
+from par_studies import (
+    FULL,
+    REPO,
+    Row,
+    argv,
+    combine,
+    halting,
+    mean_sd,
+    parse_argv,
+    repo_module,
+    rows_by_name,
+    thread_env,
+)
+from state_tracking import plot_accuracy_vs_depth
 
 SCALES = {
     # From-scratch Qwen2-architecture models (no pretrained weights can be downloaded here).
     "cpu": dict(
-        common=["--hidden_size", "128", "--intermediate_size", "256", "--num_attention_heads", "4",
-                "--num_key_value_heads", "4", "--prelude_layers", "1", "--core_layers", "2", "--coda_layers", "1",
-                "--max_train_depth", "8", "--curriculum_start_depth", "2", "--curriculum_every_steps", "75",
-                "--per_device_train_batch_size", "64", "--learning_rate", "1e-3", "--adapter_learning_rate", "2e-3",
-                "--lr_scheduler_type", "cosine", "--warmup_steps", "100", "--max_steps", "1500",
-                "--train_size", "100000", "--eval_depths", "8,16,32,64", "--eval_batch_size", "256",
-                "--max_iterations", "200", "--use_cpu", "true"],
+        common={"--hidden_size": "128", "--intermediate_size": "256", "--num_attention_heads": "4",
+                "--num_key_value_heads": "4", "--prelude_layers": "1", "--core_layers": "2", "--coda_layers": "1",
+                "--max_train_depth": "8", "--curriculum_start_depth": "2", "--curriculum_every_steps": "75",
+                "--per_device_train_batch_size": "64", "--learning_rate": "1e-3", "--adapter_learning_rate": "2e-3",
+                "--lr_scheduler_type": "cosine", "--warmup_steps": "100", "--max_steps": "1500",
+                "--train_size": "100000", "--eval_depths": "8,16,32,64", "--eval_batch_size": "256",
+                "--max_iterations": "200", "--use_cpu": "true"},
         budget=2400, threads=1, n=1024, train_max_depth=8,
     ),
     "gpu": dict(
-        common=["--hidden_size", "256", "--intermediate_size", "1024", "--num_attention_heads", "4",
-                "--num_key_value_heads", "4", "--prelude_layers", "2", "--core_layers", "2", "--coda_layers", "2",
-                "--max_train_depth", "32", "--curriculum_start_depth", "2", "--curriculum_every_steps", "25",
-                "--per_device_train_batch_size", "128", "--learning_rate", "1e-3", "--adapter_learning_rate", "2e-3",
-                "--lr_scheduler_type", "cosine", "--warmup_steps", "100", "--max_steps", "3000",
-                "--train_size", "400000",
-                "--eval_depths", "32,64,128,256,512,1024", "--eval_batch_size", "512", "--bf16", "true",
-                "--max_iterations", "1100"],
+        common={"--hidden_size": "256", "--intermediate_size": "1024", "--num_attention_heads": "4",
+                "--num_key_value_heads": "4", "--prelude_layers": "2", "--core_layers": "2", "--coda_layers": "2",
+                "--max_train_depth": "32", "--curriculum_start_depth": "2", "--curriculum_every_steps": "25",
+                "--per_device_train_batch_size": "128", "--learning_rate": "1e-3", "--adapter_learning_rate": "2e-3",
+                "--lr_scheduler_type": "cosine", "--warmup_steps": "100", "--max_steps": "3000",
+                "--train_size": "400000", "--eval_depths": "32,64,128,256,512,1024", "--eval_batch_size": "512",
+                "--bf16": "true", "--max_iterations": "1100"},
         budget=330, threads=2, n=1024, train_max_depth=32,
     ),
 }
 
 # The recipe (train_par.py's from-scratch default since the length-generalization study,
 # results/length_generalization_cpu/): local loop view, progress-coupled query positions, bidirectional queries.
-# The paper's setting (full causal view, ordinary positions) is the `par_faithful` row.
-FAITHFUL = ["--loop_view", "full", "--progress_positions", "false", "--bidirectional_queries", "false"]
-HALTING = ["--halting_loss_weight", "0.5", "--eval_halting", "true", "--depth_schedule", "hold",
-           "--hold_extra_iterations", "8", "--grad_window", "16"]
-RUNS = {  # name -> (label in the table, extra flags)
-    "par_seed0": ("PAR (recipe)", ["--seed", "0"]),
-    "par_seed1": ("PAR (recipe)", ["--seed", "1"]),
-    "par_seed2": ("PAR (recipe)", ["--seed", "2"]),
-    "par_halting": ("PAR (recipe) + learned halting", ["--seed", "0", *HALTING]),
-    "par_faithful": ("PAR, paper's setting (full view)", ["--seed", "0", *FAITHFUL]),
-    "no_anchoring": ("ablation: recipe without norm anchoring", ["--seed", "0", "--norm_anchoring", "false"]),
-    "final_every_iteration": ("ablation: recipe, final answer at every iteration",
-                              ["--seed", "0", "--objective", "final_every_iteration"]),
-}
+# The paper's setting (full causal view, ordinary positions) is the `par_faithful` row. A halting row is also evaluated
+# with learned halting (--eval_halting).
+ROWS = rows_by_name(
+    Row.of("par_seed0", "PAR (recipe)", {"--seed": "0"}),
+    Row.of("par_seed1", "PAR (recipe)", {"--seed": "1"}),
+    Row.of("par_seed2", "PAR (recipe)", {"--seed": "2"}),
+    Row.of("par_halting", "PAR (recipe) + learned halting", {"--seed": "0"}, halting(label_offset=None)),
+    Row.of("par_faithful", "PAR, paper's setting (full view)", {"--seed": "0"}, FULL),
+    Row.of("no_anchoring", "ablation: recipe without norm anchoring", {"--seed": "0", "--norm_anchoring": "false"}),
+    Row.of("final_every_iteration", "ablation: recipe, final answer at every iteration",
+           {"--seed": "0", "--objective": "final_every_iteration"}),
+)
 
 PAPER = """Paper (Qwen2.5-0.5B retrofit, train d ≤ 32, its own report; not reproduced here):
 
@@ -86,24 +94,21 @@ PAPER = """Paper (Qwen2.5-0.5B retrofit, train d ≤ 32, its own report; not rep
 Ablations (paper): without norm anchoring G ≈ 1.8 (vs 16); final answer at every iteration G ≈ 2."""
 
 
-def launch(name: str, flags: list[str], work: Path, budget: float, threads: int, n: int) -> subprocess.Popen:
+def launch(name: str, scale: dict, work: Path, budget: float, n: int, extra: dict[str, str]) -> subprocess.Popen:
+    """Start one row: the scale's flags, the run settings (output folder, budget, test size, logging, no checkpoints)
+    and the row's flags over them, then `extra`'s (--extra) over all."""
     out = work / name
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, str(REPO / "examples" / "train_par.py"), *flags, "--output_dir", str(out),
-           "--max_train_seconds", str(budget), "--eval_n", str(n),
-           "--logging_steps", "50", "--disable_tqdm", "true", "--report_to", "none", "--save_strategy", "no"]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
-    log = open(out / "train.log", "w")
+    row = ROWS[name]
+    settings = {"--output_dir": str(out), "--max_train_seconds": str(budget), "--eval_n": str(n),
+                "--logging_steps": "50", "--disable_tqdm": "true", "--report_to": "none", "--save_strategy": "no"}
+    flags = {**scale["common"], **settings, **combine(
+        name, row.flags, {"--eval_halting": "true"} if row.halting else {}), **extra}
+    cmd = [sys.executable, str(REPO / "examples" / "train_par.py"), *argv(flags)]
+    env = {**thread_env(), "OMP_NUM_THREADS": str(scale["threads"]), "MKL_NUM_THREADS": str(scale["threads"])}
+    log = open(out / "train.log", "w")  # the process writes it until it ends
     print(f"[{name}] {' '.join(cmd)}", flush=True)
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-
-
-def mean_sd(values: list[float], scale: float = 100.0) -> str:
-    """'mean ± sd' of scale · values (sample sd), or the one value."""
-    values = [scale * v for v in values]
-    if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{np.mean(values):.1f} ± {np.std(values, ddof=1):.1f}"
 
 
 def collect(name: str, label: str, work: Path, out_dir: Path, scale: str, command: str) -> dict:
@@ -169,9 +174,7 @@ one's, is ≥ 50%). All runs trained in parallel, each for its step budget (see 
 def save_best_checkpoint(records: list[dict], work: Path, target: Path, results_markdown: Path) -> str:
     """Export the PAR run (halting included) with the best mean forced accuracy beyond the training depth as a
     bf16, Hub-ready folder (examples/push_to_hub.py: weights, remote code, tokenizer, task, model card)."""
-    sys.path.insert(0, str(REPO / "examples"))
-    from push_to_hub import export_for_hub
-
+    export_for_hub = repo_module("examples.push_to_hub").export_for_hub
     candidates = [r for r in records if r["label"].startswith("PAR")]
 
     def beyond(r):
@@ -205,17 +208,22 @@ def main(argv=None):
     parser.add_argument("--work-dir", default="runs/reproduce_swap_s5", help="run folders (models, logs)")
     parser.add_argument("--budget-seconds", type=float, default=None, help="training wall time per run")
     parser.add_argument("--n", type=int, default=None, help="test sequences per depth (protocol: 1024)")
-    parser.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated subset of {list(RUNS)}")
+    parser.add_argument("--runs", default=",".join(ROWS), help=f"comma-separated subset of {list(ROWS)}")
     parser.add_argument("--checkpoint-dir", default=None, help="where the best PAR run goes as bf16 (optional)")
-    parser.add_argument("--extra", default="", help="extra train_par.py flags for every run (quoted)")
+    parser.add_argument("--extra", default="", help="train_par.py '--flag value' pairs for every run (quoted); they "
+                        "replace the scale's and the row's values")
     parser.add_argument("--collect-only", action="store_true",
                         help="do not train: rebuild the report and checkpoint from the runs already in --work-dir")
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     names = args.runs.split(",")
-    unknown = sorted(set(names) - set(RUNS))
+    unknown = sorted(set(names) - set(ROWS))
     if unknown:
-        parser.error(f"--runs: unknown {unknown}; allowed {list(RUNS)}")
+        parser.error(f"--runs: unknown {unknown}; allowed {list(ROWS)}")
+    try:
+        extra = parse_argv(shlex.split(args.extra), "--extra")
+    except ValueError as error:
+        parser.error(str(error))
     budget = args.budget_seconds or scale["budget"]
     n = args.n or scale["n"]
     out_dir = Path(args.out or f"results/swap_s5{'_cpu' if args.scale == 'cpu' else ''}")
@@ -224,9 +232,7 @@ def main(argv=None):
     command = "python examples/reproduce/swap_s5.py " + " ".join(argv if argv is not None else sys.argv[1:])
 
     started = time.time()
-    procs = {} if args.collect_only else {
-        name: launch(name, scale["common"] + RUNS[name][1] + args.extra.split(), work, budget, scale["threads"], n)
-        for name in names}
+    procs = {} if args.collect_only else {name: launch(name, scale, work, budget, n, extra) for name in names}
     failed = []
     for name, proc in procs.items():
         if proc.wait() != 0:
@@ -237,7 +243,7 @@ def main(argv=None):
         if previous.is_file():
             command = json.loads(previous.read_text())["reproduce_command"]
     print(f"all runs finished in {time.time() - started:.0f} s", flush=True)
-    records = [collect(name, RUNS[name][0], work, out_dir, args.scale, command) for name in names if name not in failed]
+    records = [collect(name, ROWS[name].label, work, out_dir, args.scale, command) for name in names if name not in failed]
     if not records:
         raise SystemExit("every run failed")
     table = write_report(records, out_dir, args.scale, command, budget)

@@ -1,6 +1,6 @@
 """Length-generalization study at CPU scale: what makes a PAR loop trained on d ≤ 8 solve longer problems.
 
-Every run is `examples/train_par.py` with the main job's defaults plus the flags in RUNS, one torch thread
+Every run is `examples/train_par.py` with its defaults and the row's flags (ROWS), one torch thread
 (two runs share the 2 cores), then a fixed evaluation: forced depth on fresh sequences at GRID (fine enough to
 place d50), the progress profile (every iteration's readout vs z_min(c·k, d)) at PROFILE_DEPTHS, the padding
 control (8 real ops + identity ops), and learned halting where the run trains it.
@@ -18,18 +18,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from state_tracking.evaluation import STOP_BELOW  # noqa: E402
+from par_studies import (
+    FULL,
+    HALTING,
+    LOCAL,
+    REPO,
+    Row,
+    argv,
+    combine,
+    halting,
+    load_records,
+    load_run,
+    repo_module,
+    rows_by_name,
+    run_logged,
+    save_record,
+    seeds_cell,
+)
+from state_tracking.evaluation import STOP_BELOW, repo_relative
 
 OUT = REPO / "results" / "length_generalization_cpu"
 RUN_DIR = REPO / "runs" / "length_generalization"
@@ -38,32 +49,28 @@ FAILED = STOP_BELOW  # two consecutive depths below it end a grid early (d50 is 
 PROFILE_DEPTHS = [8, 16, 32]
 TRAIN_MAX_DEPTH = 8
 
-FULL = ["--loop_view", "full", "--progress_positions", "false", "--bidirectional_queries", "false"]
-LOCAL = ["--loop_view", "local", "--progress_positions", "true", "--bidirectional_queries", "true"]
-RUNS = {  # name -> (what it tests, flags on top of train_par.py's defaults; explicit, whatever the defaults are)
-    "baseline": ("faithful PAR: the main job as on main (full view, ordinary positions, 2,000 steps)", FULL),
-    "stretch_all": ("positional stretch ramped 1→8 over the whole run", FULL + [
-        "--stretch_steps", "2000", "--stretch_max_scale", "8"]),
-    "stretch_half": ("stretch as augmentation: half the batches, s_max ramped 1→8 over the run", FULL + [
-        "--stretch_steps", "2000", "--stretch_max_scale", "8", "--stretch_fraction", "0.5"]),
-    "random_positions": ("randomized sorted positions from [0, 64) (Ruoss et al. 2023), ordinary at test", FULL + [
-        "--random_positions_max", "64"]),
-    "progress_positions": ("full view, progress-coupled query positions", [
-        "--loop_view", "full", "--progress_positions", "true", "--bidirectional_queries", "false"]),
-    "prefix_view": ("queries see preamble + ops ≤ k + queries; progress positions; bidirectional queries", [
-        "--loop_view", "prefix", "--progress_positions", "true", "--bidirectional_queries", "true"]),
-    "local_causal": ("local view (queries see only op k), progress positions, causal queries", [
-        "--loop_view", "local", "--progress_positions", "true", "--bidirectional_queries", "false"]),
-    "local_bidir": ("local view, progress positions, bidirectional queries (2,000 steps: the new main job)", LOCAL),
-    "local_bidir_3000": ("local_bidir trained 3,000 steps", LOCAL + ["--max_steps", "3000"]),
-    "local_bidir_halting": ("local_bidir + learned halting (weight 0.5), additive hold tail X ~ U{0..8}, window 16",
-                            LOCAL + ["--depth_schedule", "hold", "--hold_extra_iterations", "8", "--grad_window", "16",
-                                     "--halting_loss_weight", "0.5"]),
-    "local_bidir_halting_offset": ("local_bidir_halting with halting labels Yes once no operation is left (offset 1)",
-                                   LOCAL + ["--depth_schedule", "hold", "--hold_extra_iterations", "8",
-                                            "--grad_window", "16", "--halting_loss_weight", "0.5",
-                                            "--halt_label_offset", "1"]),
-}
+ROWS = rows_by_name(  # name, what it tests, flags on top of train_par.py's defaults (explicit, whatever the defaults are)
+    Row.of("baseline", "faithful PAR: the paper's setting (full view, ordinary positions, 2,000 steps)", FULL),
+    Row.of("stretch_all", "positional stretch ramped 1→8 over the whole run", FULL,
+           {"--stretch_steps": "2000", "--stretch_max_scale": "8"}),
+    Row.of("stretch_half", "stretch as augmentation: half the batches, s_max ramped 1→8 over the run", FULL,
+           {"--stretch_steps": "2000", "--stretch_max_scale": "8", "--stretch_fraction": "0.5"}),
+    Row.of("random_positions", "randomized sorted positions from [0, 64) (Ruoss et al. 2023), ordinary at test", FULL,
+           {"--random_positions_max": "64"}),
+    Row.of("progress_positions", "full view, progress-coupled query positions",
+           {"--loop_view": "full", "--progress_positions": "true", "--bidirectional_queries": "false"}),
+    Row.of("prefix_view", "queries see preamble + ops ≤ k + queries; progress positions; bidirectional queries",
+           {"--loop_view": "prefix", "--progress_positions": "true", "--bidirectional_queries": "true"}),
+    Row.of("local_causal", "local view (queries see only op k), progress positions, causal queries",
+           {"--loop_view": "local", "--progress_positions": "true", "--bidirectional_queries": "false"}),
+    Row.of("local_bidir", "local view, progress positions, bidirectional queries (2,000 steps: the recipe, the main "
+           "job)", LOCAL),
+    Row.of("local_bidir_3000", "local_bidir trained 3,000 steps", LOCAL, {"--max_steps": "3000"}),
+    Row.of("local_bidir_halting", "local_bidir + learned halting (weight 0.5), additive hold tail X ~ U{0..8}, window "
+           "16", LOCAL, halting(label_offset=None)),
+    Row.of("local_bidir_halting_offset", "local_bidir_halting with halting labels Yes once no operation is left "
+           "(offset 1)", LOCAL, HALTING),
+)
 
 
 def run_path(name: str, seed: int) -> Path:
@@ -71,13 +78,11 @@ def run_path(name: str, seed: int) -> Path:
 
 
 def train(name: str, seed: int) -> dict:
-    flags = RUNS[name][1]
-    output_dir = run_path(name, seed)
-    command = ["python", "examples/train_par.py", "--output_dir", str(output_dir.relative_to(REPO)), "--seed", str(seed),
-               "--eval_depths", "8", "--eval_n", "64", *flags]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1")
+    command = ["python", "examples/train_par.py", *argv(combine(name, {
+        "--output_dir": repo_relative(run_path(name, seed)), "--seed": str(seed), "--eval_depths": "8",
+        "--eval_n": "64"}, ROWS[name].flags))]
     started = time.time()
-    subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=env, check=True)
+    run_logged(command)
     return {"command": " ".join(command), "wall_seconds": round(time.time() - started, 1)}
 
 
@@ -88,19 +93,6 @@ def grid_accuracy(model, tokenizer, task, mode: str, common: dict) -> dict:
 
     return evaluate_until_failed(model, tokenizer, task, GRID, mode=mode, train_max_depth=TRAIN_MAX_DEPTH,
                                  stop_below=FAILED, progress=False, **common)
-
-
-def load_run(folder: Path, longest_depth: int):
-    """(model, tokenizer, task) of a train_par.py output folder, ready to evaluate up to `longest_depth`: the loop
-    cap is an inference setting, raised so that forced depth reaches it and halting can confirm there."""
-    from transformers import AutoTokenizer
-
-    from modeling_par import ParLoopedQwenForStateTracking
-    from state_tracking import load_task_from_dir
-
-    model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
-    model.config.max_iterations = max(model.config.max_iterations, longest_depth + model.config.halt_window + 8)
-    return model, AutoTokenizer.from_pretrained(folder), load_task_from_dir(folder)
 
 
 def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
@@ -115,13 +107,13 @@ def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
     common = dict(n_per_depth=256, seed=seed)
     forced = grid_accuracy(model, tokenizer, task, "forced", common)
     halting = None
-    if model.config.halt_token_ids is not None and "--halting_loss_weight" in RUNS[name][1]:
+    if model.config.halt_token_ids is not None and ROWS[name].halting:
         halting = grid_accuracy(model, tokenizer, task, "halting", common)
     profile = progress_profile(model, tokenizer, task, PROFILE_DEPTHS, **common)
     control = progress_profile(model, tokenizer, task, PROFILE_DEPTHS, padding_control_depth=TRAIN_MAX_DEPTH, **common)
     row = dict(record or {})
     row.update(
-        run=name, seed=seed, description=RUNS[name][0], flags=RUNS[name][1],
+        run=name, seed=seed, description=ROWS[name].label, flags=dict(ROWS[name].flags),
         command=row.get("command") or summary["command"], steps=summary["steps"],
         train_seconds=summary["train_seconds"], curve=summary.get("curve"),
         depths=forced["depths"], accuracy=forced["accuracy"], d50=forced["d50"],
@@ -131,26 +123,17 @@ def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
         G_is_lower_bound=bool(forced["depths"][-1] == GRID[-1] and forced["accuracy"][-1] >= 0.5),
         environment=forced["environment"],
     )
-    (OUT / "runs").mkdir(parents=True, exist_ok=True)
-    (OUT / "runs" / f"{name}_s{seed}.json").write_text(json.dumps(row, indent=1))
+    save_record(row, OUT / "runs" / f"{name}_s{seed}.json")
     print(f"{name} seed {seed}: " + " ".join(f"d={d}:{100 * a:.1f}" for d, a in zip(row["depths"], row["accuracy"]))
           + f"  G={row['G']}")
     return row
 
 
-def seeds_cell(group: list[dict], depth: int) -> str:
-    """Accuracy (%) at one depth over a run's seeds: 'mean ± sd', the one value, or '–' if a seed stopped before."""
-    values = [100 * dict(zip(r["depths"], r["accuracy"]))[depth] for r in group if depth in r["depths"]]
-    if len(values) != len(group):
-        return "–"
-    return f"{np.mean(values):.1f} ± {np.std(values, ddof=1):.1f}" if len(values) > 1 else f"{values[0]:.1f}"
-
-
 def collect() -> None:
     from state_tracking import plot_accuracy_vs_depth, plot_progress_profile
 
-    rows = [json.loads(p.read_text()) for p in sorted((OUT / "runs").glob("*.json"))]
-    order = {name: i for i, name in enumerate(RUNS)}
+    rows = load_records(OUT / "runs")
+    order = {name: i for i, name in enumerate(ROWS)}
     rows.sort(key=lambda r: (order.get(r["run"], 99), r["seed"]))
     head = "| run | seed | steps | train s | " + " | ".join(f"d={d}" for d in GRID) + " | G |"
     lines = [head, "|---|---|---|---|" + "---|" * len(GRID) + "---|"]
@@ -217,9 +200,7 @@ def export_checkpoint(name: str, seed: int, target: Path = RUN_DIR / "export") -
     the recipe, its measured accuracy and training curve, and training_summary.json (commands relative to the repo)."""
     import shutil
 
-    sys.path.insert(0, str(REPO / "examples"))
-    from push_to_hub import export_for_hub, results_section
-
+    hub = repo_module("examples.push_to_hub")
     row = json.loads((OUT / "runs" / f"{name}_s{seed}.json").read_text())
     intro = (f"Run `{name}` (seed {seed}) of the CPU length-generalization study (`results/length_generalization_cpu/` "
              f"in the package repository): {row['description']}.\n\nTraining command: `{row['command']}` "
@@ -229,12 +210,12 @@ def export_checkpoint(name: str, seed: int, target: Path = RUN_DIR / "export") -
     rows = {"forced depth": row["accuracy"]}
     if row.get("halting"):
         rows["learned halting"] = row["halting"]["accuracy"]
-    text = results_section(intro, row["depths"], rows, (row.get("halting") or {}).get("per_depth"), row.get("curve"))
+    text = hub.results_section(intro, row["depths"], rows, (row.get("halting") or {}).get("per_depth"), row.get("curve"))
     results = OUT / "runs" / f"{name}_s{seed}_card.md"
     results.write_text(text)
     if target.exists():
         shutil.rmtree(target)
-    export_for_hub(run_path(name, seed), target, repo_id="par-swap-s5-small", dtype="bfloat16", results=results,
+    hub.export_for_hub(run_path(name, seed), target, repo_id="par-swap-s5-small", dtype="bfloat16", results=results,
                    training_data=(f"swap-S5 word problems (identity start, symbolic prompts), depths 1..{TRAIN_MAX_DEPTH} "
                                   f"with a depth curriculum; {row['steps']} steps of 64 samples, from scratch."),
                    limits=f"A CPU-scale from-scratch model trained on d ≤ {TRAIN_MAX_DEPTH}; its length generalization "
@@ -251,10 +232,10 @@ def export_checkpoint(name: str, seed: int, target: Path = RUN_DIR / "export") -
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--run", choices=list(RUNS), help="train and evaluate one run")
-    group.add_argument("--evaluate", choices=list(RUNS), help="evaluate a trained run again")
+    group.add_argument("--run", choices=list(ROWS), help="train and evaluate one run")
+    group.add_argument("--evaluate", choices=list(ROWS), help="evaluate a trained run again")
     group.add_argument("--collect", action="store_true", help="rebuild the table, plots and README")
-    group.add_argument("--export", choices=list(RUNS), help="export this run to runs/length_generalization/export")
+    group.add_argument("--export", choices=list(ROWS), help="export this run to runs/length_generalization/export")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.collect:

@@ -1,4 +1,4 @@
-"""Own-data study (issue 31): PAR and LSTM / GRU trained on records files, as a user with a log would train them.
+"""Own-data study: PAR and LSTM / GRU trained on records files, as a user with a log would train them.
 
 Files are written by `examples/make_dataset.py` (train: lengths 1..16; test: 1,024 sequences at each of 16, 64, 256)
 from four machines: the batch-process machine (`examples/tasks/batch_process.json`), swap-S5 (five boxes: a state
@@ -26,40 +26,47 @@ import datetime
 import json
 import os
 import platform
-import subprocess
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from par_studies import REPO, SELF_DISTILL, Row, argv, combine, load_records, mean_sd, rows_by_name, run_logged
+from state_tracking.evaluation import repo_relative
+
 DATA = REPO / "runs" / "own_data" / "data"
 RUNS = REPO / "runs" / "own_data"
 RESULTS = REPO / "results" / "own_data_cpu"
 TRAIN_LENGTHS, TEST_LENGTHS, TEST_N, TRAIN_N = "1-16", "16,64,256", 1024, 16000
 TRAIN_SIZES = (250, 1000, 4000, 16000)
 
-MACHINES = {
-    "batch_process": ["--task", "examples/tasks/batch_process.json"],
-    "register3": ["--task", "examples/tasks/register3.json"],
-    "swap_s5": ["--task", "swap_s5"],
-    "s5_ids": ["--task", "s5", "--state_ids"],
+MACHINES = {  # name -> the task its files are written from; state_ids: the state as one label (make_dataset.py)
+    "batch_process": dict(task="examples/tasks/batch_process.json"),
+    "register3": dict(task="examples/tasks/register3.json"),
+    "swap_s5": dict(task="swap_s5"),
+    "s5_ids": dict(task="s5", state_ids=True),
 }
+
+
+@dataclass(frozen=True)
+class OwnDataRow(Row):
+    """file: the training file the row reads, "step" (step states) or "final" (final states only)."""
+
+    file: str = "step"
+
+
 # PAR (hidden 128, 1 + 2 + 1 layers) has about the parameters of an LSTM of hidden 288 or a GRU of hidden 336
-# (results/paper_protocol_cpu: the same sizes at the paper's protocol).
-LSTM, GRU = ["--cell", "lstm", "--hidden", "288"], ["--cell", "gru", "--hidden", "336"]
-ROWS = {
-    "par_step": dict(kind="par", file="step", flags=[]),
-    "par_final": dict(kind="par", file="final", flags=[]),
-    "par_final_sd": dict(kind="par", file="final", flags=["--self_distillation", "true"]),
-    "lstm_step": dict(kind="rnn", file="step", flags=LSTM),
-    "lstm_final": dict(kind="rnn", file="final", flags=LSTM),
-    "gru_step": dict(kind="rnn", file="step", flags=GRU),
-    "gru_final": dict(kind="rnn", file="final", flags=GRU),
-}
-LABELS = {"par_step": "PAR, step states", "par_final": "PAR, final states only (final-answer training)",
-          "par_final_sd": "PAR, final states only (prefix self-distillation)", "lstm_step": "LSTM 288, step states",
-          "lstm_final": "LSTM 288, final states only", "gru_step": "GRU 336, step states",
-          "gru_final": "GRU 336, final states only"}
+# (results/paper_protocol_cpu: the same sizes at the paper's protocol). PAR rows: train_par.py with only the data flags
+# (its default recipe and budget).
+LSTM, GRU = {"--cell": "lstm", "--hidden": "288"}, {"--cell": "gru", "--hidden": "336"}
+ROWS = rows_by_name(
+    OwnDataRow.of("par_step", "PAR, step states", file="step"),
+    OwnDataRow.of("par_final", "PAR, final states only (final-answer training)", file="final"),
+    OwnDataRow.of("par_final_sd", "PAR, final states only (prefix self-distillation)", SELF_DISTILL, file="final"),
+    OwnDataRow.of("lstm_step", "LSTM 288, step states", LSTM, kind="rnn", file="step"),
+    OwnDataRow.of("lstm_final", "LSTM 288, final states only", LSTM, kind="rnn", file="final"),
+    OwnDataRow.of("gru_step", "GRU 336, step states", GRU, kind="rnn", file="step"),
+    OwnDataRow.of("gru_final", "GRU 336, final states only", GRU, kind="rnn", file="final"),
+)
 
 
 def data_file(machine: str, kind: str) -> Path:
@@ -69,22 +76,13 @@ def data_file(machine: str, kind: str) -> Path:
 def make_data(machines: list[str]) -> None:
     """Train (step states and final only, lengths 1..16, seed 0) and test (seed 1) files per machine."""
     for machine in machines:
-        flags = MACHINES[machine]
+        spec = MACHINES[machine]
+        flags = ["--task", spec["task"], *(["--state_ids"] if spec.get("state_ids") else [])]
         for kind, extra in (("step", []), ("final", ["--final_only"])):
-            run([sys.executable, "examples/make_dataset.py", *flags, "--depths", TRAIN_LENGTHS, "--n", str(TRAIN_N),
-                 "--seed", "0", "--out", str(data_file(machine, kind)), *extra])
-        run([sys.executable, "examples/make_dataset.py", *flags, "--depths", TEST_LENGTHS, "--n_per_depth", str(TEST_N),
-             "--seed", "1", "--out", str(data_file(machine, "test"))])
-
-
-def run(command: list[str], log: Path | None = None) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    out = open(log, "w") if log else None
-    code = subprocess.run(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT if out else None).returncode
-    if out:
-        out.close()
-    if code:
-        raise SystemExit(f"command failed ({code}): {' '.join(command)}" + (f"; log: {log}" if log else ""))
+            run_logged(["python", "examples/make_dataset.py", *flags, "--depths", TRAIN_LENGTHS, "--n", str(TRAIN_N),
+                        "--seed", "0", "--out", str(data_file(machine, kind)), *extra])
+        run_logged(["python", "examples/make_dataset.py", *flags, "--depths", TEST_LENGTHS, "--n_per_depth",
+                    str(TEST_N), "--seed", "1", "--out", str(data_file(machine, "test"))])
 
 
 def run_name(machine: str, row: str, seed: int, train_n: int) -> str:
@@ -95,15 +93,15 @@ def train_row(machine: str, row: str, seed: int, train_n: int) -> dict:
     spec, name = ROWS[row], run_name(machine, row, seed, train_n)
     folder = RUNS / name
     folder.mkdir(parents=True, exist_ok=True)
-    data = ["--train_file", str(data_file(machine, spec["file"]).relative_to(REPO)), "--test_file",
-            str(data_file(machine, "test").relative_to(REPO)), "--seed", str(seed)]
+    data = {"--train_file": repo_relative(data_file(machine, spec.file)),
+            "--test_file": repo_relative(data_file(machine, "test")), "--seed": str(seed)}
     if train_n != TRAIN_N:
-        data += ["--max_train_samples", str(train_n)]
+        data["--max_train_samples"] = str(train_n)
     started = time.time()
-    if spec["kind"] == "par":
-        command = ["examples/train_par.py", *data, *spec["flags"], "--output_dir", str(folder.relative_to(REPO)),
-                   "--disable_tqdm", "true"]
-        run([sys.executable, *command], folder / "train.log")
+    if spec.kind == "par":
+        command = ["python", spec.script, *argv(combine(row, data, spec.flags, {
+            "--output_dir": repo_relative(folder), "--disable_tqdm": "true"}))]
+        run_logged(command, folder / "train.log")
         summary = json.loads((folder / "summary.json").read_text())
         evaluation = json.loads((folder / "eval_test.json").read_text())
         record = dict(steps=summary["steps"], train_seconds=summary["train_seconds"], curve=summary["curve"],
@@ -111,15 +109,15 @@ def train_row(machine: str, row: str, seed: int, train_n: int) -> dict:
                           {k: r[k] for k in ("depth", "n", "accuracy")} for r in evaluation["per_depth"]])
     else:
         results = folder / "rnn.json"
-        command = ["examples/baselines/rnn.py", *data, *spec["flags"], "--threads", "1", "--results_json",
-                   str(results.relative_to(REPO))]
-        run([sys.executable, *command], folder / "train.log")
+        command = ["python", spec.script, *argv(combine(row, data, spec.flags, {
+            "--threads": "1", "--results_json": repo_relative(results)}))]
+        run_logged(command, folder / "train.log")
         out = json.loads(results.read_text())
         record = dict(steps=out.get("steps"), train_seconds=out.get("train_seconds"), curve=out.get("curve"),
                       training_mode=out.get("records", {}).get("training_mode"),
                       per_depth=[{k: r[k] for k in ("depth", "n", "accuracy")} for r in out["per_depth"]])
-    record.update(machine=machine, row=row, seed=seed, train_n=train_n, label=LABELS[row],
-                  command="python " + " ".join(command), wall_seconds=round(time.time() - started, 1),
+    record.update(machine=machine, row=row, seed=seed, train_n=train_n, label=spec.label,
+                  command=" ".join(command), wall_seconds=round(time.time() - started, 1),
                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   host=f"{platform.node()} ({os.cpu_count()} CPUs), one thread")
     save(record, RESULTS / "runs" / f"{name}.json")
@@ -131,10 +129,9 @@ def extract(machine: str, row: str, seed: int, train_n: int) -> dict:
     """`extract_machine.py` on a trained PAR run: the machine it learned, and its agreement with the model at d = 256."""
     name = run_name(machine, row, seed, train_n)
     out = RESULTS / "machines" / f"{name}.json"
-    command = ["examples/extract_machine.py", "--model", str((RUNS / name).relative_to(REPO)), "--out",
-               str(out.relative_to(REPO)), "--plot", str(out.with_suffix(".png").relative_to(REPO)),
-               "--agreement_depth", "256", "--agreement_n", "1024", "--max_states", "130"]
-    run([sys.executable, *command])
+    run_logged(["python", "examples/extract_machine.py", "--model", repo_relative(RUNS / name), "--out",
+                repo_relative(out), "--plot", repo_relative(out.with_suffix(".png")), "--agreement_depth", "256",
+                "--agreement_n", "1024", "--max_states", "130"])
     extracted = json.loads(out.read_text())
     extracted["recovered"] = recovered(extracted, machine)
     save(extracted, out)
@@ -144,10 +141,9 @@ def extract(machine: str, row: str, seed: int, train_n: int) -> dict:
 
 def generating_task(machine_name: str):
     """The task a machine's files were written from."""
-    sys.path.insert(0, str(REPO))
     from state_tracking import GROUP_TASK_NAMES, get_task, load_task
 
-    name = MACHINES[machine_name][1]
+    name = MACHINES[machine_name]["task"]
     return get_task(name) if name in GROUP_TASK_NAMES else load_task(str(REPO / name))
 
 
@@ -160,7 +156,7 @@ def recovered(machine: dict, machine_name: str) -> dict:
     import numpy as np
 
     task = generating_task(machine_name)
-    ids = "--state_ids" in MACHINES[machine_name]
+    ids = MACHINES[machine_name].get("state_ids", False)
     perms = list(itertools.permutations(range(task.num_candidates))) if ids else None
 
     def task_state(answers: dict) -> tuple:
@@ -225,7 +221,7 @@ def results_table(folder: Path) -> str:
     """Accuracy (%) at 16 / 64 / 256 per machine, row and training size: mean ± sd over seeds (the seeds listed)."""
     import numpy as np
 
-    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    records = load_records(folder)
     lines = ["| machine | row | train records | seeds | steps | d = 16 | d = 64 (4×) | d = 256 (16×) | train s (mean) |",
              "|---|---|---|---|---|---|---|---|---|"]
     groups: dict[tuple, list[dict]] = {}
@@ -234,16 +230,12 @@ def results_table(folder: Path) -> str:
     order = {m: i for i, m in enumerate(MACHINES)}
     rows = {r: i for i, r in enumerate(ROWS)}
     for (machine, row, n), members in sorted(groups.items(), key=lambda x: (order[x[0][0]], -x[0][2], rows[x[0][1]])):
-        cells = []
-        for depth in (16, 64, 256):
-            values = [100 * next((d["accuracy"] for d in m["per_depth"] if d["depth"] == depth), float("nan"))
-                      for m in members]
-            mean = float(np.mean(values))
-            cells.append(f"{mean:.2f} ± {np.std(values, ddof=1):.2f}" if len(values) > 1 else f"{mean:.2f}")
+        cells = [mean_sd([next((d["accuracy"] for d in m["per_depth"] if d["depth"] == depth), float("nan"))
+                          for m in members], digits=2) for depth in (16, 64, 256)]
         seconds = np.mean([m["train_seconds"] or 0 for m in members])
         seeds = ",".join(str(m["seed"]) for m in sorted(members, key=lambda m: m["seed"]))
         steps = "/".join(sorted({str(m["steps"]) for m in members}))
-        lines.append(f"| {machine} | {LABELS[row]} | {n} | {seeds} | {steps} | " + " | ".join(cells)
+        lines.append(f"| {machine} | {ROWS[row].label} | {n} | {seeds} | {steps} | " + " | ".join(cells)
                      + f" | {seconds:.0f} |")
     return "\n".join(lines) + "\n"
 

@@ -1,4 +1,4 @@
-"""What it takes to break through on S5 (issue 22, part 1): for each variant — forced depth + step labels, learned
+"""What it takes to break through on S5: for each variant — forced depth + step labels, learned
 halting, label-free prefix self-distillation — the training step at which it leaves chance, and what moves that step.
 
     python examples/studies/s5_breakthrough.py --list                          # the rows, their flags, what is missing
@@ -13,14 +13,14 @@ every probe and after a resume, and the ones the final evaluation scores at d = 
 probe with accuracy ≥ LEFT_CHANCE = 10%: chance for S5 is 1/120 ≈ 0.8% (≈ 2 of 256 sequences; 26 or more right by
 luck has probability < 1e-15), while 10% is well short of learning the task, so the step marks the start of the climb.
 
-Every row is examples/train_par.py with BASE + the row's flags (written out explicitly, whatever train_par's defaults
-are; a row's value replaces BASE's in place): S5, the recipe's local view, train d ≤ 8 with the depth curriculum, at
-most MAX_STEPS = 10,000 steps and BUDGET = 7,200 s of training (the issue's cap), a checkpoint every 250 steps. One
-torch thread per run (two runs share this machine's 2 cores). Running a row again after an interruption resumes from
-its newest checkpoint (examples/reproduce/paper_protocol.py's helpers; the time budget spans segments). Rows that
-stay at chance are kept: the record says how far they ran. A from-scratch row stops early once two probes in a row
-(500 steps apart) reached STOP_ACCURACY = 99% (`stopped_by: "probe early stop"`): it has learned the probe set, and
-its remaining steps go to rows still at chance.
+Every row is examples/train_par.py with BASE and the row's flags over it (written out explicitly, whatever
+train_par's defaults are; a row's value of a flag BASE sets replaces BASE's): S5, the recipe's local view, train d ≤ 8
+with the depth curriculum, at most MAX_STEPS = 10,000 steps and BUDGET = 7,200 s of training (the study's cap), a
+checkpoint every 250 steps. One torch thread per run (two runs share this machine's 2 cores). Running a row again
+after an interruption resumes from its newest checkpoint (par_studies.train_segment; the time budget spans segments).
+Rows that stay at chance are kept: the record says how far they ran. A from-scratch row stops early once two probes
+in a row (500 steps apart) reached STOP_ACCURACY = 99% (`stopped_by: "probe early stop"`): it has learned the probe
+set, and its remaining steps go to rows still at chance.
 
 Writes runs/s5_breakthrough/<row>_s<seed>/ (the train_par output, segments.json, one log per segment) and
 results/s5_a5_cpu/study/runs/<row>_s<seed>.json (row, variant, what changed, seed, commands, segments, steps, wall
@@ -33,18 +33,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "examples" / "reproduce"))
-
-# One resume rule, one mastery setting and one reading of its growth for both scripts: paper_protocol's segmented
-# runner (segments.json, trained_seconds_before) trains this study's rows too.
-from paper_protocol import MASTERY, curriculum_growth, latest_checkpoint, row_train_seconds, train_segment  # noqa: E402
-
-from state_tracking.evaluation import repo_relative  # noqa: E402
+from par_studies import (
+    HALTING,
+    HOLD_TAIL,
+    LOCAL,
+    MASTERY,
+    REPO,
+    SELF_DISTILL,
+    Row,
+    argv,
+    combine,
+    curriculum_growth,
+    halting,
+    latest_checkpoint,
+    load_records,
+    row_train_seconds,
+    rows_by_name,
+    save_record,
+    splice_table,
+    train_segment,
+)
+from state_tracking.evaluation import repo_relative
 
 OUT = REPO / "results" / "s5_a5_cpu" / "study"
 RUN_DIR = REPO / "runs" / "s5_breakthrough"
@@ -58,85 +69,87 @@ CHANCE = 1 / 120  # S5 over five boxes: one state in 120
 LEFT_CHANCE = 0.10
 EVAL_DEPTHS = [8, 16, 32, 64]  # the final evaluation (256 fresh sequences each; d = 8 is the probe set)
 
-LOCAL = ["--loop_view", "local", "--progress_positions", "true", "--bidirectional_queries", "true"]
-BASE = [
-    "--task", "s5", *LOCAL,
-    "--max_train_depth", "8", "--curriculum_start_depth", "2", "--curriculum_every_steps", "100",
-    "--max_steps", str(MAX_STEPS), "--max_train_seconds", str(BUDGET),
-    "--hidden_size", "128", "--intermediate_size", "256", "--num_attention_heads", "4", "--num_key_value_heads", "4",
-    "--prelude_layers", "1", "--core_layers", "2", "--coda_layers", "1", "--grad_window", "8",
-    "--per_device_train_batch_size", "64", "--learning_rate", "1e-3", "--adapter_learning_rate", "2e-3",
-    "--warmup_steps", "100", "--lr_scheduler_type", "cosine", "--weight_decay", "0.01",
-    "--probe_depth", str(PROBE_DEPTH), "--probe_n", str(PROBE_N), "--probe_every_steps", str(PROBE_EVERY),
-    "--eval_depths", ",".join(map(str, EVAL_DEPTHS)), "--eval_n", "256",
-    "--logging_steps", "50", "--disable_tqdm", "true", "--report_to", "none",
-    "--save_strategy", "steps", "--save_steps", str(SAVE_STEPS), "--save_total_limit", "1",
-]
+BASE = combine("BASE", {"--task": "s5"}, LOCAL, {
+    "--max_train_depth": "8", "--curriculum_start_depth": "2", "--curriculum_every_steps": "100",
+    "--max_steps": str(MAX_STEPS), "--max_train_seconds": str(BUDGET),
+    "--hidden_size": "128", "--intermediate_size": "256", "--num_attention_heads": "4", "--num_key_value_heads": "4",
+    "--prelude_layers": "1", "--core_layers": "2", "--coda_layers": "1", "--grad_window": "8",
+    "--per_device_train_batch_size": "64", "--learning_rate": "1e-3", "--adapter_learning_rate": "2e-3",
+    "--warmup_steps": "100", "--lr_scheduler_type": "cosine", "--weight_decay": "0.01",
+    "--probe_depth": str(PROBE_DEPTH), "--probe_n": str(PROBE_N), "--probe_every_steps": str(PROBE_EVERY),
+    "--eval_depths": ",".join(map(str, EVAL_DEPTHS)), "--eval_n": "256",
+    "--logging_steps": "50", "--disable_tqdm": "true", "--report_to": "none",
+    "--save_strategy": "steps", "--save_steps": str(SAVE_STEPS), "--save_total_limit": "1",
+})
 # Early stop of every from-scratch row: a run whose last two probes (500 steps apart) reached 99% has learned its
 # probe set and stops there (train_par's --probe_stop_*), so the steps go to rows still climbing. Rows that fine-tune
-# a trained row (init_from) start near 99% and run their full length.
+# a trained row (init_from) start near 99% and run their full length. A halting row is also evaluated with learned
+# halting (--eval_halting).
 STOP_ACCURACY, STOP_PATIENCE = 0.99, 2
-STOP = ["--probe_stop_accuracy", str(STOP_ACCURACY), "--probe_stop_patience", str(STOP_PATIENCE)]
-# The three variants, as in results/comparisons_cpu (rows s5_par_labels, s5_par_halting, s5_self_distill).
-HALTING = ["--depth_schedule", "hold", "--hold_extra_iterations", "8", "--grad_window", "16",
-           "--halting_loss_weight", "0.5", "--halt_label_offset", "1", "--eval_halting", "true"]
+STOP = {"--probe_stop_accuracy": str(STOP_ACCURACY), "--probe_stop_patience": str(STOP_PATIENCE)}
+# The three variants, as in results/comparisons_cpu (rows s5_par_labels, s5_par_halting, s5_self_distill):
+# name -> (what it trains, its presets).
 VARIANTS = {
-    "labels": ("forced depth + step labels", []),
-    "halting": ("step labels + learned halting (hold tail X ~ U{0..8}, window 16)", HALTING),
-    "self_distill": ("label-free prefix self-distillation (EMA teacher 0.999)", ["--self_distillation", "true"]),
+    "labels": ("forced depth + step labels", ()),
+    "halting": ("step labels + learned halting (hold tail X ~ U{0..8}, window 16)", (HALTING,)),
+    "self_distill": ("label-free prefix self-distillation (EMA teacher 0.999)", (SELF_DISTILL,)),
 }
 # What may move the step, on every variant: name -> (what changed, flags).
 COMMON_CHANGES = {
     "lr3e-4": ("learning rate 3e-4 (adapter 6e-4; base 1e-3 / 2e-3)",
-               ["--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4"]),
-    "lr3e-3": ("learning rate 3e-3 (adapter 6e-3)", ["--learning_rate", "3e-3", "--adapter_learning_rate", "6e-3"]),
-    "warmup500": ("warm-up 500 steps (base 100)", ["--warmup_steps", "500"]),
+               {"--learning_rate": "3e-4", "--adapter_learning_rate": "6e-4"}),
+    "lr3e-3": ("learning rate 3e-3 (adapter 6e-3)", {"--learning_rate": "3e-3", "--adapter_learning_rate": "6e-3"}),
+    "warmup500": ("warm-up 500 steps (base 100)", {"--warmup_steps": "500"}),
     "pace25": ("curriculum from d ≤ 2, +1 every 25 steps: d ≤ 8 from step 150 (base every 100: step 600)",
-               ["--curriculum_start_depth", "2", "--curriculum_every_steps", "25"]),
-    "width192": ("width 192, MLP 384 (base 128 / 256)", ["--hidden_size", "192", "--intermediate_size", "384"]),
+               {"--curriculum_start_depth": "2", "--curriculum_every_steps": "25"}),
+    "width192": ("width 192, MLP 384 (base 128 / 256)", {"--hidden_size": "192", "--intermediate_size": "384"}),
 }
-# Rows that only one variant has: name -> (variant, what changed, flags[, row whose trained model it starts from]).
-EXTRA = {
-    "labels_start8": ("labels", "no curriculum: d ~ U{1..8} from step 0 (start depth 8)",
-                      ["--curriculum_start_depth", "8"]),
-    "labels_window16": ("labels", "gradient window 16, the halting variant's (base 8): its tail off, no halting loss",
-                        ["--grad_window", "16"]),
-    "halting_noloss": ("halting", "the hold tail (X ~ U{0..8}, window 16) without the halting loss",
-                       ["--halting_loss_weight", "0", "--halt_label_offset", "0", "--eval_halting", "false"]),
-    "halting_tail1": ("halting", "hold tail X ~ U{0..1}, the shortest the halting loss allows (0 is rejected)",
-                      ["--hold_extra_iterations", "1"]),
-    "halting_tail16": ("halting", "longer hold tail X ~ U{0..16}, window 24 (16 would miss the progress region)",
-                       ["--hold_extra_iterations", "16", "--grad_window", "24"]),
-    "self_distill_ema0.99": ("self_distill", "EMA decay 0.99 (the warm-up min(decay, (1+t)/(10+t)) caps it until step "
-                             "890; base 0.999 is capped until step 8,990)", ["--ema_decay", "0.99"]),
-    "self_distill_ema0.9": ("self_distill", "EMA decay 0.9 (capped until step 80): a fast teacher",
-                            ["--ema_decay", "0.9"]),
-    "halting_from_labels": ("halting", "the hold tail + halting loss as a fine-tuning of the trained labels row: 2,000 "
-                            "steps, lr 3e-4, warm-up 50, d ~ U{1..8} (the paper retrofits a trained model)",
-                            ["--max_steps", "2000", "--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4",
-                             "--warmup_steps", "50", "--curriculum_start_depth", "8"], "labels"),
-    "self_distill_ema0": ("self_distill", "EMA decay 0: the teacher is the student of the step before, so the KL is 0 "
-                          "and only the final answer at iteration d trains (the label-free signal alone)",
-                          ["--ema_decay", "0"]),
-    "self_distill_pace500": ("self_distill", "slow curriculum: d ≤ 2 then +1 every 500 steps (d ≤ 8 from step 3,000): "
-                             "longer on the short prompts whose final answers are the only labels of early iterations",
-                             ["--curriculum_every_steps", "500"]),
-    "self_distill_d2": ("self_distill", "d ≤ 2 for the whole run (no curriculum steps): every other batch's only "
-                        "label is a two-op composition; the d = 8 probe then tests whether the learned step generalizes",
-                        ["--curriculum_every_steps", "100000"]),
-    "self_distill_mastery": ("self_distill", "mastery curriculum: from d ≤ 2, d_max + 1 once the final-answer accuracy "
-                             "of the last 20 steps at d_max reaches 90% (at least 100 steps apart)", MASTERY),
-    "halting_mastery": ("halting", "mastery curriculum (as self_distill_mastery)", MASTERY),
-    "labels_mastery": ("labels", "mastery curriculum (as self_distill_mastery)", MASTERY),
-    "halting_pace500": ("halting", "slow curriculum: d ≤ 2 then +1 every 500 steps (d ≤ 8 from step 3,000)",
-                        ["--curriculum_every_steps", "500"]),
-    "self_distill_stretch_ft": ("self_distill", "stretch fine-tuning of the trained self_distill row: 1,000 steps, "
-                                "s_max ramped 1 → 8 over all of them, lr 3e-4, d ~ U{1..8}",
-                                ["--max_steps", "1000", "--stretch_steps", "1000", "--stretch_max_scale", "8",
-                                 "--learning_rate", "3e-4", "--adapter_learning_rate", "6e-4", "--warmup_steps", "50",
-                                 "--curriculum_start_depth", "8"], "self_distill"),
-}
-NOT_AVAILABLE = [  # asked for by the issue, no train_par.py flag (nor an existing trainer option to wire)
+FINE_TUNE = {"--learning_rate": "3e-4", "--adapter_learning_rate": "6e-4", "--warmup_steps": "50",
+             "--curriculum_start_depth": "8"}  # a fine-tune of a trained row: lr 3e-4, warm-up 50, d ~ U{1..8}
+ROWS = rows_by_name(
+    *(Row.of(variant, "baseline: " + what, *presets, group=variant) for variant, (what, presets) in VARIANTS.items()),
+    *(Row.of(f"{variant}_{name}", change, *presets, flags, group=variant)
+      for variant, (_, presets) in VARIANTS.items() for name, (change, flags) in COMMON_CHANGES.items()),
+    # Rows that only one variant has.
+    Row.of("labels_start8", "no curriculum: d ~ U{1..8} from step 0 (start depth 8)",
+           {"--curriculum_start_depth": "8"}, group="labels"),
+    Row.of("labels_window16", "gradient window 16, the halting variant's (base 8): its tail off, no halting loss",
+           {"--grad_window": "16"}, group="labels"),
+    Row.of("halting_noloss", "the hold tail (X ~ U{0..8}, window 16) without the halting loss", HOLD_TAIL,
+           {"--halting_loss_weight": "0", "--halt_label_offset": "0", "--eval_halting": "false"}, group="halting"),
+    Row.of("halting_tail1", "hold tail X ~ U{0..1}, the shortest the halting loss allows (0 is rejected)",
+           halting(extra=1), group="halting"),
+    Row.of("halting_tail16", "longer hold tail X ~ U{0..16}, window 24 (16 would miss the progress region)",
+           halting(extra=16, grad_window=24), group="halting"),
+    Row.of("self_distill_ema0.99", "EMA decay 0.99 (the warm-up min(decay, (1+t)/(10+t)) caps it until step 890; base "
+           "0.999 is capped until step 8,990)", SELF_DISTILL, {"--ema_decay": "0.99"}, group="self_distill"),
+    Row.of("self_distill_ema0.9", "EMA decay 0.9 (capped until step 80): a fast teacher", SELF_DISTILL,
+           {"--ema_decay": "0.9"}, group="self_distill"),
+    Row.of("halting_from_labels", "the hold tail + halting loss as a fine-tuning of the trained labels row: 2,000 "
+           "steps, lr 3e-4, warm-up 50, d ~ U{1..8} (the paper retrofits a trained model)", HALTING, FINE_TUNE,
+           {"--max_steps": "2000"}, group="halting", init_from="labels"),
+    Row.of("self_distill_ema0", "EMA decay 0: the teacher is the student of the step before, so the KL is 0 and only "
+           "the final answer at iteration d trains (the label-free signal alone)", SELF_DISTILL, {"--ema_decay": "0"},
+           group="self_distill"),
+    Row.of("self_distill_pace500", "slow curriculum: d ≤ 2 then +1 every 500 steps (d ≤ 8 from step 3,000): longer on "
+           "the short prompts whose final answers are the only labels of early iterations", SELF_DISTILL,
+           {"--curriculum_every_steps": "500"}, group="self_distill"),
+    Row.of("self_distill_d2", "d ≤ 2 for the whole run (no curriculum steps): every other batch's only label is a "
+           "two-op composition; the d = 8 probe then tests whether the learned step generalizes", SELF_DISTILL,
+           {"--curriculum_every_steps": "100000"}, group="self_distill"),
+    Row.of("self_distill_mastery", "mastery curriculum: from d ≤ 2, d_max + 1 once the final-answer accuracy of the "
+           "last 20 steps at d_max reaches 90% (at least 100 steps apart)", SELF_DISTILL, MASTERY,
+           group="self_distill"),
+    Row.of("halting_mastery", "mastery curriculum (as self_distill_mastery)", HALTING, MASTERY, group="halting"),
+    Row.of("labels_mastery", "mastery curriculum (as self_distill_mastery)", MASTERY, group="labels"),
+    Row.of("halting_pace500", "slow curriculum: d ≤ 2 then +1 every 500 steps (d ≤ 8 from step 3,000)", HALTING,
+           {"--curriculum_every_steps": "500"}, group="halting"),
+    Row.of("self_distill_stretch_ft", "stretch fine-tuning of the trained self_distill row: 1,000 steps, s_max ramped "
+           "1 → 8 over all of them, lr 3e-4, d ~ U{1..8}", SELF_DISTILL, FINE_TUNE,
+           {"--max_steps": "1000", "--stretch_steps": "1000", "--stretch_max_scale": "8"}, group="self_distill",
+           init_from="self_distill"),
+)
+NOT_AVAILABLE = [  # asked for, with no train_par.py flag (nor an existing trainer option to wire)
     ("EMA warm-up (on / off / its length)", "trainers/self_distillation.py's ema_decay_at hard-codes "
      "β_t = min(decay, (1 + t) / (10 + t)); SelfDistillationArguments has no field for it. The decay rows vary where "
      "the cap binds (step 80 / 890 / 8,990), which is the nearest available change."),
@@ -146,42 +159,16 @@ NOT_AVAILABLE = [  # asked for by the issue, no train_par.py flag (nor an existi
 ]
 
 
-def rows() -> dict[str, dict]:
-    """name -> {variant, change, flags (on top of BASE), init_from (row or None)}, in the order of the table."""
-    table = {}
-    for variant, (what, flags) in VARIANTS.items():
-        table[variant] = dict(variant=variant, change="baseline: " + what, flags=list(flags), init_from=None)
-    for variant, (_, flags) in VARIANTS.items():
-        for name, (change, extra) in COMMON_CHANGES.items():
-            table[f"{variant}_{name}"] = dict(variant=variant, change=change, flags=merge(flags, extra), init_from=None)
-    for name, (variant, change, extra, *init_from) in EXTRA.items():
-        table[name] = dict(variant=variant, change=change, flags=merge(VARIANTS[variant][1], extra),
-                           init_from=init_from[0] if init_from else None)
-    for spec in table.values():
-        if spec["init_from"] is None:
-            spec["flags"] = merge(spec["flags"], STOP)
-    return table
-
-
-def merge(flags: list[str], changes: list[str]) -> list[str]:
-    """`flags` (pairs "--name value") with each pair of `changes` replacing the same flag in place or appended."""
-    pairs = dict(zip(flags[::2], flags[1::2]))
-    if len(pairs) * 2 != len(flags) or len(changes) % 2:
-        raise ValueError(f"flags must be '--name value' pairs without repeats: {flags} / {changes}")
-    pairs.update(zip(changes[::2], changes[1::2]))
-    return [item for pair in pairs.items() for item in pair]
-
-
 TINY_STEPS = 4
 
 
-def tiny_values() -> list[str]:
-    """--tiny: what every row's command is shrunk to (plumbing only; the row's own change may be overridden)."""
-    return ["--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2",
-            "--num_key_value_heads", "2", "--per_device_train_batch_size", "8", "--max_steps", str(TINY_STEPS),
-            "--curriculum_every_steps", "1", "--probe_every_steps", "2", "--probe_n", "16", "--save_steps", "2",
-            "--eval_depths", str(PROBE_DEPTH), "--eval_n", "16", "--logging_steps", "2", "--max_iterations", "48",
-            "--compile_core", "false", "--use_cpu", "true"]
+def tiny_values() -> dict[str, str]:
+    """--tiny: what every row's command is shrunk to (plumbing only; these replace the row's own values)."""
+    return {"--hidden_size": "32", "--intermediate_size": "64", "--num_attention_heads": "2",
+            "--num_key_value_heads": "2", "--per_device_train_batch_size": "8", "--max_steps": str(TINY_STEPS),
+            "--curriculum_every_steps": "1", "--probe_every_steps": "2", "--probe_n": "16", "--save_steps": "2",
+            "--eval_depths": str(PROBE_DEPTH), "--eval_n": "16", "--logging_steps": "2", "--max_iterations": "48",
+            "--compile_core": "false", "--use_cpu": "true"}
 
 
 def places(tiny: bool) -> tuple[Path, Path]:
@@ -197,20 +184,24 @@ def record_path(row: str, seed: int, tiny: bool = False) -> Path:
     return places(tiny)[1] / "runs" / f"{row}_s{seed}.json"
 
 
-def train_flags(row: str, seed: int, tiny: bool = False) -> list[str]:
-    """The row's train_par.py flags after --output_dir and --seed (no resume flag)."""
-    spec = rows()[row]
-    flags = merge(BASE, spec["flags"])
-    if tiny:
-        flags = merge(flags, tiny_values())
-        if "--stretch_steps" in spec["flags"]:  # a phase over all of the (tiny) run
-            flags = merge(flags, ["--stretch_steps", str(TINY_STEPS)])
-    if spec["init_from"] is not None:
-        parent = run_path(spec["init_from"], seed, tiny)
+def train_flags(row: str, seed: int, tiny: bool = False) -> dict[str, str]:
+    """The row's train_par.py flags after --output_dir and --seed (no resume flag): BASE, then the row's with its early
+    stop or parent, then (--tiny) the tiny values."""
+    spec = ROWS[row]
+    derived = {"--eval_halting": "true"} if spec.halting else {}
+    if spec.init_from is None:
+        derived.update(STOP)
+    else:
+        parent = run_path(spec.init_from, seed, tiny)
         if not (parent / "summary.json").is_file():
-            raise SystemExit(f"{row} fine-tunes the trained {spec['init_from']} row: run "
-                             f"--run {spec['init_from']} --seed {seed}{' --tiny' if tiny else ''} first")
-        flags = merge(flags, ["--init_from_par", repo_relative(parent)])
+            raise SystemExit(f"{row} fine-tunes the trained {spec.init_from} row: run "
+                             f"--run {spec.init_from} --seed {seed}{' --tiny' if tiny else ''} first")
+        derived["--init_from_par"] = repo_relative(parent)
+    flags = {**BASE, **combine(row, spec.flags, derived)}
+    if tiny:
+        flags.update(tiny_values())
+        if "--stretch_steps" in spec.flags:  # a phase over all of the (tiny) run
+            flags["--stretch_steps"] = str(TINY_STEPS)
     return flags
 
 
@@ -226,7 +217,7 @@ def left_chance_step(curve: list[dict], threshold: float = LEFT_CHANCE) -> int |
 
 
 def record(row: str, seed: int, segments: list[dict], tiny: bool = False) -> dict:
-    spec = rows()[row]
+    spec = ROWS[row]
     folder = run_path(row, seed, tiny)
     summary = json.loads((folder / "summary.json").read_text())
     evaluation = {}
@@ -240,10 +231,10 @@ def record(row: str, seed: int, segments: list[dict], tiny: bool = False) -> dic
     final = dict(step=summary["steps"], accuracy=forced[PROBE_DEPTH])
     probed = curve + ([final] if not curve or curve[-1]["step"] != final["step"] else [])
     flags = train_flags(row, seed, tiny)
-    max_steps = int(flags[flags.index("--max_steps") + 1])
+    max_steps = int(flags["--max_steps"])
     entry = dict(
-        row=row, variant=spec["variant"], change=spec["change"], seed=seed, tiny=tiny, flags=spec["flags"],
-        init_from=spec["init_from"],
+        row=row, variant=spec.group, change=spec.label, seed=seed, tiny=tiny, flags=dict(spec.flags),
+        init_from=spec.init_from,
         command=f"python examples/studies/s5_breakthrough.py --run {row} --seed {seed}" + (" --tiny" if tiny else ""),
         train_commands=[s["command"] for s in segments], segments=segments,
         steps=summary["steps"], max_steps=max_steps,
@@ -251,18 +242,15 @@ def record(row: str, seed: int, segments: list[dict], tiny: bool = False) -> dic
                     else "max_steps" if summary["steps"] >= max_steps else "time budget (max_train_seconds)"),
         train_seconds=row_train_seconds(segments),
         wall_seconds=round(sum(s.get("wall_seconds", 0) for s in segments), 1),
-        budget_seconds=float(flags[flags.index("--max_train_seconds") + 1]),
-        probe=dict(depth=PROBE_DEPTH, n=int(flags[flags.index("--probe_n") + 1]),
-                   every_steps=int(flags[flags.index("--probe_every_steps") + 1]), seed=seed,
+        budget_seconds=float(flags["--max_train_seconds"]),
+        probe=dict(depth=PROBE_DEPTH, n=int(flags["--probe_n"]), every_steps=int(flags["--probe_every_steps"]), seed=seed,
                    left_chance_threshold=LEFT_CHANCE, chance=CHANCE),
         curve=curve, left_chance_step=left_chance_step(probed), final_probe_accuracy=final["accuracy"],
         final_step=final["step"], evaluation=evaluation, loss_curve=summary.get("curve"),
         curriculum_growth_steps=curriculum_growth(folder),
         environment=summary.get("environment"),
     )
-    path = record_path(row, seed, tiny)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(entry, indent=1))
+    save_record(entry, record_path(row, seed, tiny))
     print(f"{row} seed {seed}: {entry['steps']} steps, left chance at {entry['left_chance_step']}, "
           f"final d={PROBE_DEPTH} {100 * entry['final_probe_accuracy']:.1f}%", flush=True)
     return entry
@@ -274,8 +262,8 @@ def run(row: str, seed: int, tiny: bool = False) -> dict:
 
 def collect(tiny: bool = False) -> str:
     out = places(tiny)[1]
-    records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
-    order = {name: i for i, name in enumerate(rows())}
+    records = load_records(out / "runs")
+    order = {name: i for i, name in enumerate(ROWS)}
     records.sort(key=lambda r: (order.get(r["row"], len(order)), r["seed"]))
     lines = ["| row | variant | what changed | seed | steps run | wall s | left-chance step | final probe accuracy | "
              "final test, d = " + " / ".join(map(str, EVAL_DEPTHS)) + " |", "|---|---|---|---|---|---|---|---|---|"]
@@ -297,18 +285,14 @@ def collect(tiny: bool = False) -> str:
                      f"{100 * r['last_probe_accuracy']:.1f}% (last probe) | — (training batches, last 500 steps: "
                      f"{100 * (r['train_accuracy'] or 0):.0f}% of final answers right, d ≤ {r['train_max_depth']:g}) |")
     started = {r["row"] for r in records} | {r["row"] for r in partial}
-    missing = [name for name in rows() if name not in started]
+    missing = [name for name in ROWS if name not in started]
     table = "\n".join(lines)
     if missing:
         table += "\n\nNot run yet: " + ", ".join(f"`{name}`" for name in missing) + "."
     table += "\n\nAsked for, no flag (not run):\n" + "\n".join(f"- **{what}**: {why}" for what, why in NOT_AVAILABLE)
     out.mkdir(parents=True, exist_ok=True)
     readme = out / "README.md"
-    if readme.exists() and TABLE_START in readme.read_text():  # keep the prose around the generated table
-        text = readme.read_text()
-        head, rest = text.split(TABLE_START, 1)
-        readme.write_text(head + TABLE_START + "\n" + table + "\n" + TABLE_END + rest.split(TABLE_END, 1)[1])
-    else:
+    if not splice_table(readme, TABLE_START, TABLE_END, table):  # keep the prose around the generated table
         readme.write_text(
             "# What it takes to break through on S5 (CPU, train d ≤ 8)\n\n"
             "Each row is one run of `examples/studies/s5_breakthrough.py --run ROW --seed SEED` (flags: `--list`; "
@@ -328,20 +312,18 @@ def paced_max_depth(row: str, step: int) -> int:
     """d_max of a fixed-pace row at `step` (for runs whose logs predate the logged cap)."""
     from trainers import curriculum_max_depth
 
-    flags = merge(BASE, rows()[row]["flags"])
-    value = dict(zip(flags[::2], flags[1::2]))
+    value = {**BASE, **ROWS[row].flags}
     return curriculum_max_depth(step, int(value["--curriculum_start_depth"]), int(value["--curriculum_every_steps"]),
                                 1, int(value["--max_train_depth"]))
 
 
 def interrupted_runs(done: set[tuple[str, int]], tiny: bool = False) -> list[dict]:
     """Rows started but not finished (a checkpoint, no record): their probe curve so far, from the newest checkpoint's
-    trainer_state.json, so a run cut off by the session's end still shows how far it got."""
+    trainer_state.json, so a run cut off before its end still shows how far it got."""
     out = []
-    specs = rows()
     for folder in sorted(places(tiny)[0].glob("*_s*")):
         row, _, seed = folder.name.rpartition("_s")
-        if row not in specs or not seed.isdigit() or (row, int(seed)) in done:
+        if row not in ROWS or not seed.isdigit() or (row, int(seed)) in done:
             continue
         checkpoint = latest_checkpoint(folder)
         if checkpoint is None:
@@ -350,7 +332,7 @@ def interrupted_runs(done: set[tuple[str, int]], tiny: bool = False) -> list[dic
         curve = [{"step": e["step"], "accuracy": e["probe_accuracy"]} for e in history if "probe_accuracy" in e]
         logs = [e for e in history if "acc_last_iteration" in e][-10:]  # the last 500 steps' training batches
         steps = int(checkpoint.name.split("-")[-1])
-        out.append(dict(row=row, seed=int(seed), variant=specs[row]["variant"], change=specs[row]["change"],
+        out.append(dict(row=row, seed=int(seed), variant=ROWS[row].group, change=ROWS[row].label,
                         steps=steps, curve=curve,
                         train_accuracy=sum(e["acc_last_iteration"] for e in logs) / len(logs) if logs else None,
                         train_max_depth=max((e.get("curriculum_max_depth", 0) for e in logs), default=0)
@@ -397,18 +379,17 @@ def plot(records: list[dict], path: Path) -> None:
 
 def describe() -> str:
     lines = []
-    for name, spec in rows().items():
-        after = f" (from the trained {spec['init_from']} row)" if spec["init_from"] else ""
-        lines.append(f"{name:26s} [{spec['variant']}] {spec['change']}{after}\n"
-                     f"    flags on BASE: {' '.join(spec['flags'])}")
-    lines.append("BASE: " + " ".join(BASE))
+    for name, spec in ROWS.items():
+        after = f" (from the trained {spec.init_from} row)" if spec.init_from else ""
+        lines.append(f"{name:26s} [{spec.group}] {spec.label}{after}\n    flags on BASE: {' '.join(argv(spec.flags))}")
+    lines.append("BASE: " + " ".join(argv(BASE)))
     lines += [f"no flag: {what} — {why}" for what, why in NOT_AVAILABLE]
     return "\n".join(lines)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", choices=list(rows()), metavar="ROW", help="train (or resume) and record one row")
+    parser.add_argument("--run", choices=list(ROWS), metavar="ROW", help="train (or resume) and record one row")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--collect", action="store_true", help="README.md table and plot from the records")
     parser.add_argument("--list", action="store_true", help="the rows and their flags")

@@ -1,0 +1,126 @@
+"""Running a study row and reading its run back: one torch thread per process, resumable train_par.py segments, the
+newest checkpoint, a trained model ready to evaluate."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from .rows import argv, combine
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def thread_env() -> dict:
+    """The environment of a row's process: one torch thread (two rows share a 2-core machine), no progress bars."""
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1", TOKENIZERS_PARALLELISM="false")
+
+
+def run_logged(command: list[str], log: Path | None = None) -> None:
+    """`python *command[1:]` from the repository root with `thread_env`, output to `log` (else to this process's);
+    a failure is a SystemExit naming the command and the log."""
+    with open(log, "w") if log else contextlib.nullcontext() as out:
+        code = subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=thread_env(), stdout=out,
+                              stderr=subprocess.STDOUT if out else None).returncode
+    if code:
+        raise SystemExit(f"command failed ({code}): {' '.join(command)}" + (f"; log: {log}" if log else ""))
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The newest checkpoint-<step> folder of a run, or None."""
+    checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    return checkpoints[-1] if checkpoints else None
+
+
+def row_train_seconds(segments: list[dict]) -> float:
+    """The row's training time: what its checkpoint had counted when the last segment began, plus that segment's
+    wall time (time an interrupted segment spent after its last checkpoint is not counted: those steps were redone)."""
+    last = segments[-1]
+    return round(last.get("trained_seconds_before", 0.0) + last.get("wall_seconds", 0.0), 1)
+
+
+def train_segment(folder: Path, seed: int, flags: Mapping[str, str], name: str) -> list[dict]:
+    """Train (or resume from the newest checkpoint in `folder`) `examples/train_par.py --output_dir folder --seed seed
+    <flags>`, one thread; returns the run's segments (command, start, resume point, time trained before it, wall
+    seconds, status), kept in <folder>/segments.json. A folder with summary.json is finished: nothing runs."""
+    from state_tracking.evaluation import repo_relative
+    from trainers import trained_seconds
+
+    folder.mkdir(parents=True, exist_ok=True)
+    segments_file = folder / "segments.json"
+    segments = json.loads(segments_file.read_text()) if segments_file.is_file() else []
+    if (folder / "summary.json").is_file():
+        return segments
+    resume = latest_checkpoint(folder)
+    command = ["python", "examples/train_par.py", *argv(combine(
+        name, {"--output_dir": repo_relative(folder), "--seed": str(seed)}, flags,
+        {} if resume is None else {"--resume_from_checkpoint": repo_relative(resume)}))]
+    for segment in segments:  # a segment without an end was cut off (its process was stopped)
+        segment.setdefault("status", "interrupted")
+    segments.append({"command": " ".join(command), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                     "resumed_from": None if resume is None else resume.name,
+                     "trained_seconds_before": 0.0 if resume is None else trained_seconds(resume)})
+    segments_file.write_text(json.dumps(segments, indent=1))
+    started = time.time()
+    log_file = folder / f"train_segment{len(segments)}.log"
+    with open(log_file, "w") as log:
+        code = subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=thread_env(), stdout=log,
+                              stderr=subprocess.STDOUT).returncode
+    segments[-1].update(wall_seconds=round(time.time() - started, 1), status="finished" if code == 0 else f"exit {code}")
+    segments_file.write_text(json.dumps(segments, indent=1))
+    if code != 0:
+        raise SystemExit(f"{name} seed {seed}: train_par.py exited {code}; see {log_file}")
+    return segments
+
+
+def curriculum_growth(folder: Path) -> list[int] | None:
+    """The steps from which a mastery curriculum grew d_max, from the newest checkpoint of a run folder (trainers'
+    CURRICULUM_STATE_NAME); None without one (the fixed pace, or nothing saved yet)."""
+    from trainers.par_trainer import CURRICULUM_STATE_NAME
+
+    checkpoint = latest_checkpoint(folder)
+    state = checkpoint / CURRICULUM_STATE_NAME if checkpoint is not None else None
+    return json.loads(state.read_text())["advances"] if state is not None and state.is_file() else None
+
+
+def load_run(folder: Path, longest_depth: int):
+    """(model, tokenizer, task) of a train_par.py output folder, ready to evaluate up to `longest_depth`: the loop
+    cap is an inference setting, raised so that forced depth reaches it and halting can confirm there."""
+    from transformers import AutoTokenizer
+
+    from modeling_par import ParLoopedQwenForStateTracking
+    from state_tracking import load_task_from_dir
+
+    model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
+    model.config.max_iterations = max(model.config.max_iterations, longest_depth + model.config.halt_window + 8)
+    return model, AutoTokenizer.from_pretrained(folder), load_task_from_dir(folder)
+
+
+def repo_module(dotted: str):
+    """A module of this repository outside its installed packages, by its dotted path from the repository root
+    (`examples.push_to_hub`, `tests.test_modeling_par`): the folders on the way are registered as packages at their
+    place in the repository, so the module's own imports of its siblings resolve; sys.path is not changed."""
+    parts = dotted.split(".")
+    for i in range(1, len(parts)):
+        package, folder = ".".join(parts[:i]), REPO.joinpath(*parts[:i])
+        if package in sys.modules:
+            continue
+        init = folder / "__init__.py"
+        spec = (importlib.util.spec_from_file_location(package, init, submodule_search_locations=[str(folder)])
+                if init.is_file() else importlib.machinery.ModuleSpec(package, None, is_package=True))
+        if not init.is_file():
+            spec.submodule_search_locations = [str(folder)]
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[package] = module
+        if spec.loader is not None:
+            spec.loader.exec_module(module)
+    return importlib.import_module(dotted)
