@@ -1,4 +1,4 @@
-"""Issue-10 code paths at tiny scale: the comparison rows are valid commands, the fixed-R ablations train and are
+"""The comparisons study at tiny scale: the comparison rows are valid commands, the fixed-R ablations train and are
 evaluated at their own R, the process state machine (not a group) trains with the package's tools, and the study's
 table/plot are built from run records."""
 

@@ -9,6 +9,7 @@
 # then run this script there with `.whl` carried along; everything lands in $OUT/swap_s5_gpu.tgz (one file).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the repository's packages (par_studies, state_tracking, ...) without an install
 scale="${1:-cpu}"
 case "$scale" in
   cpu)
@@ -18,7 +19,7 @@ case "$scale" in
   gpu)
     if [ -d .whl ]; then
       python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
-      export PYTHONPATH=/tmp/site:$PWD
+      export PYTHONPATH=/tmp/site:$PYTHONPATH
     fi
     out="${OUT:-/tmp/out}"
     python examples/reproduce/swap_s5.py --scale gpu --out /tmp/swap_s5_gpu/results \
