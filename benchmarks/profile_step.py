@@ -23,12 +23,13 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_speed import VIEWS, default_model, make_step, training_batch  # noqa: E402
 
-from modeling_par import ParLoopedQwenForStateTracking  # noqa: E402
-from modeling_par.window_path import WindowPlans  # noqa: E402
+from modeling_par import ParLoopedQwenForStateTracking, ReferenceLoop  # noqa: E402
+from modeling_par.window_path import WindowLoop, WindowPlans  # noqa: E402
 
 STAGES = [(ParLoopedQwenForStateTracking, name) for name in
-          ("forward", "_prepare", "core_step", "_iteration_view", "_core_update", "_readouts", "_coda_block")]
-STAGES += [(WindowPlans, "covering"), (WindowPlans, "block")]  # window plans, no-grad blocks
+          ("forward", "_backend", "core_update", "readout", "_coda_block")]
+STAGES += [(ReferenceLoop, "advance"), (WindowLoop, "advance"), (WindowLoop, "readouts")]  # the two loop backends
+STAGES += [(WindowPlans, "covering"), (WindowLoop, "_block")]  # window plans, no-grad blocks
 
 
 def tag(cls, name: str) -> None:

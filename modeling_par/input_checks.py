@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 
-
 def check_inputs(config, input_ids, attention_mask, query_positions, position_scale):
     """input_ids (b, t) in the vocabulary, attention_mask of its shape (default all ones), query_positions (b, q) on
     real tokens (default the last real token), position_scale a float or (b,) in [1, max_position_scale]."""
@@ -86,6 +85,15 @@ def check_operation_ends(config, operation_ends, attention_mask, query_positions
     return operation_ends
 
 
+def check_position_ids(position_ids, input_ids):
+    """position_ids (b, t): positions to use instead of the ordinary ones, of the shape of input_ids."""
+    positions = torch.as_tensor(position_ids, device=input_ids.device)
+    if positions.shape != input_ids.shape:
+        raise ValueError(f"position_ids must have the shape of input_ids {tuple(input_ids.shape)}; "
+                         f"got {tuple(positions.shape)}.")
+    return positions
+
+
 def check_iterations(config, num_iterations, name="num_iterations"):
     """An iteration count: an int in [1, max_iterations]."""
     limit = config.max_iterations
@@ -94,4 +102,4 @@ def check_iterations(config, num_iterations, name="num_iterations"):
     return num_iterations
 
 
-__all__ = ["check_inputs", "check_iterations", "check_operation_ends"]
+__all__ = ["check_inputs", "check_iterations", "check_operation_ends", "check_position_ids"]

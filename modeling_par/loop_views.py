@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .loop_types import IterationView
+from .loop_types import IterationView, OperationRange, TokenSegments
+
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position of each token among its sample's real tokens, p = cumsum(mask) − 1 (0 on left padding)."""
@@ -51,13 +52,13 @@ def padded_causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype | None) 
     return attention_bias(allowed, dtype)
 
 
-def token_segments(operation_ends: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def token_segments(operation_ends: torch.Tensor, attention_mask: torch.Tensor) -> TokenSegments:
     """Which part of the prompt each token belongs to, from `operation_ends` (b, D+1): the index of the last token
     of the preamble (entry 0) and of each operation i = 1..d (entries past d_b are −1).
 
     segment(t) = #{i ≤ d : end_i < t}: 0 = preamble (t ≤ end_0), i = operation i (end_{i−1} < t ≤ end_i),
-    d + 1 = the query region (t > end_d). Returns segments (b, t), depth d (b,), query_region (b, t) bool (real
-    tokens only).
+    d + 1 = the query region (t > end_d). Returns `TokenSegments`: segments (b, t), depth d (b,), query_region (b, t)
+    bool (real tokens only).
 
     Computed as a running count of operation-end markers, O(b · t) (no (b, t, D+1) comparison): a marker at
     t = end_i + 1 for every valid entry, segment(t) = cumsum(markers)(t).
@@ -70,11 +71,10 @@ def token_segments(operation_ends: torch.Tensor, attention_mask: torch.Tensor) -
     markers.scatter_add_(1, starts, torch.ones_like(starts))
     segments = markers[:, :t].cumsum(-1)  # (b, t)
     query_region = (segments == depth[:, None] + 1) & attention_mask.bool()
-    return segments, depth, query_region
+    return TokenSegments(segments, depth, query_region)
 
 
-def operations_read(iteration: int | torch.Tensor, depth: torch.Tensor,
-                    step_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def operations_read(iteration: int | torch.Tensor, depth: torch.Tensor, step_size: int) -> OperationRange:
     """The operations iteration k reads: (c·(k−1), min(c·k, d)], as (exclusive low, inclusive high), each (b,).
 
     k = 0 is the prelude (low = high = 0: no operation); past ⌈d/c⌉ the range is empty (low ≥ d). `iteration` is an
@@ -83,10 +83,10 @@ def operations_read(iteration: int | torch.Tensor, depth: torch.Tensor,
     if isinstance(iteration, torch.Tensor):
         high = torch.minimum(depth, step_size * iteration)
         low = torch.minimum(depth, step_size * (iteration - 1).clamp_min(0))
-        return torch.where(iteration > 0, low, high), high
+        return OperationRange(torch.where(iteration > 0, low, high), high)
     high = torch.clamp(depth, max=step_size * iteration)
     low = torch.clamp(depth, max=step_size * max(iteration - 1, 0)) if iteration > 0 else high
-    return low, high
+    return OperationRange(low, high)
 
 
 def progress_shift(operation_end_positions: torch.Tensor, depth: torch.Tensor, iteration: int | torch.Tensor,
@@ -97,7 +97,7 @@ def progress_shift(operation_end_positions: torch.Tensor, depth: torch.Tensor, i
     operation_end_positions (b, D+1), depth (n,) -> Δ_k (n,); `samples` (n,) is each row's row of
     `operation_end_positions` (default: row i's, n = b).
     """
-    _, high = operations_read(iteration, depth, step_size)
+    high = operations_read(iteration, depth, step_size).high
     rows = torch.arange(depth.shape[0], device=depth.device) if samples is None else samples
     return operation_end_positions[rows, depth] - operation_end_positions[rows, high]
 
@@ -148,6 +148,15 @@ class LoopView:
     operation_ends: torch.Tensor  # (b, D+1) token indices
     operation_end_positions: torch.Tensor  # (b, D+1) float
     position_scale: torch.Tensor | None  # (b,) or None
+
+    @classmethod
+    def of(cls, operation_ends: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
+           position_scale: torch.Tensor | None, base_allowed: torch.Tensor | None) -> LoopView:
+        """The loop view of a batch: its `token_segments`, its positions (b, t) as floats, where each operation ends.
+        `base_allowed` is the padded causal mask the whole-prompt views read (None on the local window)."""
+        segments, positions = token_segments(operation_ends, attention_mask), positions.float()
+        return cls(base_allowed, segments.segments, segments.depth, segments.query_region, positions, operation_ends,
+                   positions.gather(1, operation_ends.clamp_min(0)), position_scale)
 
     def select(self, keep: torch.Tensor) -> LoopView:
         return LoopView(*(None if x is None else x[keep] for x in vars(self).values()))

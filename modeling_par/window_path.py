@@ -11,19 +11,22 @@ itself, and the query region sees the preamble and itself. `segment_rows` gather
 (operations: (Σ d, longest operation); [preamble | query region]: (b, preamble + queries)), so the prelude costs
 O(prompt) memory and time instead of a (b, t, t) mask and its scores, and the window path holds no (b, t, t) tensor.
 
-Two speed-ups on top, both tested equal to one iteration at a time:
+The window is one loop backend (`WindowLoop`, the `loop_types.LoopBackend` interface), chosen once per batch by the
+model (`runtime.local_window` under `loop_view="local"`) in place of the whole-prompt reference
+(`modeling_par.ReferenceLoop`). Two speed-ups on top, both tested equal to one iteration at a time:
 - window plans: the windows of `window_plan_iterations` iterations are built in one vectorized pass;
-- blocks: with no grad, `block_iterations` iterations run as one unit (`core_iterations`), one graph under
+- blocks: with no grad, `block_iterations` iterations run as one unit (`window_block`), one graph under
   `compile_core`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 
-from .loop_types import IterationView, LoopStep, ReadoutInput
+from .loop_types import LoopParts, LoopState, LoopStep, Readout, ReadoutInput
 from .loop_views import LoopView, attention_bias, mask_dtype, operations_read, rotary_at
 
 
@@ -130,8 +133,15 @@ def local_window_of(loop: LoopView, prelude_out: torch.Tensor, query_positions: 
                        query_e=prelude_out[rows, query_index], readout_columns=query_positions - query_start[:, None])
 
 
+class WindowRows(NamedTuple):
+    """The token index of each operation row of a window (n, S) and which of them are real (n, S)."""
+
+    index: torch.Tensor
+    valid: torch.Tensor
+
+
 def local_window_rows(operation_ends: torch.Tensor, depth: torch.Tensor, iteration: int | torch.Tensor,
-                      step_size: int, samples: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      step_size: int, samples: torch.Tensor | None = None) -> WindowRows:
     """Token indices of the operations iteration k reads, (end_{c·(k−1)}, end_{min(c·k, d)}], padded to the batch's
     longest span S. Returns index (n, S) and valid (n, S) for n rows of depth (n,) and iteration (n,) or an int;
     `samples` (n,) is each row's row of `operation_ends` (default: row i's, n = b)."""
@@ -143,7 +153,7 @@ def local_window_rows(operation_ends: torch.Tensor, depth: torch.Tensor, iterati
     offsets = torch.arange(span, device=depth.device)
     valid = offsets[None] < length[:, None]
     index = torch.where(valid, start[:, None] + offsets[None], start[:, None].clamp_max(operation_ends.max()))
-    return index.clamp_min(0), valid
+    return WindowRows(index.clamp_min(0), valid)
 
 
 def op_rows_e(prelude_out: torch.Tensor, index: torch.Tensor, query_rows: int) -> torch.Tensor:
@@ -151,6 +161,17 @@ def op_rows_e(prelude_out: torch.Tensor, index: torch.Tensor, query_rows: int) -
     window's token index, whose last `query_rows` columns are the query region."""
     batch = torch.arange(index.shape[0], device=index.device)[:, None]
     return prelude_out[batch, index[:, :index.shape[1] - query_rows]]
+
+
+class WindowView(NamedTuple):
+    """What one iteration's layers attend with on the window (or K iterations', with a leading K): the token index
+    (b, w) of each row ([the iteration's operation rows | the query region]), the mask (b, 1, w, w) and the rotary
+    cos/sin (b, w, head_dim)."""
+
+    index: torch.Tensor
+    mask: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -168,15 +189,15 @@ class WindowPlan:
     def covers(self, first: int, count: int = 1) -> bool:
         return self.first <= first and first + count <= self.first + self.index.shape[0]
 
-    def views(self, first: int, count: int) -> IterationView:
-        """Iterations first..first+count−1 as one `IterationView` of (count, b, ...) tensors."""
+    def views(self, first: int, count: int) -> WindowView:
+        """Iterations first..first+count−1 as one `WindowView` of (count, b, ...) tensors."""
         i = first - self.first
-        return IterationView(self.mask[i:i + count], self.cos[i:i + count], self.sin[i:i + count],
-                             self.index[i:i + count])
+        return WindowView(self.index[i:i + count], self.mask[i:i + count], self.cos[i:i + count],
+                          self.sin[i:i + count])
 
-    def at(self, iteration: int) -> IterationView:
+    def at(self, iteration: int) -> WindowView:
         i = iteration - self.first
-        return IterationView(self.mask[i], self.cos[i], self.sin[i], self.index[i])
+        return WindowView(self.index[i], self.mask[i], self.cos[i], self.sin[i])
 
     def select(self, keep: torch.Tensor) -> WindowPlan:
         return WindowPlan(self.first, *(x[:, keep] for x in (self.index, self.mask, self.cos, self.sin)))
@@ -211,31 +232,13 @@ def window_plan(model, loop: LoopView, window: LocalWindow, first: int, count: i
     return WindowPlan(first, *(x.reshape(count, b, *x.shape[1:]) for x in (index, mask, cos, sin)))
 
 
-def core_iterations(core_update, e_half, state, reference_rms, prelude_out, index, mask, cos, sin):
-    """Iterations k..k+K−1 of the local window as one unit: K times `core_update` (the model's `_core_update`) on
-    [iteration k's op rows | the query region], from a window plan's (K, b, ...) slices. Bit-identical to K single
-    iterations when their window plans coincide; when a unit starts a new plan, the plans' op-column padding
-    differs, so attention sums round differently (~1e-7 relative in fp32, as with another `window_plan_iterations`).
-
-    Returns (the op rows' outputs (K, b, S, h), the states (K, b, Q, h), their rms before anchoring (K, b, Q, 1))."""
-    ops_outs, states, raws = [], [], []
-    for i in range(index.shape[0]):
-        e_ops = op_rows_e(prelude_out, index[i], state.shape[1])
-        ops_out, state, raw_rms = core_update(e_half, state, mask[i], cos[i], sin[i], reference_rms, e_ops)
-        ops_outs.append(ops_out)
-        states.append(state)
-        raws.append(raw_rms)
-    return torch.stack(ops_outs), torch.stack(states), torch.stack(raws)
-
-
 class WindowPlans:
-    """The window plans of one batch's loop: the current plan, replaced by one of max(count,
-    `window_plan_iterations`) iterations when the iterations asked for leave it, and cut with the batch when samples
-    finish. Also runs a no-grad block of iterations over them (`block`)."""
+    """The window plans of one batch's loop (a cache): the current plan, replaced by one of max(count,
+    `window_plan_iterations`) iterations when the iterations asked for leave it; `select` cuts it with the batch."""
 
-    def __init__(self, model, loop: LoopView, window: LocalWindow):
+    def __init__(self, model, loop: LoopView, window: LocalWindow, plan: WindowPlan | None = None):
         self.model, self.loop, self.window = model, loop, window
-        self.plan: WindowPlan | None = None
+        self.plan = plan
 
     def covering(self, first: int, count: int, hidden: torch.Tensor) -> WindowPlan:
         if self.plan is None or not self.plan.covers(first, count):
@@ -243,28 +246,159 @@ class WindowPlans:
             self.plan = window_plan(self.model, self.loop, self.window, first, size, hidden)
         return self.plan
 
-    def view_at(self, iteration: int, hidden: torch.Tensor) -> IterationView:
-        return self.covering(iteration, 1, hidden).at(iteration)
+    def select(self, keep: torch.Tensor, loop: LoopView, window: LocalWindow) -> WindowPlans:
+        """The plans of the samples `keep` (the batch shrank to `loop` / `window`)."""
+        return WindowPlans(self.model, loop, window, None if self.plan is None else self.plan.select(keep))
 
-    def block(self, context, first: int, state: torch.Tensor, reference_rms: torch.Tensor | None) -> list[LoopStep]:
-        """Iterations first..first+K−1 (K = `block_iterations`) in one `core_iterations` call (compiled under
-        `compile_core`), as K `LoopStep`s: what K calls of `core_step` return (tested)."""
-        count = self.model.runtime.block_iterations
-        views = self.covering(first, count, state).views(first, count)
-        ops_outs, states, raws = self.model._part("core_iterations")(
-            context.e_half, state.contiguous(), reference_rms, context.prelude_out, views.index, views.mask,
-            views.cos, views.sin)
+
+# ------------------------------------------------------------------------------------------ the update on the window
+class WindowUpdate(NamedTuple):
+    """Iteration k on the window (K iterations', with a leading K, from `window_block`): the core output on the
+    operation rows (b, S, h), s_k of the query region after anchoring (b, Q, h), its rms before anchoring (b, Q, 1)."""
+
+    operations: torch.Tensor
+    state: torch.Tensor
+    raw_rms: torch.Tensor
+
+
+def window_update(model, e_half, state, reference_rms, e_ops, mask, cos, sin) -> WindowUpdate:
+    """s_k = anchor(C(W [e ; s_{k−1}])) on the window's rows [iteration k's op rows | the query region]: the op rows
+    `e_ops` (b, S, h) restart from e (so their adapter input is W [e ; e]); `e_half` (b, Q, h) is the query region's
+    W_e e. The queries are anchored against rms(s_1) = `reference_rms` (None at iteration 1: not anchored); the op rows
+    against their own rms, which is their iteration-1 rms since they compute the same value every iteration. One unit,
+    so `compile_core` fuses it whole."""
+    span, x = e_ops.shape[1], state
+    if span:  # else no operation is left to read (past d): the query region alone
+        e_half, x = torch.cat([model.adapter_e_half(e_ops), e_half], 1), torch.cat([e_ops, state], 1)
+    new_rows = model._core_block(e_half, x, mask, cos, sin)
+    operations, new_state = new_rows[:, :span], new_rows[:, span:]
+    raw_rms = model.state_rms(new_state).detach()  # (b, Q, 1)
+    if model.config.norm_anchoring and reference_rms is not None:
+        new_state = model.anchor_state_norm(new_state, reference_rms)
+        if span:
+            operations = model.anchor_state_norm(operations, model.state_rms(operations).detach())
+    return WindowUpdate(operations, new_state, raw_rms)
+
+
+def window_block(model, e_half, state, reference_rms, prelude_out, index, mask, cos, sin) -> WindowUpdate:
+    """Iterations k..k+K−1 of the local window as one no-grad unit: K times `window_update` from a window plan's
+    (K, b, ...) slices. Bit-identical to K single iterations when their window plans coincide; when a unit starts a
+    new plan, the plans' op-column padding differs, so attention sums round differently (~1e-7 relative in fp32, as
+    with another `window_plan_iterations`). Returns the K updates stacked, (K, b, ...)."""
+    updates = []
+    for i in range(index.shape[0]):
+        update = window_update(model, e_half, state, reference_rms, op_rows_e(prelude_out, index[i], state.shape[1]),
+                               mask[i], cos[i], sin[i])
+        updates.append(update)
+        state = update.state
+    return WindowUpdate(torch.stack([u.operations for u in updates]), torch.stack([u.state for u in updates]),
+                        torch.stack([u.raw_rms for u in updates]))
+
+
+class WindowReadoutInput(NamedTuple):
+    """What the readout of one window iteration reads: the coda runs on [operations | state] (the queries attend to
+    iteration k's op rows) with the window's mask and rotary; `columns` (b, q) are the readout queries' rows in
+    `state`."""
+
+    operations: torch.Tensor  # (b, S, h)
+    state: torch.Tensor  # (b, Q, h)
+    mask: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    columns: torch.Tensor
+
+    def select(self, keep: torch.Tensor) -> WindowReadoutInput:
+        return WindowReadoutInput(*(x[keep] for x in self))
+
+    def coda_input(self) -> ReadoutInput:
+        return ReadoutInput(torch.cat([self.operations, self.state], 1), self.mask, self.cos, self.sin,
+                            self.columns + self.operations.shape[1])
+
+
+# ---------------------------------------------------------------------------------------------------- the backend
+@dataclass(frozen=True)
+class WindowLoop:
+    """The loop on the local window, a `loop_types.LoopBackend`: the prelude run per segment, then each iteration on
+    [its operation rows | the query region], the loop state being the query region's (b, Q, h)."""
+
+    model: Any
+    parts: LoopParts
+    loop: LoopView
+    window: LocalWindow
+    prelude_out: torch.Tensor  # (b, t, h) e; 0 at padding (never read)
+    e_half: torch.Tensor  # (b, Q, h) W_e e of the query region (`adapter_e_half`)
+    plans: WindowPlans
+
+    @classmethod
+    def prepare(cls, model, hidden, attention_mask, query_positions, positions, position_scale,
+                operation_ends) -> WindowLoop:
+        """e = P(x) block by block (`segmented_prelude`: O(prompt), no (b, t, t) mask), and the query region."""
+        loop = LoopView.of(operation_ends, attention_mask, positions, position_scale, None)
+        cos, sin = rotary_at(model.config, model.model.rotary_emb, loop, loop.positions, loop.query_region, 0, hidden)
+        parts = model.parts
+        blocks = segment_rows(loop, attention_mask, model.config.bidirectional_queries)
+        prelude_out = segmented_prelude(parts.prelude, model.config, blocks, hidden, cos, sin)
+        window = local_window_of(loop, prelude_out, query_positions)
+        return cls(model, parts, loop, window, prelude_out, model.adapter_e_half(window.query_e),
+                   WindowPlans(model, loop, window))
+
+    @property
+    def num_queries(self) -> int:
+        return self.window.readout_columns.shape[1]
+
+    def initial_state(self) -> torch.Tensor:
+        return self.window.query_e
+
+    def state_valid(self) -> torch.Tensor:
+        return self.window.query_valid.float()
+
+    def advance(self, current: LoopState, last: int) -> list[LoopStep]:
+        """The next iteration, or the next K = `runtime.block_iterations` as one unit (`window_block`) when K > 1,
+        without grad, the anchoring reference set (if anchoring) and none of them before `last` to be seen alone."""
+        first, count = current.iteration + 1, self.model.runtime.block_iterations
+        if (count > 1 and not torch.is_grad_enabled() and first + count - 1 <= last
+                and (current.reference_rms is not None or not self.model.config.norm_anchoring)):
+            return self._block(current, first, count)
+        view = self.plans.covering(first, 1, current.state).at(first)
+        state = current.state.contiguous()  # one stride for the compiled graph whether s came from a block or not
+        e_ops = op_rows_e(self.prelude_out, view.index, state.shape[1])
+        update = self.model.run_core(self.parts.window_update, self.e_half, state, current.reference_rms, e_ops,
+                                     view.mask, view.cos, view.sin)
+        readout = WindowReadoutInput(update.operations, update.state, view.mask, view.cos, view.sin,
+                                     self.window.readout_columns)
+        return [self.model.loop_step(first, update, current.reference_rms, readout)]
+
+    def _block(self, current: LoopState, first: int, count: int) -> list[LoopStep]:
+        """Iterations first..first+K−1 in one `window_block` call, as K `LoopStep`s: what K single steps give."""
+        views = self.plans.covering(first, count, current.state).views(first, count)
+        out = self.parts.window_block(self.e_half, current.state.contiguous(), current.reference_rms,
+                                      self.prelude_out, views.index, views.mask, views.cos, views.sin)
         columns = self.window.readout_columns
-        return [LoopStep(first + i, states[i], raws[i], reference_rms,
-                         ReadoutInput(states[i], ops_outs[i], views.mask[i], views.cos[i], views.sin[i], columns))
+        return [LoopStep(first + i, out.state[i], out.raw_rms[i], current.reference_rms,
+                         WindowReadoutInput(out.operations[i], out.state[i], views.mask[i], views.cos[i],
+                                            views.sin[i], columns))
                 for i in range(count)]
 
-    def select(self, keep: torch.Tensor, loop: LoopView, window: LocalWindow) -> None:
-        """Keep the samples `keep` (the loop's batch shrank to `loop` / `window`)."""
-        self.loop, self.window = loop, window
-        self.plan = None if self.plan is None else self.plan.select(keep)
+    def readouts(self, inputs: list[WindowReadoutInput]) -> list[Readout]:
+        """y_k = Q(s_k) on [iteration k's op rows | s_k]: one coda call per group of iterations whose windows have
+        the same shape (the span may change between plans)."""
+        coda_inputs = [item.coda_input() for item in inputs]
+        groups: dict[tuple, list[int]] = {}
+        for n, item in enumerate(coda_inputs):
+            groups.setdefault((item.rows.shape, item.mask.shape), []).append(n)
+        out: list[Readout | None] = [None] * len(inputs)
+        for members in groups.values():
+            for n, result in zip(members, self.model.readout([coda_inputs[n] for n in members])):
+                out[n] = result
+        return out
+
+    def select(self, keep: torch.Tensor) -> WindowLoop:
+        loop, window = self.loop.select(keep), self.window.select(keep)
+        return WindowLoop(self.model, self.parts, loop, window, self.prelude_out[keep], self.e_half[keep],
+                          self.plans.select(keep, loop, window))
 
 
-__all__ = ["LocalWindow", "SegmentRows", "WindowPlan", "WindowPlans", "core_iterations", "local_window_of",
-           "local_window_rows", "op_rows_e", "operation_rows", "preamble_query_rows", "segment_rows",
-           "segmented_prelude", "window_plan"]
+__all__ = ["LocalWindow", "SegmentRows", "WindowLoop", "WindowPlan", "WindowPlans", "WindowReadoutInput",
+           "WindowRows", "WindowUpdate", "WindowView", "local_window_of", "local_window_rows", "op_rows_e",
+           "operation_rows", "preamble_query_rows", "segment_rows", "segmented_prelude", "window_block",
+           "window_plan", "window_update"]

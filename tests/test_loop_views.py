@@ -6,13 +6,16 @@ import pytest
 import torch
 
 from modeling_par import (
+    LoopState,
     ParLoopedQwenForStateTracking,
+    ReferenceLoop,
     loop_view_mask,
     operations_read,
     padded_causal_mask,
     progress_shift,
     token_segments,
 )
+from modeling_par.window_path import WindowLoop
 from state_tracking import StateTrackingCollator, build_tokenizer, encode_batch, get_task, model_token_ids
 from tests.conftest import make_model, tiny_par_config
 
@@ -105,12 +108,14 @@ def core_step_at(model, tokenizer, ops, iteration, query_state):
     model.runtime.local_window = False
     batch = StateTrackingCollator(tokenizer.pad_token_id)(encode_batch(SWAP, tokenizer, "symbolic", ops))
     with torch.no_grad():
-        context = model._prepare(batch["input_ids"], batch["attention_mask"], batch["query_positions"], None,
+        backend = model._backend(batch["input_ids"], batch["attention_mask"], batch["query_positions"], None,
                                  batch["operation_ends"])
-        state = context.prelude_out.clone()
+        assert isinstance(backend, ReferenceLoop)
+        state = backend.initial_state().clone()
         state[:, -SWAP.num_queries:] = query_state
-        new_state = model.core_step(state, None, context, iteration).state
-    return new_state[:, -SWAP.num_queries:]
+        (step,) = backend.advance(LoopState(iteration - 1, state, None), iteration)
+    assert step.iteration == iteration
+    return step.state[:, -SWAP.num_queries:]
 
 
 @pytest.mark.parametrize("view, stationary", [("local", True), ("prefix", False)])
@@ -218,3 +223,49 @@ def test_local_window_gradients_equal_the_masked_ones():
         out.answer_logits.square().mean().backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("rendering, side, seed", [("symbolic", "right", 0), ("text", "left", 3)])
+def test_window_backend_equals_the_reference_backend(rendering, side, seed):
+    """The two loop backends, chosen once per batch (`runtime.local_window`), compute the same on a batch of several
+    depths: a training forward (readouts before and inside the gradient window, past d; gradients), forced depth per
+    sample, and learned halting (halting iterations, flags and answers; some samples never confirmed)."""
+    model, tokenizer = task_model(seed=seed, rendering=rendering, grad_window=3, halt_confirm=2, halt_window=3,
+                                  loop_view="local", progress_positions=True, bidirectional_queries=True)
+    with torch.no_grad():  # spread P(Yes) across samples
+        model.lm_head.weight[model.config.halt_token_ids[0]] += 0.5 * torch.randn(
+            model.config.hidden_size, generator=torch.Generator().manual_seed(seed))
+    rng = np.random.default_rng(seed)
+    parts = [encode_batch(SWAP, tokenizer, rendering, rng.integers(0, SWAP.num_ops, (2, d))) for d in (3, 9, 5, 7)]
+    rows = {k: sum((p[k] for p in parts), []) for k in ("input_ids", "query_positions", "operation_ends")}
+    batch = StateTrackingCollator(tokenizer.pad_token_id, padding_side=side)(rows)
+    common = {k: batch[k] for k in ("attention_mask", "query_positions", "operation_ends")}
+    runs = {}
+    for window in (True, False):
+        model.runtime.local_window = window
+        with torch.no_grad():
+            backend = model._backend(batch["input_ids"], *(common[k] for k in ("attention_mask", "query_positions")),
+                                     None, common["operation_ends"])
+        assert isinstance(backend, WindowLoop if window else ReferenceLoop)
+        model.train()
+        model.zero_grad()
+        out = model(batch["input_ids"], num_iterations=11, readout_iterations=[2, 6, 9, 10, 11], **common)
+        (out.answer_logits.square().sum() + out.halt_logits.square().sum()).backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        model.eval()
+        forced = model.predict(batch["input_ids"], num_iterations=torch.tensor([3, 1, 9, 12, 5, 6, 7, 8]), **common)
+        halting = model.predict(batch["input_ids"], halting=True, max_iterations=10, **common)
+        runs[window] = (out.answer_logits.detach(), out.halt_logits.detach(), grads, forced, halting)
+    (answers, halts, grads, forced, halting), reference = runs[True], runs[False]
+    torch.testing.assert_close(answers, reference[0], atol=2e-5, rtol=0)
+    torch.testing.assert_close(halts, reference[1], atol=2e-5, rtol=0)
+    assert grads.keys() == reference[2].keys() and len(grads) > 5
+    for name in grads:  # fp32 sums in another order over 11 iterations: compared at each tensor's scale
+        scale = reference[2][name].abs().max().item()
+        torch.testing.assert_close(grads[name], reference[2][name], atol=1e-5 * scale, rtol=0)
+    torch.testing.assert_close(forced.answer_logits, reference[3].answer_logits, atol=2e-5, rtol=0)
+    assert forced.iterations.tolist() == [3, 1, 9, 12, 5, 6, 7, 8] and forced.halted.all()
+    assert halting.iterations.tolist() == reference[4].iterations.tolist()
+    assert halting.halted.tolist() == reference[4].halted.tolist()
+    torch.testing.assert_close(halting.answer_logits, reference[4].answer_logits, atol=2e-5, rtol=0)
+    assert len(set(halting.iterations.tolist())) > 1 and halting.halted.any() and not halting.halted.all()

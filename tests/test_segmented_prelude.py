@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from modeling_par import token_segments
-from modeling_par.window_path import segment_rows
+from modeling_par import ReferenceLoop, token_segments
+from modeling_par.window_path import WindowLoop, segment_rows
 from state_tracking import StateTrackingCollator, encode_batch
 from tests.conftest import VOCAB, make_model
 from tests.test_loop_views import SWAP, task_model
@@ -52,20 +52,22 @@ def text_batch(tokenizer, depths: list[int], side: str, seed: int = 0) -> dict:
 
 
 def prepared(model, batch, window: bool, position_scale=None):
+    """The loop backend the model chooses for `batch` (after its prelude), with `runtime.local_window = window`."""
     model.runtime.local_window = window
     with torch.no_grad():
-        return model._prepare(batch["input_ids"], batch["attention_mask"], batch["query_positions"], position_scale,
+        return model._backend(batch["input_ids"], batch["attention_mask"], batch["query_positions"], position_scale,
                               batch["operation_ends"])
 
 
 def assert_prelude_equal(model, batch, position_scale=None):
     fast, masked = prepared(model, batch, True, position_scale), prepared(model, batch, False, position_scale)
+    assert isinstance(fast, WindowLoop) and isinstance(masked, ReferenceLoop)
     real = batch["attention_mask"].bool()
-    assert fast.view.mask is None and fast.loop.base_allowed is None and masked.loop.base_allowed is not None
+    assert fast.loop.base_allowed is None and masked.loop.base_allowed is not None  # no (b, t, t) mask on the window
     torch.testing.assert_close(fast.prelude_out[real], masked.prelude_out[real], atol=1e-5, rtol=0)
     assert (fast.prelude_out[~real] == 0).all()  # padding: never read on the window path
-    torch.testing.assert_close(fast.view.cos, masked.view.cos, atol=0, rtol=0)
-    torch.testing.assert_close(fast.window.query_e, masked.prelude_out.gather(
+    torch.testing.assert_close(fast.loop.positions, masked.loop.positions, atol=0, rtol=0)
+    torch.testing.assert_close(fast.initial_state(), masked.prelude_out.gather(
         1, fast.window.query_index[..., None].expand(-1, -1, model.config.hidden_size)), atol=1e-5, rtol=0)
     torch.testing.assert_close(fast.e_half, model.adapter_e_half(fast.window.query_e), atol=0, rtol=0)
 
@@ -89,8 +91,8 @@ def test_token_segments_equal_the_definition(side):
 def test_segment_rows_hold_every_real_token_once():
     batch = ragged_prompts(2, [4, 0, 9], "left")
     model = make_model(**RECIPE)
-    context = prepared(model, batch, True)
-    blocks = segment_rows(context.loop, batch["attention_mask"], True)
+    backend = prepared(model, batch, True)
+    blocks = segment_rows(backend.loop, batch["attention_mask"], True)
     held = torch.cat([rows.index[rows.inside] for rows in blocks]).sort().values
     real = batch["attention_mask"].reshape(-1).nonzero()[:, 0]
     assert torch.equal(held, real)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from modeling_par import ParLoopedQwenForStateTracking, default_compile_options
-from modeling_par.compile_support import CompiledParts
+from modeling_par.compile_support import eager_parts
 from state_tracking import evaluate_length_generalization
 from state_tracking.evaluation import worker_slices
 from tests.conftest import make_model
@@ -211,7 +211,7 @@ def test_compile_core_on_the_local_window_matches_eager():
     batch = window_batch(tokenizer, OPS[:, :6])
     reference = window_run_and_grads(model, batch)
     model.compile_core(dynamic=False)
-    assert model.compiled is not None and model._part("coda") is model.compiled.coda
+    assert model.compiled is not None and model.parts is model.compiled
     compiled = window_run_and_grads(model, batch)
     torch.testing.assert_close(compiled[0], reference[0], atol=1e-5, rtol=1e-5)
     for name in reference[1]:
@@ -388,15 +388,16 @@ def test_split_adapter_equals_the_whole_adapter(view, local_window):
 
 
 def count_units(model) -> list:
-    """A list that grows by one each time `model.core_iterations` (a no-grad unit) runs."""
-    calls, unit = [], model.core_iterations
-    model.core_iterations = lambda *args: calls.append(1) or unit(*args)
+    """A list that grows by one each time a no-grad unit of window iterations (`window_path.window_block`) runs: the
+    model's parts stay eager, with the unit counted."""
+    calls, parts = [], eager_parts(model)
+    model.compiled = parts._replace(window_block=lambda *args: calls.append(1) or parts.window_block(*args))
     return calls
 
 
 def block_runs(model, batch, block_iterations, calls):
     """forward (training, gradient window 3 of 13 iterations, readouts cutting no-grad runs short) and predict (mixed
-    forced depths, past d) with `block_iterations`; `calls` counts the `core_iterations` units run."""
+    forced depths, past d) with `block_iterations`; `calls` counts the `window_block` units run."""
     model.runtime.block_iterations = block_iterations
     model.zero_grad()
     common = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
@@ -413,8 +414,8 @@ def block_runs(model, batch, block_iterations, calls):
 
 @pytest.mark.parametrize("rendering", ["symbolic", "text"])
 def test_block_iterations_equal_one_iteration_at_a_time(rendering):
-    """No-grad runs of `block_iterations` iterations (`core_iterations`, one unit) compute what `core_step` computes
-    one iteration at a time: readouts, loop states, state rms and gradients of a training forward whose first
+    """No-grad runs of `block_iterations` iterations (`window_block`, one unit) compute what single window steps
+    compute one iteration at a time: readouts, loop states, state rms and gradients of a training forward whose first
     iterations run without grad, and predict's answers at per-sample forced depths; blocks straddle window plans."""
     model, tokenizer = task_model(rendering=rendering, grad_window=3, **RECIPE)
     model.runtime.window_plan_iterations = 4
@@ -486,7 +487,7 @@ def test_compiled_block_iterations_match_eager():
     short; inductor's kernels are tested on the single-iteration graph above) and checked against the eager unit."""
     model, tokenizer = task_model(**RECIPE)
     model.set_attn_implementation("eager")
-    assert model.compile_core().compiled.core_iterations is not None and model.compile_core(disable=True).compiled is None
+    assert model.compile_core().compiled.window_block is not None and model.compile_core(disable=True).compiled is None
     batch = window_batch(tokenizer, OPS[:, :6])
     common = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
                   operation_ends=batch["operation_ends"], num_iterations=5)
@@ -494,10 +495,9 @@ def test_compiled_block_iterations_match_eager():
     with torch.no_grad():
         reference = model.predict(batch["input_ids"], **common).answer_logits
         torch._dynamo.reset()
-        unit, calls = torch.compile(model.core_iterations, backend="aot_eager", fullgraph=True, dynamic=False), []
-        model.compiled = CompiledParts(core_update=model._core_update, coda=model._coda_block,  # only the unit compiled
-                                       prelude=model._prelude_block,
-                                       core_iterations=lambda *args: calls.append(1) or unit(*args))
+        parts, calls = eager_parts(model), []
+        unit = torch.compile(parts.window_block, backend="aot_eager", fullgraph=True, dynamic=False)
+        model.compiled = parts._replace(window_block=lambda *args: calls.append(1) or unit(*args))  # only the unit
         compiled = model.predict(batch["input_ids"], **common).answer_logits
     assert len(calls) == 2  # iterations 2-3 and 4-5 (1 sets the anchoring reference)
     torch.testing.assert_close(compiled, reference, atol=1e-5, rtol=1e-5)

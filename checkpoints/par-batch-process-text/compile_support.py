@@ -1,16 +1,19 @@
-"""torch.compile support for the loop's hot path (`ParLoopedQwenForStateTracking.compile_core`).
+"""The loop's hot functions (`loop_types.LoopParts`), eager or compiled (`ParLoopedQwenForStateTracking.compile_core`).
 
-Four parts of the model are compiled, each a plain method of its own that the eager model also runs: the core
-update (C(W [e ; s]) and the anchoring), the no-grad unit of `block_iterations` local-window iterations, the coda
-with its final norm, and the prelude. The Python loop and the mask / position bookkeeping stay eager.
+Five functions, each a plain function or method that the eager model also runs: the core update on the whole prompt
+(C(W [e ; s]) and the anchoring), the same on the local window's rows, the no-grad unit of `block_iterations` window
+iterations, the coda with its final norm, and the prelude. The Python loop and the mask / position bookkeeping stay
+eager.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from functools import partial
 
 import torch
+
+from .loop_types import LoopParts
+from .window_path import window_block, window_update
 
 
 def default_compile_options(compile_kwargs: dict, device: torch.device) -> dict:
@@ -23,25 +26,16 @@ def default_compile_options(compile_kwargs: dict, device: torch.device) -> dict:
     return kwargs
 
 
-@dataclass
-class CompiledParts:
-    """The compiled versions of the model's hot methods (each called exactly like the eager method)."""
-
-    core_update: Callable
-    core_iterations: Callable
-    coda: Callable
-    prelude: Callable
+def eager_parts(model) -> LoopParts:
+    """The hot functions of `model`, uncompiled."""
+    return LoopParts(core_update=model.core_update, window_update=partial(window_update, model),
+                     window_block=partial(window_block, model), coda=model._coda_block, prelude=model._prelude_block)
 
 
-def compile_parts(model, **compile_kwargs) -> CompiledParts:
-    """`torch.compile` each hot method of `model` with `default_compile_options(compile_kwargs, model.device)`."""
+def compile_parts(model, **compile_kwargs) -> LoopParts:
+    """`torch.compile` each of `eager_parts(model)` with `default_compile_options(compile_kwargs, model.device)`."""
     kwargs = default_compile_options(compile_kwargs, model.device)
-    return CompiledParts(
-        core_update=torch.compile(model._core_update, **kwargs),
-        core_iterations=torch.compile(model.core_iterations, **kwargs),
-        coda=torch.compile(model._coda_block, **kwargs),
-        prelude=torch.compile(model._prelude_block, **kwargs),
-    )
+    return LoopParts(*(torch.compile(part, **kwargs) for part in eager_parts(model)))
 
 
-__all__ = ["CompiledParts", "compile_parts", "default_compile_options"]
+__all__ = ["compile_parts", "default_compile_options", "eager_parts"]

@@ -19,11 +19,12 @@ SMALL_BLOCK_KEYS = 32
 class ParRuntimeOptions:
     """The fast paths of `ParLoopedQwenForStateTracking`, each with its reference setting.
 
-    local_window: `loop_view="local"`: run each iteration on its operations + the query region only
-        (`window_path`; O(window) per iteration instead of O(prompt)). False: the masked full-prompt computation.
+    local_window: `loop_view="local"`: run each iteration on its operations + the query region only (the loop
+        backend `window_path.WindowLoop`; O(window) per iteration instead of O(prompt)). False: the masked
+        full-prompt computation (`modeling_par.ReferenceLoop`).
     window_plan_iterations: local window: iterations whose windows (index, mask, rotary) are built in one
         vectorized pass (`window_path.window_plan`).
-    block_iterations: local window, no grad: run this many iterations as one unit (`core_iterations`), one
+    block_iterations: local window, no grad: run this many iterations as one unit (`window_block`), one
         compiled graph under `compile_core`. 1: every iteration on its own.
     readout_batch_iterations: `forward`: readouts of up to this many iterations share one coda call.
     causal_fast_path: full view, sdpa, no padding in the batch: give the layers no mask, so sdpa runs its causal
