@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 
-def check_inputs(config, input_ids, attention_mask, query_positions, position_scale):
+class CheckedInputs(NamedTuple):
+    """The model's inputs after `check_inputs`, defaults filled in."""
+
+    attention_mask: torch.Tensor  # (b, t)
+    query_positions: torch.Tensor  # (b, q) long
+    position_scale: torch.Tensor | None  # (b,) float, or None
+
+
+def check_inputs(config, input_ids, attention_mask, query_positions, position_scale) -> CheckedInputs:
     """input_ids (b, t) in the vocabulary, attention_mask of its shape (default all ones), query_positions (b, q) on
     real tokens (default the last real token), position_scale a float or (b,) in [1, max_position_scale]."""
     if input_ids.dim() != 2:
@@ -48,7 +58,7 @@ def check_inputs(config, input_ids, attention_mask, query_positions, position_sc
             raise ValueError(
                 f"position_scale must be a float or a (batch,) tensor with values in [1, max_position_scale={smax}]."
             )
-    return attention_mask, query_positions, position_scale
+    return CheckedInputs(attention_mask, query_positions, position_scale)
 
 
 def check_operation_ends(config, operation_ends, attention_mask, query_positions):
@@ -102,4 +112,4 @@ def check_iterations(config, num_iterations, name="num_iterations"):
     return num_iterations
 
 
-__all__ = ["check_inputs", "check_iterations", "check_operation_ends", "check_position_ids"]
+__all__ = ["CheckedInputs", "check_inputs", "check_iterations", "check_operation_ends", "check_position_ids"]
