@@ -155,7 +155,8 @@ def test_print_command_holds_every_preset_flag(tmp_path, capsys):
     line = capsys.readouterr().out.strip()
     assert line.startswith("python examples/train_par.py --init_from_qwen2 ")
     argv = shlex.split(line)[2:]
-    flags = paper_retrofit.effective_flags(argv)
+    flags = paper_retrofit.parse_flags(argv)  # (an error if a flag came twice)
+    assert len(flags) == len(argv) // 2 == len(paper_retrofit.PRESET) + 1
     for flag, value in paper_retrofit.PRESET.items():
         assert flags[flag] == paper_retrofit.flag_value(value), flag
     assert flags["--init_from_qwen2"] == str(folder)
@@ -163,7 +164,7 @@ def test_print_command_holds_every_preset_flag(tmp_path, capsys):
         flags["--max_steps"]) == 400_000
     # another seed gets its own folder; flags after the script's own win
     paper_retrofit.main(["--init_from_qwen2", str(folder), "--print_command", "--seed", "3", "--max_steps", "10"])
-    flags = paper_retrofit.effective_flags(shlex.split(capsys.readouterr().out)[2:])
+    flags = paper_retrofit.parse_flags(shlex.split(capsys.readouterr().out)[2:])
     assert (flags["--seed"], flags["--output_dir"], flags["--max_steps"]) == ("3", "runs/paper_retrofit/s3", "10")
     # train_par.py accepts the command as it is: the paper's values reach its arguments
     model_args, task_args, _, train_args, _ = train_par.parse_all_args(argv + ["--use_cpu", "true"])
@@ -184,6 +185,7 @@ def test_print_command_holds_every_preset_flag(tmp_path, capsys):
     (["--dry_run", "--depths", "0,8"], "--depths must be comma-separated integers >= 1"),
     (["--dry_run", "--eval_iterations", "4"], "--eval_iterations needs two or more R"),
     (["--dry_run", "--max_steps", "3"], "--dry_run takes no train_par.py flags"),
+    (["--init_from_qwen2", "{tmp}/qwen28", "--max_steps", "3", "--max_steps", "4"], "--max_steps is given twice"),
 ])
 def test_bad_input_gives_one_clear_error(tmp_path, argv, message):
     (tmp_path / "empty").mkdir()
@@ -198,7 +200,7 @@ def test_another_split_is_checked_against_the_folder(tmp_path, capsys):
     folder = qwen2_folder(tmp_path / "q15", layers=28)
     paper_retrofit.main(["--init_from_qwen2", str(folder), "--print_command", "--prelude_layers", "10",
                          "--core_layers", "8", "--coda_layers", "10"])
-    flags = paper_retrofit.effective_flags(shlex.split(capsys.readouterr().out)[2:])
+    flags = paper_retrofit.parse_flags(shlex.split(capsys.readouterr().out)[2:])
     assert (flags["--prelude_layers"], flags["--core_layers"], flags["--coda_layers"]) == ("10", "8", "10")
 
 

@@ -11,19 +11,21 @@ shape-exact dry run of it on CPU.
 
 The run is `examples/train_par.py` with `PRESET` (every flag written out, one comment per hyperparameter with the
 paper's value, docs/paper_scale.md for the arithmetic); flags after the script's own replace the preset's (e.g.
-`--max_steps 100` for a smoke test). PATH is a local Qwen2 folder (no download happens here):
+`--max_steps 100` for a smoke test; each flag once). PATH is a local Qwen2 folder (no download happens here):
 `huggingface-cli download Qwen/Qwen2.5-0.5B --local-dir PATH`.
 
-`--dry_run` builds a randomly initialised Qwen2ForCausalLM with Qwen2.5-0.5B's published shape, saves it as a Qwen2
-folder (bf16, as the Hub checkpoint) with a word-level tokenizer for the task's text prompts, and retrofits it through
-the same path as the run (`train_par.parse_all_args` of the preset's command, `build_tokenizer_for`, `build_model`,
-`ParTrainer`'s optimizer and loss). It measures, each case in a fresh process (so its peak memory is its own), fp32 on
-CPU, batch 1: training steps at d = 8, 16, 32 (window 8; at d = 32 also window 32 and `--checkpoint_core`) and
+`--dry_run` (22 min on 2 CPU cores) builds a randomly initialised Qwen2ForCausalLM with Qwen2.5-0.5B's published
+shape, saves it as a Qwen2 folder (bf16, as the Hub checkpoint) with a Qwen2Tokenizer over the task's words, and
+retrofits it through the same path as the run (`train_par.parse_all_args` of the preset's command,
+`build_tokenizer_for`, `build_model`, `ParTrainer`'s optimizer and loss). It measures, each case in a fresh process (so
+its peak memory is its own), fp32 on CPU, batch 1: two optimizer steps at d = 8, 16, 32 (window 8; at d = 32 also
+window 32 — predicted, not run, where memory is short — and `--checkpoint_core`; at d = 8 also bf16 autocast) and
 forced-depth evaluation forwards at d = 256, 512 for R = 1, 2 iterations, extrapolated linearly to R = d (under the full
-view every iteration is the same computation). Per case: seconds, peak resident memory (VmHWM, reset after the model is
-loaded), parameter / gradient / optimizer-state bytes, the bytes autograd saves for backward (activations), FLOPs
+view every iteration is the same computation). Per case: seconds, peak resident memory per phase (VmHWM), parameter /
+gradient / optimizer-state bytes, the bytes autograd saves for backward (activations), FLOPs of the first step
 (`torch.utils.flop_counter.FlopCounterMode`, with CPU flash attention registered) beside an analytic count, prompt
-tokens. Writes results/paper_scale_cpu/dry_run.json, peak_memory.png and README.md.
+tokens; then the GPU-scale estimates (`scale_estimates`). Writes results/paper_scale_cpu/dry_run.json,
+peak_memory.png and README.md (`--render` rewrites them from the JSON).
 """
 
 from __future__ import annotations
@@ -50,10 +52,10 @@ WORK = REPO / "runs" / "paper_retrofit_dry"  # the random Qwen2 folder and scrat
 # ------------------------------------------------------------------------------------------------------------ preset
 # The batch: the paper gives "~400k samples in one epoch" but no batch size (../shared/docs/par_method.md §4). 64
 # samples per optimizer step -> 400,000 / 64 = 6,250 steps. Inside the 8-iteration window a d = 32 sample keeps ~6.5 GB
-# of activations for backward (dry run: 6.56 GB in fp32, x 0.93 under bf16 autocast; the prelude, 8 core iterations
-# and 9 coda readouts over ~430 tokens), so one H200 (141 GB) takes 16 at a time next to the 8 GB of fp32 weights,
-# gradients and AdamW states: 16 x 4 accumulation steps. With N GPUs (accelerate DDP) pass
-# --gradient_accumulation_steps 4/N so that the global batch stays 64 (docs/paper_scale.md).
+# of activations for backward (dry run: 108.7 KB per token per kept layer pass in fp32, x 144 passes — the prelude,
+# 8 core iterations, 9 coda readouts — x 433 tokens, x 0.93 under bf16 autocast), so one H200 (141 GB) takes 16 at a
+# time next to the 8 GB of fp32 weights, gradients and AdamW states: 16 x 4 accumulation steps. With N GPUs
+# (accelerate DDP) pass --gradient_accumulation_steps 4/N so that the global batch stays 64 (docs/paper_scale.md).
 BATCH, SAMPLES = 64, 400_000
 PRESET = {
     # --- model: Qwen2.5-0.5B's 24 layers as prelude 1-8, weight-shared core 9-16, coda 17-24 (paper §3)
@@ -115,32 +117,36 @@ def flag_value(value) -> str:
 
 
 def train_argv(init_from_qwen2: str, seed: int = 0, extra: list[str] | None = None) -> list[str]:
-    """train_par.py's arguments of the paper's run: the preset (seed and output folder per seed), then `extra`."""
-    preset = dict(PRESET, **{"--seed": seed, "--output_dir": f"runs/paper_retrofit/s{seed}"})
-    argv = ["--init_from_qwen2", str(init_from_qwen2)]
-    for flag, value in preset.items():
-        argv += [flag, flag_value(value)]
-    return argv + list(extra or [])
+    """train_par.py's arguments of the paper's run: the preset (seed and output folder per seed), each flag once;
+    a flag in `extra` replaces the preset's value, a new one is added after them."""
+    flags = dict(PRESET, **{"--seed": seed, "--output_dir": f"runs/paper_retrofit/s{seed}"})
+    flags = {"--init_from_qwen2": str(init_from_qwen2), **{k: flag_value(v) for k, v in flags.items()}}
+    flags.update(parse_flags(extra or []))
+    return [token for flag, value in flags.items() for token in (flag, value)]
+
+
+def parse_flags(argv: list[str]) -> dict[str, str]:
+    """flag -> value of `--flag value`, `--flag=value` or a bare `--flag` (true); a flag given twice is an error."""
+    flags, i = {}, 0
+    while i < len(argv):
+        if not argv[i].startswith("--"):
+            raise SystemExit(f"train_par.py flags must be --name value pairs; {argv[i]!r} follows no flag")
+        name, eq, inline = argv[i].partition("=")
+        if eq:
+            value = inline
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            value, i = argv[i + 1], i + 1
+        else:
+            value = "true"
+        if name in flags:
+            raise SystemExit(f"{name} is given twice ({flags[name]!r} and {value!r}); give it once")
+        flags[name] = value
+        i += 1
+    return flags
 
 
 def print_command(argv: list[str]) -> str:
     return "python examples/train_par.py " + shlex.join(argv)
-
-
-def effective_flags(argv: list[str]) -> dict[str, str]:
-    """flag -> value of an argument list (the last occurrence wins, as in train_par's parser)."""
-    flags, i = {}, 0
-    while i < len(argv):
-        if argv[i].startswith("--"):
-            name, _, inline = argv[i].partition("=")
-            if inline:
-                flags[name] = inline
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                flags[name], i = argv[i + 1], i + 1
-            else:
-                flags[name] = "true"
-        i += 1
-    return flags
 
 
 def check_qwen2_folder(path: str | None, split: tuple[int, int, int]) -> Path:
@@ -339,6 +345,13 @@ def peak_rss() -> int:
     return -1
 
 
+def current_rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return -1
+
+
 def reset_peak_rss() -> bool:
     """Reset VmHWM to the current RSS (Linux: `5` to /proc/self/clear_refs); False where that is not allowed."""
     try:
@@ -462,7 +475,11 @@ def build_case_model(case: dict):
 
 
 def run_train_case(case: dict) -> dict:
-    """Optimizer steps at depth d (R = d, the forced depth: the hold schedule's tail X = 0) through ParTrainer."""
+    """Optimizer steps at depth d (R = d, the forced depth: the hold schedule's tail X = 0) through ParTrainer.
+
+    The first step is counted (FlopCounterMode, through its backward); the others are timed and their memory
+    measured without the counter: its module tracker keeps tensors of checkpoint_core's recomputation alive until it
+    exits (pytorch PR 139214), which would add them to the memory, and its dispatch costs time."""
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import TrainerCallback
 
@@ -485,6 +502,7 @@ def run_train_case(case: dict) -> dict:
               "tokens": [len(row) for row in dataset["input_ids"]]}
     steps: list[dict] = []
     counter = FlopCounterMode(display=False)
+    counted: dict = {}  # the counted step's per-module FLOPs
 
     class DryRunTrainer(ParTrainer):
         def num_iterations(self, depth):  # forced depth: R = ⌈d/c⌉ (the hold tail's X = 0)
@@ -496,34 +514,51 @@ def run_train_case(case: dict) -> dict:
             return reads, extra
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            steps[-1]["tokens"] = int(inputs["input_ids"].shape[1])
+            row = steps[-1]
+            row["tokens"] = int(inputs["input_ids"].shape[1])
             with SavedTensorBytes(model) as saved:
                 result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            steps[-1].update(saved_activation_bytes=saved.total, forward_flops=counter.get_total_flops()
-                             - steps[-1]["flops_before"], forward_seconds=time.perf_counter() - steps[-1]["t0"])
+            row.update(saved_activation_bytes=saved.total, forward_seconds=time.perf_counter() - row["t0"],
+                       forward_flops=counter.get_total_flops() if row["counted"] else None)
             return result
 
     class Measure(TrainerCallback):
+        """Per step: time, the peak resident memory of each phase — forward + backward (VmHWM from the step's start
+        to the optimizer step) and the optimizer step (AdamW's foreach temporaries), each phase's high-water mark
+        reset at its start — and, for the first step, FLOPs."""
+
         def on_step_begin(self, args, state, control, **kwargs):
-            steps.append({"flops_before": counter.get_total_flops(), "t0": time.perf_counter()})
+            gc.collect()
+            reset_peak_rss()
+            first = not steps
+            steps.append({"counted": first, "t0": time.perf_counter(), "rss_at_start_bytes": current_rss()})
+            if first:
+                counter.__enter__()
 
         def on_pre_optimizer_step(self, args, state, control, **kwargs):
-            steps[-1]["grad_bytes"] = tensor_bytes(p.grad for p in model.parameters())
+            row = steps[-1]
+            row["grad_bytes"] = tensor_bytes(p.grad for p in model.parameters())
+            row["peak_rss_forward_backward_bytes"] = peak_rss()
+            if row["counted"]:  # forward and backward are done: AdamW and the clipping have no matmul to count
+                row["flops"] = counter.get_total_flops()
+                counted.update(part_flops(counter.get_flop_counts(), case["split"]))
+                counter.__exit__(None, None, None)
+            gc.collect()
+            reset_peak_rss()
 
         def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
             steps[-1]["optimizer_state_bytes"] = optimizer_state_bytes(optimizer) if optimizer is not None else None
+            steps[-1]["peak_rss_optimizer_bytes"] = peak_rss()
 
         def on_step_end(self, args, state, control, **kwargs):
             row = steps[-1]
             row["seconds"] = time.perf_counter() - row.pop("t0")
-            row["flops"] = counter.get_total_flops() - row.pop("flops_before")
             row["backward_seconds"] = row["seconds"] - row["forward_seconds"]
 
     collator = StateTrackingCollator(pad_token_id=token_ids["pad_token_id"])
     trainer = DryRunTrainer(model=model, args=train_args, train_dataset=dataset, data_collator=collator,
                             processing_class=tokenizer, callbacks=[Measure()])
-    with counter:
-        trainer.train()
+    trainer.train()
     optimizer = trainer.optimizer
     groups = [{"lr": g.get("initial_lr", g["lr"]), "weight_decay": g["weight_decay"],
                "parameters": sum(p.numel() for p in g["params"])} for g in optimizer.param_groups]
@@ -531,9 +566,11 @@ def run_train_case(case: dict) -> dict:
         step["analytic_flops"] = analytic_flops(model.config.to_dict(), case["split"], step["tokens"], step["R"],
                                                 reads=step["readouts"], window=model.config.grad_window, train=True,
                                                 checkpoint_core=model.config.checkpoint_core)
+    last = steps[-1]
     record.update(
         kind="train", steps=steps, optimizer=type(optimizer).__name__, param_groups=groups,
-        module_flops_all_steps=part_flops(counter.get_flop_counts(), case["split"]), peak_rss_bytes=peak_rss(),
+        module_flops_counted_step=counted,
+        peak_rss_bytes=max(last["peak_rss_forward_backward_bytes"], last["peak_rss_optimizer_bytes"]),
         seconds_per_step=[round(s["seconds"], 2) for s in steps], trained=trainer.state.global_step,
     )
     return record
@@ -607,12 +644,18 @@ def run_case(case: dict) -> dict:
     return run_eval_case(case)
 
 
+# glibc malloc serves tensors above this size with mmap and gives them back to the OS when freed, so that VmHWM follows
+# the live memory (its default threshold grows with the freed sizes and keeps freed activations in the heap, where the
+# high-water mark then counts them twice); the cost is page faults: steps ~30% slower than with the default
+ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "262144"}
+
+
 def run_isolated(case: dict, inline: bool) -> dict:
     """A case in a fresh Python process (its own peak memory), or in this one (`inline`, for tests)."""
     if inline:
         return run_case(case)
     env = dict(os.environ, OMP_NUM_THREADS=str(case.get("threads", 1)), TQDM_DISABLE="1",
-               TOKENIZERS_PARALLELISM="false")
+               TOKENIZERS_PARALLELISM="false", **ALLOCATOR_ENV)
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--_case", json.dumps(case)], cwd=REPO,
                           env=env, stdout=subprocess.PIPE, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("CASE_RESULT ")]
@@ -679,11 +722,14 @@ def predicted_train_peak(case: dict, done: list[dict], split) -> dict | None:
         if (other["case"]["kind"] == "train" and other["case"]["depth"] == case["depth"]
                 and other.get("status") == "measured" and not other["case"].get("checkpoint_core")
                 and not other["case"].get("bf16")):
-            saved = other["steps"][0]["saved_activation_bytes"]
+            step = other["steps"][-1]
+            saved = step["saved_activation_bytes"]
             per_pass = saved / grad_layer_passes(split, case["depth"], other["case"]["window"])
             mine = per_pass * grad_layer_passes(split, case["depth"], case["window"])
             return {"from": case_name(other["case"]), "saved_activation_bytes": int(mine),
-                    "peak_rss_bytes": int(other["peak_rss_bytes"] - saved + mine)}
+                    "peak_rss_forward_backward_bytes": int(step["peak_rss_forward_backward_bytes"] - saved + mine),
+                    "peak_rss_bytes": int(max(step["peak_rss_forward_backward_bytes"] - saved + mine,
+                                              step["peak_rss_optimizer_bytes"]))}
     return None
 
 
@@ -761,9 +807,14 @@ def dry_run(args, argv: list[str]) -> dict:
         "cases": results,
         "extrapolated": extrapolate(results, split, shape, tokens),
         "notes": {
-            "measured": "every case with status 'measured': seconds, peak_rss_bytes (VmHWM reset after loading, this "
-                        "case's process only), bytes, FLOPs (FlopCounterMode, CPU flash attention registered; "
-                        "attention counted over the full square as torch counts every sdpa kernel)",
+            "measured": "every case with status 'measured': seconds, peak resident memory (VmHWM of this case's "
+                        "process, reset after loading and at each phase: forward + backward, optimizer step, after "
+                        "a gc.collect() that frees what FlopCounterMode's module tracker keeps in a reference cycle "
+                        "with checkpoint_core's recomputation; glibc with MALLOC_MMAP_THRESHOLD_=262144 so that freed "
+                        "tensors leave the process), bytes of "
+                        "parameters / gradients / AdamW states / tensors saved for backward, FLOPs (FlopCounterMode, "
+                        "CPU flash attention registered; attention counted over the full square as torch counts every "
+                        "sdpa kernel)",
             "extrapolated": "'extrapolated' holds the evaluation at R = d from the two measured R (linear: every "
                             "full-view iteration is the same computation; the per-iteration FLOPs and seconds of the "
                             "two runs are compared in 'linearity') and the training cases' R = d + X tail",
@@ -836,12 +887,14 @@ def extrapolate(results: list[dict], split, shape: dict, tokens: dict) -> dict:
             continue
         if case["kind"] == "train" and case.get("window") == 8 and not case.get("checkpoint_core"):
             d = case["depth"]
-            step = entry["steps"][-1]
-            iteration = analytic_flops(shape, split, step["tokens"], 1)["core_iteration"]
+            first, last = entry["steps"][0], entry["steps"][-1]
+            iteration = analytic_flops(shape, split, first["tokens"], 1)["core_iteration"]
             out["training"][str(d)] = {
-                "tokens": step["tokens"], "flops_forced": step["flops"], "seconds_forced": round(step["seconds"], 2),
-                "flops_with_mean_tail": step["flops"] + 3.5 * iteration, "tail_iteration_flops": iteration,
-                "status": "measured (forced R = d) + analytic tail",
+                "tokens": first["tokens"], "flops_forced": first["flops"],
+                "flops_with_mean_tail": first["flops"] + 3.5 * iteration, "tail_iteration_flops": iteration,
+                "timed_step": {"tokens": last["tokens"], "seconds": round(last["seconds"], 2),
+                               "flops_analytic": last["analytic_flops"]["total"]},
+                "status": "counted (forced R = d, first step) + analytic tail; seconds of the last step",
             }
     return out
 
@@ -906,7 +959,7 @@ def scale_estimates(record: dict) -> dict:
         return a + b * d
 
     measured = {e["name"]: e for e in record["cases"] if e.get("status") == "measured"}
-    ratios = {name: e["steps"][-1]["flops"] / e["steps"][-1]["analytic_flops"]["total"]
+    ratios = {name: e["steps"][0]["flops"] / e["steps"][0]["analytic_flops"]["total"]
               for name, e in measured.items() if e["case"]["kind"] == "train"}
     bf16 = record["extrapolated"].get("bf16_autocast", {}).get("activation_ratio")
     check = {}
@@ -996,6 +1049,7 @@ def plot_memory(record: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     series: dict[str, list] = {}
+    optimizer_peaks: list[int] = []
     for entry in record["cases"]:
         case = entry["case"]
         if case["kind"] != "train":
@@ -1003,10 +1057,12 @@ def plot_memory(record: dict, path: Path) -> None:
         label = (f"window {case['window']}" + (" + checkpoint_core" if case.get("checkpoint_core") else "")
                  + (" (bf16 autocast)" if case.get("bf16") else ""))
         if entry.get("status") == "measured":
-            series.setdefault(label, []).append((case["depth"], entry["peak_rss_bytes"],
-                                                 entry["steps"][0]["saved_activation_bytes"], False))
+            step = entry["steps"][-1]
+            series.setdefault(label, []).append((case["depth"], step["peak_rss_forward_backward_bytes"],
+                                                 step["saved_activation_bytes"], False))
+            optimizer_peaks.append(step["peak_rss_optimizer_bytes"])
         elif "predicted" in entry:
-            series.setdefault(label, []).append((case["depth"], entry["predicted"]["peak_rss_bytes"],
+            series.setdefault(label, []).append((case["depth"], entry["predicted"]["peak_rss_forward_backward_bytes"],
                                                  entry["predicted"]["saved_activation_bytes"], True))
     for label, rows in sorted(series.items()):
         rows.sort()
@@ -1017,9 +1073,12 @@ def plot_memory(record: dict, path: Path) -> None:
             for x, y, r in zip(xs, ys, rows):
                 if r[3]:
                     ax.plot([x], [y], marker="o", markerfacecolor="white", color=line.get_color(), markersize=9)
+    if optimizer_peaks:
+        axes[0].axhline(max(optimizer_peaks) / 1e9, color="gray", linestyle="--", linewidth=1,
+                        label="AdamW step's peak (any d)")
     shape = record["shape"]["name"]
-    axes[0].set_title(f"peak resident memory of one training step ({shape}, fp32, batch 1)")
-    axes[1].set_title("bytes autograd saves for backward (activations)")
+    axes[0].set_title(f"peak RSS, forward + backward, steady step ({shape}, fp32, batch 1)", fontsize=9)
+    axes[1].set_title("bytes autograd saves for backward (activations)", fontsize=9)
     for ax in axes:
         ax.set_xlabel("depth d (R = d iterations)")
         ax.set_ylabel("GB")
@@ -1053,8 +1112,14 @@ def readme(record: dict) -> str:
         "",
         "## Training steps (R = d, the window's readouts + one extra halting negative, AdamW with the preset's groups)",
         "",
-        "| case | tokens | s / step | peak RSS GB | params GB | grads GB | Adam state GB | saved activations GB "
-        "| FLOPs / sample (counted) | analytic | status |",
+        "Per case two steps on two depth-d problems. FLOPs: the first step, counted by FlopCounterMode through its "
+        "backward, beside the analytic count for its tokens. Time, memory and bytes: the second step, without the "
+        "counter (AdamW's states exist during it). Peak RSS: VmHWM of the forward + backward, and of the optimizer step (AdamW's temporaries), "
+        "each reset at the phase's start, with glibc serving tensors by mmap (`MALLOC_MMAP_THRESHOLD_=262144`) so that "
+        "freed memory leaves the process and the mark follows live memory.",
+        "",
+        "| case | tokens (step 1 / 2) | s / step | peak RSS GB fwd+bwd / optimizer | params GB | grads GB | Adam state GB "
+        "| saved activations GB | FLOPs / sample (counted) | analytic | status |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for entry in record["cases"]:
@@ -1063,16 +1128,18 @@ def readme(record: dict) -> str:
             continue
         if entry.get("status") != "measured":
             p = entry.get("predicted", {})
-            lines.append(f"| {entry['name']} | | | {gb(p.get('peak_rss_bytes'))} (predicted) | | | | "
+            lines.append(f"| {entry['name']} | | | {gb(p.get('peak_rss_forward_backward_bytes'))} (predicted) | | | | "
                          f"{gb(p.get('saved_activation_bytes'))} (predicted) | | | {entry['status']}: "
                          f"{entry.get('reason', '')} |")
             continue
-        step = entry["steps"][-1]
+        step, first = entry["steps"][-1], entry["steps"][0]
         lines.append(
-            f"| {entry['name']} | {step['tokens']} | {', '.join(f'{s:.1f}' for s in entry['seconds_per_step'])} "
-            f"| {gb(entry['peak_rss_bytes'])} | {gb(entry['param_bytes'])} | {gb(step.get('grad_bytes'))} | "
+            f"| {entry['name']} | {' / '.join(str(s['tokens']) for s in entry['steps'])} | "
+            f"{', '.join(f'{s:.1f}' for s in entry['seconds_per_step'])} "
+            f"| {gb(step['peak_rss_forward_backward_bytes'])} / {gb(step['peak_rss_optimizer_bytes'])} | "
+            f"{gb(entry['param_bytes'])} | {gb(step.get('grad_bytes'))} | "
             f"{gb(step.get('optimizer_state_bytes'))} | {gb(step['saved_activation_bytes'])} | "
-            f"{step['flops'] / 1e12:.3f} T | {step['analytic_flops']['total'] / 1e12:.3f} T | measured |")
+            f"{first['flops'] / 1e12:.3f} T | {first['analytic_flops']['total'] / 1e12:.3f} T | measured |")
     lines += ["", "## Forced-depth evaluation forwards (no grad), extrapolated to R = d", "",
               "| d | tokens | R | seconds | FLOPs (counted) | analytic | seconds per iteration (hooks) |",
               "|---|---|---|---|---|---|---|"]
@@ -1113,10 +1180,11 @@ def readme(record: dict) -> str:
               "Reading: the gradient window bounds what is kept for backward — the iterations before the window run "
               "without grad, so the saved activations grow with the window and the prompt's length, not with R; "
               "`--checkpoint_core` keeps only each windowed iteration's input (the prelude and the nine coda readouts "
-              "still keep theirs). Peak RSS is the process's high-water mark (VmHWM) from the second step on, when "
-              "AdamW's states exist: weights, gradients and Adam states (8 GB for 0.5B) plus the activations, plus "
-              "what the allocator keeps; the saved-activation bytes are the deterministic figure. FLOPs grow linearly "
-              "in R (and the prompt's attention quadratically in its length). Full figures: dry_run.json.", ""]
+              "still keep theirs). The forward + backward peak is weights, AdamW states, the activations and the "
+              "gradients as they fill; the optimizer step has its own peak (weights, gradients, states and AdamW's "
+              "foreach temporaries), which no window changes. The saved-activation bytes are the deterministic "
+              "figure. FLOPs grow linearly in R (and the prompt's attention quadratically in its length). Full "
+              "figures: dry_run.json.", ""]
     return "\n".join(lines)
 
 
@@ -1187,7 +1255,7 @@ def main(argv=None):
         write_outputs(record, Path(args.out))
         print(f"wrote {Path(args.out) / 'dry_run.json'}", file=sys.stderr)
         return record
-    flags = effective_flags(train_argv("x", args.seed, extra))
+    flags = parse_flags(train_argv("x", args.seed, extra))
     split = tuple(int(flags[f"--{part}_layers"]) for part in ("prelude", "core", "coda"))
     folder = check_qwen2_folder(args.init_from_qwen2, split)
     command = train_argv(str(folder), args.seed, extra)
