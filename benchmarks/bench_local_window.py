@@ -13,9 +13,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from transformers import AutoTokenizer  # noqa: E402
+
 from modeling_par import ParLoopedQwenForStateTracking  # noqa: E402
 from state_tracking import evaluate_length_generalization, load_task_from_dir  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
 
 
 def main(argv=None):

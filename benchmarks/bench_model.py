@@ -16,6 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_speed import default_model, make_step, seconds_per_call, training_batch  # noqa: E402 (bench_speed's step)
+
 from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking  # noqa: E402
 
 

@@ -47,6 +47,8 @@ from torch.utils.flop_counter import FlopCounterMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from transformers import AutoTokenizer  # noqa: E402
+
 from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking  # noqa: E402
 from state_tracking import (  # noqa: E402
     StateTrackingCollator,
@@ -58,7 +60,6 @@ from state_tracking import (  # noqa: E402
     model_token_ids,
 )
 from trainers import answer_loss, progress_targets  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
 
 CHECKPOINT = ROOT / "checkpoints" / "par-swap-s5-small"
 VIEWS = {
@@ -344,7 +345,7 @@ def bench_evaluation(args, ceiling_fp32: float) -> list[dict]:
                 model = model.to(torch.bfloat16)
             n = args.bf16_eval_n if path.get("bf16") else args.eval_n
 
-            def run(n=n, model=model, path=path):
+            def run(n=n, model=model, path=path, mode=mode):
                 return evaluate_length_generalization(model, tokenizer, task, [args.eval_depth], n_per_depth=n,
                                                       mode=mode, batch_size=args.eval_n, progress=False,
                                                       workers=path.get("workers", 1))
@@ -415,7 +416,11 @@ def summary(report: dict) -> str:
         unit, field = ("samples/s", "samples_per_s") if section == "train" else ("seq/s", "sequences_per_s")
         before, default = rows[0], next((r for r in rows if r["path"] == DEFAULT_PATH), None)
         best = max(rows, key=lambda r: r["speedup_vs_before"])
-        cell = (lambda r: f"{r[field]:.0f} {unit}") if section == "train" else (lambda r: f"{r[field]:.1f} {unit}")
+        digits = 0 if section == "train" else 1
+
+        def cell(r, field=field, unit=unit, digits=digits):
+            return f"{r[field]:.{digits}f} {unit}"
+
         lines.append(
             f"| {section}, {name}, {mode}, d = {depth} | {cell(before)} | "
             f"{cell(default) if default else '–'} | {default['speedup_vs_before']:.2f} | {best['path']}: {cell(best)} | "

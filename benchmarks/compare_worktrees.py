@@ -60,10 +60,10 @@ def timed(fn, count: int) -> list[float]:
 def build(tree: Path, cases: list[tuple]) -> dict:
     """Each case's callable, built and warmed up (compiled) with `tree`'s own code."""
     sys.path[:0] = [str(tree), str(tree / "benchmarks")]
+    import bench_speed as bench
     import torch
     from transformers import AutoTokenizer
 
-    import bench_speed as bench
     import modeling_par
     from modeling_par import ParLoopedQwenForStateTracking
     from state_tracking import evaluate_length_generalization, load_task_from_dir

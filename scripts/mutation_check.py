@@ -26,8 +26,10 @@ MUTATIONS = [  # (name, file, original text, mutated text, the test that must fa
 ]
 only = sys.argv[1:]
 for name, path, old, new, test in MUTATIONS:
-    if only and name not in only: continue
-    f = root / path; text = f.read_text()
+    if only and name not in only:
+        continue
+    f = root / path
+    text = f.read_text()
     assert old in text, (name, old)
     f.write_text(text.replace(old, new, 1))
     try:

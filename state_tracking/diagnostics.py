@@ -20,7 +20,8 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -26,13 +26,19 @@ import json
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, Features, List, Value, concatenate_datasets, load_dataset
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+from transformers import PreTrainedTokenizerFast
+
 from modeling_par.record_format import (
     RecordFormat,
     candidate_token,
@@ -40,10 +46,6 @@ from modeling_par.record_format import (
     normalize_operation,
     query_token,
 )
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import Whitespace
-from transformers import PreTrainedTokenizerFast
 
 from .data import LABEL_PAD_ID
 from .prompts import BOS_TOKEN, NO_TOKEN, PAD_TOKEN, UNK_TOKEN, YES_TOKEN

@@ -17,6 +17,7 @@ from state_tracking import (
     text_prompt,
     truncate_to_prefix,
 )
+
 SWAP = get_task("swap_s5")
 LAMP = {
     "name": "lamp",
