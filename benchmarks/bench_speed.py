@@ -8,7 +8,7 @@ One run measures, on the same machine and in the same process tree:
   * training samples/s (one optimizer step of the default `train_par.py` model: hidden 128, 1 + 2 + 1 layers,
     batch 64, the PAR loss over the 8-iteration gradient window) at d = 8 and d = 32, for the recipe view
     (`loop_view="local"` on its window path, the from-scratch default) and the paper's full view (the retrofit
-    default), on each path of TRAIN_PATHS: `before` is the code as it was when issue 11 was filed (sdpa with a
+    default), on each path of TRAIN_PATHS: `before` is the code before the CPU fast paths (sdpa with a
     materialized mask, the local window rebuilt op by op every iteration: `window_plan_iterations=1`, the adapter
     run on [e ; s] every iteration: `split_adapter=False`); then one thread, the sdpa causal fast path, bf16
     autocast, `compile_core()`, eager attention, eager attention + `compile_core()` (round 4's default: no-grad
@@ -217,7 +217,7 @@ def rate_fields(flops: int, seconds: float, before: float, ceiling_fp32: float) 
 
 
 def prepare_model(model, path: dict):
-    """Apply a path's options to a freshly built model: the pre-issue-11 per-iteration window construction
+    """Apply a path's options to a freshly built model: the per-iteration window construction of the code before the fast paths
     (`window_plan_iterations=1`, `block_iterations=1`), explicit mask and whole adapter for `before`, then compile
     (with the path's inductor `options`, if any)."""
     model.runtime.causal_fast_path = path.get("fast", True)

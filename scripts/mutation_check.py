@@ -1,4 +1,4 @@
-"""Mutation check for the review-fix tests (issue 9): apply each mutation to the source, run the test meant to catch
+"""Mutation check for the review-fix tests: apply each mutation to the source, run the test meant to catch
 it, restore the file. Every line should say FAILS (caught).
 
     python scripts/mutation_check.py [NAME ...]

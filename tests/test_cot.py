@@ -180,7 +180,7 @@ def trained(tmp_path_factory):
     args = SFTConfig(output_dir=str(tmp_path_factory.mktemp("sft")), max_steps=12, per_device_train_batch_size=16,
                      learning_rate=1e-2, warmup_steps=0, logging_steps=1, seed=0, bf16=False,
                      activation_checkpointing=False, completion_only_loss=True, packing=False, max_length=64,
-                     save_strategy="no", report_to="none", disable_tqdm=True)
+                     save_strategy="no", report_to="none", disable_tqdm=True, dataloader_pin_memory=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
     trainer.train()
     return task, tokenizer, model, trainer

@@ -179,7 +179,8 @@ def test_rnn_baseline_rejects_bad_arguments(capsys):
 
 def test_time_budget_spans_resumed_segments(tmp_path):
     """--max_train_seconds counts every segment: the time trained is saved in the checkpoint and a resumed run goes on
-    counting from it (a checkpoint whose budget is spent stops the resumed run after one step)."""
+    counting from it (a checkpoint whose budget is spent stops the resumed run after one step); a budget raised on
+    resume replaces the checkpoint's."""
     out = tmp_path / "budget"
     flags = TINY + ["--output_dir", str(out), "--eval_depths", "2", "--eval_n", "4", "--max_train_seconds", "1000",
                     "--save_strategy", "steps", "--save_steps", "2"]
@@ -193,6 +194,12 @@ def test_time_budget_spans_resumed_segments(tmp_path):
     summary = train_par.main([*flags[: flags.index("--max_steps")], "--max_steps", "8",
                               *flags[flags.index("--max_steps") + 2:], "--resume_from_checkpoint", str(state_file.parent)])
     assert summary["steps"] == 5  # resumed at 4, one step, then the restored budget stops it
+    raised = [*flags[: flags.index("--max_steps")], "--max_steps", "8", *flags[flags.index("--max_steps") + 2:]]
+    raised[raised.index("--max_train_seconds") + 1] = "100000"
+    summary = train_par.main([*raised, "--resume_from_checkpoint", str(state_file.parent)])
+    assert summary["steps"] == 8  # the same spent checkpoint, a larger budget: it trains to max_steps
+    final = json.loads((out / "checkpoint-8" / "trainer_state.json").read_text())
+    assert final["stateful_callbacks"]["TimeBudgetCallback"]["args"]["seconds"] == 100000
 
 
 def test_time_budget_callback_state_round_trip():

@@ -16,8 +16,8 @@ TINY = ("--hidden_size 32 --intermediate_size 64 --num_attention_heads 2 --num_k
 
 def test_reproduce_swap_s5_tiny(tmp_path):
     out, work, ckpt = tmp_path / "results", tmp_path / "work", tmp_path / "ckpt"
-    swap_s5.main(["--scale", "cpu", "--runs", "par_seed0,par_seed1,par_halting", "--budget-seconds", "3", "--n", "8",
-                  "--out", str(out), "--work-dir", str(work), "--checkpoint-dir", str(ckpt), "--extra", TINY])
+    swap_s5.main(["--scale", "cpu", "--runs", "par_seed0,par_seed1,par_halting", "--budget_seconds", "3", "--n", "8",
+                  "--out", str(out), "--work_dir", str(work), "--checkpoint_dir", str(ckpt), "--extra", TINY])
     for run in ("par_seed0", "par_seed1", "par_halting"):
         record = json.loads((out / f"{run}.json").read_text())
         assert record["steps"] >= 1 and record["samples_seen"] == 8 * record["steps"]

@@ -35,8 +35,9 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
 
     The budget spans resumed segments: the time trained so far is saved in each checkpoint (`trainer_state.json`,
     `stateful_callbacks`), and a run resumed with `restore_callback_states_from_checkpoint=True` (train_par.py's
-    default) goes on counting from it, with the checkpoint's budget. Time after the last checkpoint of an interrupted
-    segment is not counted (its steps are redone)."""
+    default) goes on counting from it; under ParTrainer the resumed run's `max_train_seconds` is the budget (a plain
+    Trainer restores the checkpoint's). Time after the last checkpoint of an interrupted segment is not counted (its
+    steps are redone)."""
 
     def __init__(self, seconds: float, elapsed_before: float = 0.0):
         if seconds <= 0:

@@ -257,6 +257,16 @@ class ParTrainer(Trainer):
                     f"{self.args.max_train_seconds} training may stop before it, and then no batch is stretched. "
                     "Set stretch_steps = max_steps to stretch from the start.", stacklevel=2)
 
+    def _load_callback_state(self) -> None:
+        """Restore the callbacks' state from the checkpoint (the Trainer rebuilds each from its saved arguments), except
+        the time budget's length: the resumed command's `max_train_seconds` applies, and the time trained so far still
+        comes from the checkpoint, so a budget raised (or lowered) on resume takes effect instead of being ignored."""
+        super()._load_callback_state()
+        if self.args.max_train_seconds is not None:
+            for callback in self.callback_handler.callbacks:
+                if isinstance(callback, TimeBudgetCallback):
+                    callback.seconds = self.args.max_train_seconds
+
     # ------------------------------------------------------------------------------------------------ data
     def _build_mastery(self) -> MasteryCurriculum | None:
         a = self.args

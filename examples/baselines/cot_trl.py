@@ -1,4 +1,4 @@
-"""Explicit chain-of-thought baseline, trained with TRL's SFTTrainer (issue 10, row 1).
+"""Explicit chain-of-thought baseline, trained with TRL's SFTTrainer (the comparisons study's first row).
 
 A plain (non-looped) from-scratch ``Qwen2ForCausalLM`` of the default PAR model's size (hidden 128, MLP 256,
 4 heads, 4 KV heads, 4 layers = prelude 1 + core 2 + coda 1, tied embeddings) learns to write the state after

@@ -1,4 +1,4 @@
-"""LSTM / GRU baselines on PAR's data (issue 20, item 1): the obvious rival of the local view.
+"""LSTM / GRU baselines on PAR's data: the obvious rival of the local view.
 
 The local view makes PAR's loop an RNN over operations whose cell is the weight-shared core, with the operation
 boundaries given. This baseline is the plain RNN on the same inputs: it reads the same symbolic token ids as PAR

@@ -5,7 +5,7 @@ sequences per length with the stop rule, one row per (method, seed), mean ± sd 
     python examples/reproduce/paper_protocol.py --row lstm --seed 0             # LSTM baseline (examples/baselines/rnn.py)
     python examples/reproduce/paper_protocol.py --evaluate recipe_halting --seed 0   # re-evaluate a trained run
     python examples/reproduce/paper_protocol.py --long lstm --seed 0            # past the protocol: d = 2,048, 4,096
-    python examples/reproduce/paper_protocol.py --in-range full_view --seed 0   # add in-range accuracy to a record
+    python examples/reproduce/paper_protocol.py --in_range full_view --seed 0   # add in-range accuracy to a record
     python examples/reproduce/paper_protocol.py --collect                       # table.md, README.md, plot
     python examples/reproduce/paper_protocol.py --export recipe_halting --seed 0     # ship as checkpoints/par-swap-s5-small
     python examples/reproduce/paper_protocol.py --protocol s5 --row self_distill --seed 0   # S5 / A5: train d ≤ 16
@@ -325,7 +325,7 @@ def in_range_of(p: Protocol, model, tokenizer, task, seed: int) -> dict:
 
 
 def add_in_range(p: Protocol, row: str, seed: int) -> dict:
-    """--in-range: add the in-range accuracy to a row's record measured before it was part of the evaluation."""
+    """--in_range: add the in-range accuracy to a row's record measured before it was part of the evaluation."""
     import torch
 
     torch.set_num_threads(1)
@@ -683,7 +683,7 @@ def main(argv=None) -> None:
     action.add_argument("--evaluate", choices=par_rows, help="evaluate a trained PAR row again")
     action.add_argument("--long", choices=sorted(ROWS), help="score a trained row past the protocol (its long grid)")
     action.add_argument("--collect", action="store_true", help="rebuild the table, README and plot")
-    action.add_argument("--in-range", dest="in_range", choices=par_rows,
+    action.add_argument("--in_range", "--in-range", dest="in_range", choices=par_rows,
                         help="add the accuracy inside the training range to a row's saved record")
     action.add_argument("--export", choices=par_rows, help="ship a trained PAR row as checkpoints/par-swap-s5-small")
     parser.add_argument("--seed", type=int, default=0)

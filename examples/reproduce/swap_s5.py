@@ -6,7 +6,7 @@ processes under one wall-clock budget each, then evaluated on fresh sequences pe
 
 Writes OUT/<run>.json (config, seed, steps, samples seen, wall time, machine, per-depth accuracy),
 OUT/README.md (mean ± sd across seeds beside the paper's numbers), OUT/accuracy_vs_depth.png, and copies the
-best PAR run as a bf16 checkpoint to --checkpoint-dir. Each run is `examples/train_par.py` with the scale's flags and
+best PAR run as a bf16 checkpoint to --checkpoint_dir. Each run is `examples/train_par.py` with the scale's flags and
 the row's (ROWS) over them, then `--extra`'s over both.
 
 The paper's protocol row by row (train d ≤ 32, 1,024 sequences per length, 6 seeds, resumable rows, LSTM / GRU
@@ -205,15 +205,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     parser.add_argument("--out", default=None, help="results folder (default results/swap_s5[_cpu])")
-    parser.add_argument("--work-dir", default="runs/reproduce_swap_s5", help="run folders (models, logs)")
-    parser.add_argument("--budget-seconds", type=float, default=None, help="training wall time per run")
+    parser.add_argument("--work_dir", "--work-dir", default="runs/reproduce_swap_s5", help="run folders (models, logs)")
+    parser.add_argument("--budget_seconds", "--budget-seconds", type=float, default=None, help="training wall time per run")
     parser.add_argument("--n", type=int, default=None, help="test sequences per depth (protocol: 1024)")
     parser.add_argument("--runs", default=",".join(ROWS), help=f"comma-separated subset of {list(ROWS)}")
-    parser.add_argument("--checkpoint-dir", default=None, help="where the best PAR run goes as bf16 (optional)")
+    parser.add_argument("--checkpoint_dir", "--checkpoint-dir", default=None, help="where the best PAR run goes as bf16 (optional)")
     parser.add_argument("--extra", default="", help="train_par.py '--flag value' pairs for every run (quoted); they "
                         "replace the scale's and the row's values")
-    parser.add_argument("--collect-only", action="store_true",
-                        help="do not train: rebuild the report and checkpoint from the runs already in --work-dir")
+    parser.add_argument("--collect_only", "--collect-only", action="store_true",
+                        help="do not train: rebuild the report and checkpoint from the runs already in --work_dir")
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     names = args.runs.split(",")

@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "examples"))
+sys.path.insert(0, str(REPO))  # the repository's packages without an install
 
 # checkpoint folder -> the JSON that records its training commands ("train_commands")
 SHIPPED = {
@@ -32,7 +31,9 @@ SHIPPED = {
 
 def training_record(folder: Path, commands: list[str]) -> dict:
     """The `prompt_format` of `folder`'s config with `trained` recomputed from its training commands."""
-    import train_par
+    from par_studies.runs import repo_module
+
+    train_par = repo_module("examples.train_par")
 
     from modeling_par.prompt_format import PromptFormat
     from state_tracking import load_task_from_dir
