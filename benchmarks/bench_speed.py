@@ -217,9 +217,9 @@ def rate_fields(flops: int, seconds: float, before: float, ceiling_fp32: float) 
 
 
 def prepare_model(model, path: dict):
-    """Apply a path's options to a freshly built model: the per-iteration window construction of the code before the fast paths
-    (`window_plan_iterations=1`, `block_iterations=1`), explicit mask and whole adapter for `before`, then compile
-    (with the path's inductor `options`, if any)."""
+    """Apply a path's options to a freshly built model: the per-iteration window construction of the code before the
+    fast paths (`window_plan_iterations=1`, `block_iterations=1`), explicit mask and whole adapter for `before`, then
+    compile (with the path's inductor `options`, if any)."""
     model.runtime.causal_fast_path = path.get("fast", True)
     if path.get("before"):
         model.runtime.window_plan_iterations = 1

@@ -28,7 +28,7 @@ COMMON = ["--max_steps", "200", "--logging_steps", "10", "--seed", "0", "--eval_
 LOCAL = ["--loop_view", "local", "--progress_positions", "true", "--bidirectional_queries", "true"]
 FULL = ["--loop_view", "full", "--progress_positions", "false", "--bidirectional_queries", "false"]
 SMALL = ["--hidden_size", "64", "--intermediate_size", "128"]
-SDPA = ["--attn_implementation", "sdpa", "--compile_core", "false"]  # the path before the CPU fast paths (the default is now
+SDPA = ["--attn_implementation", "sdpa", "--compile_core", "false"]  # before the CPU fast paths (the default is now
 # par_eager attention + compile_core for the recipe; these runs name the path they measure)
 DEEP = ["--max_train_depth", "16", "--curriculum_start_depth", "16"]  # d = 16: no-grad iterations before the
 # gradient window, so `block_iterations` units run (at d <= 8 with the recipe's hold they rarely do)

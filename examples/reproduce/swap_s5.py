@@ -206,10 +206,12 @@ def main(argv=None):
     parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     parser.add_argument("--out", default=None, help="results folder (default results/swap_s5[_cpu])")
     parser.add_argument("--work_dir", "--work-dir", default="runs/reproduce_swap_s5", help="run folders (models, logs)")
-    parser.add_argument("--budget_seconds", "--budget-seconds", type=float, default=None, help="training wall time per run")
+    parser.add_argument("--budget_seconds", "--budget-seconds", type=float, default=None,
+                        help="training wall time per run")
     parser.add_argument("--n", type=int, default=None, help="test sequences per depth (protocol: 1024)")
     parser.add_argument("--runs", default=",".join(ROWS), help=f"comma-separated subset of {list(ROWS)}")
-    parser.add_argument("--checkpoint_dir", "--checkpoint-dir", default=None, help="where the best PAR run goes as bf16 (optional)")
+    parser.add_argument("--checkpoint_dir", "--checkpoint-dir", default=None,
+                        help="where the best PAR run goes as bf16 (optional)")
     parser.add_argument("--extra", default="", help="train_par.py '--flag value' pairs for every run (quoted); they "
                         "replace the scale's and the row's values")
     parser.add_argument("--collect_only", "--collect-only", action="store_true",

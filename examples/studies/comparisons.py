@@ -292,7 +292,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--collect", action="store_true")
     parser.add_argument("--list", action="store_true")
-    parser.add_argument("--import_cot", "--import-cot", default=None, metavar="JSON", help="add a cot_trl.py results JSON as a row")
+    parser.add_argument("--import_cot", "--import-cot", default=None, metavar="JSON",
+                        help="add a cot_trl.py results JSON as a row")
     args = parser.parse_args(argv)
     if args.list:
         for name, row in ROWS.items():
