@@ -87,7 +87,15 @@ AUTO_COMPILE_MIN_SECONDS = 600  # ... and not under a shorter --max_train_second
 
 @dataclass
 class ModelArguments:
-    init_from_qwen2: str | None = field(default=None, metadata={"help": "retrofit this Qwen2 checkpoint (path/id)"})
+    init_from_qwen2: str | None = field(default=None, metadata={
+        "help": "retrofit this pretrained causal LM (path/id): a Qwen2, or a Llama-architecture one converted exactly "
+                "into Qwen2 (modeling_par.parents)"})
+    gguf_file: str | None = field(default=None, metadata={
+        "help": "with --init_from_qwen2 FOLDER: the GGUF file in it to load (dequantized to fp32; needs the gguf "
+                "package: pip install -e '.[pretrained]')"})
+    truncate_parent: bool = field(default=False, metadata={
+        "help": "with --init_from_qwen2: keep only the parent's first prelude + core + coda layers (a truncated "
+                "parent; default: the split must cover every layer)"})
     init_from_par: str | None = field(
         default=None, metadata={"help": "fine-tune this PAR checkpoint (its config wins over the size/PAR flags)"}
     )
@@ -98,6 +106,9 @@ class ModelArguments:
     prelude_layers: int = field(default=1)
     core_layers: int = field(default=2)
     coda_layers: int = field(default=1)
+    freeze_prelude: bool = field(default=False, metadata={
+        "help": "train neither the token embeddings nor the prelude (model.freeze_prelude(): a retrofit keeps the "
+                "parent's reading of words; tied embeddings freeze the LM-head rows too)"})
     step_size: int = field(default=1, metadata={"help": "c: operations per iteration"})
     norm_anchoring: bool = field(default=True, metadata={"help": "state-norm anchoring (off: the ablation)"})
     grad_window: int = field(default=8, metadata={"help": "iterations with gradient"})
@@ -367,7 +378,7 @@ def build_model(model_args: ModelArguments, token_ids: dict, train_args=None):
         model = ParLoopedQwenForStateTracking.from_qwen2(
             model_args.init_from_qwen2, model_args.prelude_layers, model_args.core_layers, model_args.coda_layers,
             answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"],
-            dtype=torch.float32, **par_fields,
+            dtype=torch.float32, gguf_file=model_args.gguf_file, truncate=model_args.truncate_parent, **par_fields,
         )
     else:
         config = ParLoopedQwenConfig(
@@ -380,6 +391,8 @@ def build_model(model_args: ModelArguments, token_ids: dict, train_args=None):
             **par_fields,
         )
         model = ParLoopedQwenForStateTracking(config)
+    if model_args.freeze_prelude:
+        model.freeze_prelude()
     model.runtime.causal_fast_path = model_args.causal_fast_path
     attn, compile_core = speed_options(model_args, train_args, model.config.loop_view)
     model.runtime.block_iterations = model_args.block_iterations
@@ -410,7 +423,8 @@ def build_tokenizer_for(task, task_args: TaskArguments, model_args: ModelArgumen
     if model_args.init_from_qwen2:
         if task_args.rendering != "text":
             raise ValueError("--init_from_qwen2 needs --rendering text (the pretrained tokenizer reads words).")
-        tokenizer = AutoTokenizer.from_pretrained(model_args.init_from_qwen2)
+        kwargs = {} if model_args.gguf_file is None else {"gguf_file": model_args.gguf_file}
+        tokenizer = AutoTokenizer.from_pretrained(model_args.init_from_qwen2, **kwargs)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         return tokenizer
@@ -533,6 +547,9 @@ def main(argv=None):
     model_args, task_args, data_args, train_args, given = parse_all_args(argv)
     if model_args.init_from_qwen2 and model_args.init_from_par:
         raise ValueError("give at most one of --init_from_qwen2 and --init_from_par.")
+    if not model_args.init_from_qwen2 and (model_args.gguf_file is not None or model_args.truncate_parent):
+        raise ValueError("--gguf_file and --truncate_parent describe the parent of a retrofit; they need "
+                         "--init_from_qwen2.")
     if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it
         raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
     probe_defaults = {f: TaskArguments.__dataclass_fields__[f].default for f in ("probe_n", "probe_every_steps",

@@ -26,6 +26,10 @@ checkpoint: 100% in trained phrasings, ~41% in held-out ones). `trained` records
                 symbolic: per query, the candidate tokens training wrote as a start, or [] (training wrote no start)
     queries     text: per query, the question words used
     source      how the record was made (free text, e.g. the build_dataset call it replays)
+    untrained_accuracy  optional, what the checkpoint was measured to do on phrasings training never used:
+                {"accuracy": in [0, 1], "depth": d, "n": prompts, "source": where it was measured}; the refusal
+                quotes it, and from RELIABLE_UNTRAINED_ACCURACY on says that allow_untrained=True is the way to use
+                the checkpoint on new wordings (a pretrained parent's retrofit can be; a word-level model is not)
 
 `segment` lists every unit outside that record in `Segments.untrained` (None when the format has no record: nothing
 is known, and a prompt is read as before); the pipeline refuses such a prompt with `untrained_error` unless asked to
@@ -46,6 +50,11 @@ QUESTION_MARK = "?"
 # one sentence: up to . ! ? before whitespace or the end (a lone mark is a unit of its own: an empty sentence)
 _SENTENCE = re.compile(r"[.!?](?=\s|$)|\S.*?(?:[.!?](?=\s|$)|$)", re.S)
 _TOKEN = re.compile(r"\S+")
+
+
+# From this measured accuracy on phrasings training never used, a refusal says that allow_untrained=True is the way to
+# use a checkpoint on new wordings (`PromptFormat.trained["untrained_accuracy"]`).
+RELIABLE_UNTRAINED_ACCURACY = 0.95
 
 
 class PromptFormatError(ValueError):
@@ -201,7 +210,7 @@ class PromptFormat:
 
         if not isinstance(trained, dict):
             fail("", "None or a dict with 'operations', 'preamble', 'queries' (and optionally 'source')", trained)
-        allowed = {"operations", "preamble", "queries", "source"}
+        allowed = {"operations", "preamble", "queries", "source", "untrained_accuracy"}
         if sorted(set(trained) - allowed) or "operations" not in trained:
             fail("", f"a dict with keys {sorted(allowed)} ('operations' required)", sorted(trained))
         operations = trained["operations"]
@@ -236,7 +245,22 @@ class PromptFormat:
         source = trained.get("source")
         if source is not None and not isinstance(source, str):
             fail(".source", "None or a string", source)
-        return {"operations": out_ops, "preamble": out_preamble, "queries": out_queries, "source": source}
+        out = {"operations": out_ops, "preamble": out_preamble, "queries": out_queries, "source": source}
+        measured = trained.get("untrained_accuracy")
+        if measured is not None:
+            fields = {"accuracy", "depth", "n", "source"}
+            if not isinstance(measured, dict) or set(measured) != fields:
+                fail(".untrained_accuracy", f"None or a dict with keys {sorted(fields)}", measured)
+            accuracy, depth, n = measured["accuracy"], measured["depth"], measured["n"]
+            if isinstance(accuracy, bool) or not isinstance(accuracy, (int, float)) or not 0 <= accuracy <= 1:
+                fail(".untrained_accuracy['accuracy']", "a number in [0, 1]", accuracy)
+            for name, value in (("depth", depth), ("n", n)):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    fail(f".untrained_accuracy[{name!r}]", "an integer >= 1", value)
+            if not isinstance(measured["source"], str):
+                fail(".untrained_accuracy['source']", "a string", measured["source"])
+            out["untrained_accuracy"] = dict(measured, accuracy=float(accuracy))
+        return out
 
     def to_dict(self) -> dict:
         spec = {"rendering": self.rendering, "task_name": self.task_name, "query_names": list(self.query_names),
@@ -249,6 +273,8 @@ class PromptFormat:
             spec["trained"] = {"operations": {name: list(units) for name, units in t["operations"].items()},
                                "preamble": [list(p) for p in t["preamble"]], "queries": [list(w) for w in t["queries"]],
                                "source": t["source"]}
+            if "untrained_accuracy" in t:
+                spec["trained"]["untrained_accuracy"] = dict(t["untrained_accuracy"])
         return spec
 
     def with_trained(self, trained: dict | None) -> PromptFormat:
@@ -451,11 +477,20 @@ class PromptFormat:
             near = "none" if first["nearest_trained"] is None else repr(first["nearest_trained"])
             what = (f"{first['unit']} {first['sentence']!r} never occurs in this checkpoint's training data (nearest "
                     f"trained: {near})")
+        more = f"; {more} more untrained unit(s) in this prompt" if more else ""
+        measured = (self.trained or {}).get("untrained_accuracy")
+        if measured is None:
+            why = ("A checkpoint answers what its training never showed it unreliably (a word-level model trained from "
+                   "scratch: far below trained phrasings), so this prompt is not answered")
+        else:
+            quoted = (f"this checkpoint was measured at {100 * measured['accuracy']:.1f}% on phrasings its training "
+                      f"never used ({measured['n']} prompts of {measured['depth']} operations; {measured['source']})")
+            why = (f"Refused by default: {quoted}" + (
+                "; allow_untrained=True is the way to use it on new wordings" if measured["accuracy"]
+                >= RELIABLE_UNTRAINED_ACCURACY else ", so this prompt is not answered"))
         return PromptFormatError(
-            f"{what}{f'; {more} more untrained unit(s) in this prompt' if more else ''}. A checkpoint answers what "
-            f"its training never showed it unreliably (held-out phrasings: far below trained ones), so this prompt is "
-            f"not answered; write it the way training did, or pass allow_untrained=True to answer anyway (the result "
-            f"then lists the untrained units under 'untrained').")
+            f"{what}{more}. {why}; write it the way training did, or pass allow_untrained=True to answer anyway (the "
+            f"result then lists the untrained units under 'untrained').")
 
     def _unknown_operation(self, prompt, span, text, k):
         known = list(self._lookup["op"])

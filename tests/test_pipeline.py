@@ -320,6 +320,27 @@ def test_segment_lists_every_untrained_unit_with_its_nearest_trained_sentence():
     assert fmt.segment(fmt.example()).untrained == ()
 
 
+def test_a_measured_untrained_accuracy_is_quoted_and_says_when_allow_untrained_is_the_way():
+    fmt = trained_format()
+    held = ("Initially the batch reactor is filling. The tank is full. The reactor state is now ?")
+    spec = fmt.to_dict()
+    for accuracy, advice in ((0.973, True), (0.41, False)):
+        spec["trained"]["untrained_accuracy"] = {"accuracy": accuracy, "depth": 64, "n": 1024,
+                                                 "source": "results/pretrained_cpu"}
+        measured = PromptFormat.from_dict(json.loads(json.dumps(spec)))
+        assert measured.to_dict()["trained"]["untrained_accuracy"]["accuracy"] == accuracy
+        message = str(measured.untrained_error(measured.segment(held)))
+        assert f"measured at {100 * accuracy:.1f}% on phrasings its training never used (1024 prompts of 64 " \
+               "operations; results/pretrained_cpu)" in message
+        assert ("allow_untrained=True is the way to use it on new wordings" in message) is advice
+    for bad, field in (({"accuracy": 1.5, "depth": 64, "n": 1, "source": ""}, r"\['accuracy'\] must be a number"),
+                       ({"accuracy": 0.5, "depth": 0, "n": 1, "source": ""}, r"\['depth'\] must be an integer"),
+                       ({"accuracy": 0.5}, "untrained_accuracy must be None or a dict with keys")):
+        spec["trained"]["untrained_accuracy"] = bad
+        with pytest.raises(ValueError, match=field):
+            PromptFormat.from_dict(spec)
+
+
 def test_symbolic_untrained_start_and_operation():
     fmt = prompt_format_of(SWAP, "symbolic")
     queries = " ".join(f"<q{j + 1}>" for j in range(5))

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from transformers import PreTrainedModel, Qwen2ForCausalLM
+from transformers import LlamaForCausalLM, PreTrainedModel, Qwen2ForCausalLM
 from transformers import initialization as init
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 
@@ -63,6 +63,7 @@ from .loop_views import (
     whole_prompt_view,
 )
 from .par_attention import par_eager_attention, small_block_attention
+from .parents import first_layers, load_parent
 from .pipeline_par import StateTrackingPipeline  # noqa: F401  (imported so save_pretrained copies the pipeline code)
 from .runtime_options import RUNTIME_OPTION_NAMES, ParRuntimeOptions
 from .window_path import WindowLoop
@@ -249,6 +250,15 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
     def coda(self) -> nn.ModuleList:
         return self.model.layers[self.config.prelude_layers + self.config.core_layers :]
 
+    def freeze_prelude(self) -> ParLoopedQwenForStateTracking:
+        """Stop training the token embeddings and the prelude P (e = P(x) stays the parent's): a retrofit then keeps the
+        parent's reading of words, so a sentence never trained on is encoded as the pretrained model encodes it. With
+        tied embeddings the LM-head rows (the answer readout) are the embeddings and stay frozen too; the core, the
+        coda and the adapter train."""
+        self.model.embed_tokens.requires_grad_(False)
+        self.prelude.requires_grad_(False)
+        return self
+
     def get_input_embeddings(self):
         return self.model.embed_tokens
 
@@ -265,30 +275,40 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
     @classmethod
     def from_qwen2(cls, model_or_path, prelude_layers: int, core_layers: int, coda_layers: int,
                    answer_token_ids: list[int], halt_token_ids: tuple[int, int] | None = None,
-                   dtype: torch.dtype | str | None = None, **par_kwargs) -> ParLoopedQwenForStateTracking:
-        """Retrofit a Qwen2 causal LM (a Hub id, a local path or a `Qwen2ForCausalLM`) into a looped PAR model.
+                   dtype: torch.dtype | str | None = None, gguf_file: str | None = None, truncate: bool = False,
+                   **par_kwargs) -> ParLoopedQwenForStateTracking:
+        """Retrofit a pretrained causal LM into a looped PAR model: a Qwen2 one (a Hub id, a local folder or a
+        `Qwen2ForCausalLM`) or a Llama-architecture one (a `LlamaForCausalLM`, or a folder of one; `gguf_file` for a
+        GGUF file in the folder), converted exactly into Qwen2 first (`parents.load_parent`: zero q/k/v biases; a
+        config Qwen2 cannot express is refused, naming the field).
 
-        Layers [0, P) become the prelude, [P, P+C) the shared core, the rest the coda; every Qwen2 weight is
-        copied unchanged and only the adapter is new (W = [0 | I]), so with R = 1 the answer logits equal the
-        parent's logits at the candidate rows.
+        Layers [0, P) become the prelude, [P, P+C) the shared core, the rest the coda; every weight is copied
+        unchanged and only the adapter is new (W = [0 | I]), so with R = 1 (and the full view) the answer logits equal
+        the parent's logits at the candidate rows. P + C + Q must equal the parent's layer count, or, with
+        `truncate=True`, be at most it: the parent is then cut to its first P + C + Q layers (a truncated parent,
+        whose final norm and LM head read layer P + C + Q; R = 1 equals that truncated parent).
         """
-        if isinstance(model_or_path, (str, os.PathLike)):
-            kwargs = {} if dtype is None else {"dtype": dtype}
-            parent = Qwen2ForCausalLM.from_pretrained(model_or_path, **kwargs)
-        elif isinstance(model_or_path, Qwen2ForCausalLM):
-            parent = model_or_path
-        else:
+        if not isinstance(model_or_path, (str, os.PathLike, Qwen2ForCausalLM, LlamaForCausalLM)):
             raise ValueError(
-                "from_qwen2: model_or_path must be a Hub id, a local path or a Qwen2ForCausalLM; "
+                "from_qwen2: model_or_path must be a Hub id, a local path, a Qwen2ForCausalLM or a LlamaForCausalLM; "
                 f"got {type(model_or_path).__name__}."
             )
+        parent = load_parent(model_or_path, gguf_file=gguf_file, dtype=dtype)
+        layers = prelude_layers + core_layers + coda_layers
+        if truncate and layers <= parent.config.num_hidden_layers:
+            parent = first_layers(parent, layers)
+        elif truncate:
+            raise ValueError(f"from_qwen2(truncate=True): prelude_layers + core_layers + coda_layers = {layers} exceeds "
+                             f"the parent's num_hidden_layers = {parent.config.num_hidden_layers}.")
         parent_config = parent.config.to_dict()
-        for key in ("model_type", "architectures", "auto_map", "transformers_version", "dtype", "torch_dtype"):
+        for key in ("model_type", "architectures", "auto_map", "transformers_version", "dtype", "torch_dtype",
+                    "quantization_config"):
             parent_config.pop(key, None)
-        if parent_config.get("num_hidden_layers") != prelude_layers + core_layers + coda_layers:
+        if parent_config.get("num_hidden_layers") != layers:
             raise ValueError(
-                f"from_qwen2: prelude_layers + core_layers + coda_layers = {prelude_layers + core_layers + coda_layers} "
-                f"must equal the parent's num_hidden_layers = {parent_config.get('num_hidden_layers')}."
+                f"from_qwen2: prelude_layers + core_layers + coda_layers = {layers} must equal the parent's "
+                f"num_hidden_layers = {parent_config.get('num_hidden_layers')} (truncate=True keeps only the parent's "
+                "first P + C + Q layers)."
             )
         config = ParLoopedQwenConfig(prelude_layers=prelude_layers, core_layers=core_layers, coda_layers=coda_layers,
                                      answer_token_ids=answer_token_ids, halt_token_ids=halt_token_ids, **par_kwargs,

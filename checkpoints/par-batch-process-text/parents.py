@@ -1,0 +1,132 @@
+"""Pretrained parents for the retrofit: a Qwen2 causal LM as is, a Llama-architecture one converted exactly into
+Qwen2, optionally cut to its first layers.
+
+Llama's decoder layer is Qwen2's without the q/k/v biases: a `Qwen2ForCausalLM` with the same sizes, rope and norm
+settings, the same weights and zero q/k/v biases computes the same logits (`qwen2_from_llama`). A config that Qwen2
+cannot express (attention or MLP biases, a head_dim other than hidden_size / num_attention_heads, a rope type
+transformers does not know) is refused, naming the field. A folder may hold safetensors or, with `gguf_file`, a GGUF
+file (transformers dequantizes it to fp32 on load; it needs the `gguf` package).
+
+    parent = load_parent("path/to/SmolLM2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", num_layers=9)
+    # -> Qwen2ForCausalLM with the first 9 of SmolLM2's 30 layers, the final norm and the tied head
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+from transformers import AutoConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+# Llama config fields Qwen2Config has under the same name and meaning (everything a LlamaConfig sets that a Qwen2
+# layer reads); the rest are checked in `check_llama_config` or are bookkeeping.
+SHARED_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "hidden_act", "max_position_embeddings", "initializer_range", "rms_norm_eps",
+                 "rope_parameters", "tie_word_embeddings", "attention_dropout", "bos_token_id", "eos_token_id",
+                 "pad_token_id")
+
+
+def check_llama_config(config) -> None:
+    """Refuse, naming the field, a Llama config that a Qwen2 decoder cannot compute exactly."""
+    name = type(config).__name__
+    if getattr(config, "attention_bias", False):
+        raise ValueError(f"{name}.attention_bias = True: Qwen2's o_proj has no bias, so this parent cannot be converted "
+                         "into Qwen2 exactly (allowed: attention_bias = False).")
+    if getattr(config, "mlp_bias", False):
+        raise ValueError(f"{name}.mlp_bias = True: Qwen2's MLP has no biases (allowed: mlp_bias = False).")
+    head_dim = getattr(config, "head_dim", None)
+    natural = config.hidden_size // config.num_attention_heads
+    if head_dim is not None and head_dim != natural:
+        raise ValueError(f"{name}.head_dim = {head_dim}: the retrofit's Qwen2 layers need head_dim = hidden_size / "
+                         f"num_attention_heads = {natural}.")
+    rope = getattr(config, "rope_parameters", None) or {}
+    rope_type = rope.get("rope_type", "default")
+    if rope_type != "default" and rope_type not in ROPE_INIT_FUNCTIONS:
+        raise ValueError(f"{name}.rope_parameters['rope_type'] = {rope_type!r} is not a rope type Qwen2's rotary "
+                         f"embedding knows (allowed: 'default', {', '.join(map(repr, sorted(ROPE_INIT_FUNCTIONS)))}).")
+
+
+def qwen2_config_from_llama(config) -> Qwen2Config:
+    """The `Qwen2Config` that computes what this Llama config computes (no sliding window, every layer full
+    attention); `check_llama_config` first."""
+    check_llama_config(config)
+    fields = {k: getattr(config, k) for k in SHARED_FIELDS if getattr(config, k, None) is not None}
+    qwen2 = Qwen2Config(**fields, use_sliding_window=False, sliding_window=None,
+                        layer_types=["full_attention"] * config.num_hidden_layers)
+    qwen2._attn_implementation = config._attn_implementation
+    return qwen2
+
+
+@torch.no_grad()
+def qwen2_from_llama(llama: LlamaForCausalLM) -> Qwen2ForCausalLM:
+    """A `Qwen2ForCausalLM` computing exactly what `llama` computes: its weights under the same names, zero q/k/v
+    biases (Llama's attention has none), the same dtype and device."""
+    if not isinstance(llama, LlamaForCausalLM):
+        raise ValueError(f"qwen2_from_llama: expected a LlamaForCausalLM, got {type(llama).__name__}.")
+    weight = next(llama.parameters())
+    with torch.device("meta"):
+        qwen2 = Qwen2ForCausalLM(qwen2_config_from_llama(llama.config))
+    qwen2 = qwen2.to_empty(device=weight.device).to(weight.dtype)
+    missing, unexpected = qwen2.load_state_dict(llama.state_dict(), strict=False)
+    biases = {k for k in missing if k.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias"))}
+    if qwen2.config.tie_word_embeddings:
+        qwen2.lm_head.weight = qwen2.model.embed_tokens.weight
+        missing = [k for k in missing if k != "lm_head.weight"]
+    if unexpected or set(missing) - biases:
+        raise ValueError(f"qwen2_from_llama: the parent's weights do not map onto Qwen2's: missing "
+                         f"{sorted(set(missing) - biases)}, unexpected {sorted(unexpected)}.")
+    for key in biases:
+        qwen2.get_parameter(key).zero_()
+    # the rotary embedding's buffers are not weights: built on meta, they are computed again where the weights are
+    qwen2.model.rotary_emb = type(qwen2.model.rotary_emb)(qwen2.config).to(weight.device)
+    return qwen2.train(llama.training)
+
+
+def first_layers(model: Qwen2ForCausalLM, num_layers: int) -> Qwen2ForCausalLM:
+    """The parent cut to its first `num_layers` decoder layers (then its final norm and LM head), in place: a
+    truncated parent, for retrofits whose whole stack does not fit the compute at hand."""
+    total = model.config.num_hidden_layers
+    if not isinstance(num_layers, int) or isinstance(num_layers, bool) or not 1 <= num_layers <= total:
+        raise ValueError(f"num_layers must be an integer in [1, {total}] (the parent's num_hidden_layers); "
+                         f"got {num_layers!r}.")
+    model.model.layers = nn.ModuleList(list(model.model.layers)[:num_layers])
+    model.config.num_hidden_layers = num_layers
+    if getattr(model.config, "layer_types", None) is not None:
+        model.config.layer_types = list(model.config.layer_types)[:num_layers]
+    return model
+
+
+def load_parent(model_or_path, gguf_file: str | None = None, dtype: torch.dtype | str | None = None,
+                num_layers: int | None = None) -> Qwen2ForCausalLM:
+    """The retrofit's parent as a `Qwen2ForCausalLM`: a Qwen2 model as is, a Llama model converted
+    (`qwen2_from_llama`); a Hub id or folder (with `gguf_file`: a GGUF file in it) loaded by its config's
+    model_type. `num_layers` keeps only the first layers (`first_layers`)."""
+    if isinstance(model_or_path, (str, os.PathLike)):
+        kwargs = {} if gguf_file is None else {"gguf_file": gguf_file}
+        model_type = AutoConfig.from_pretrained(model_or_path, **kwargs).model_type
+        if dtype is not None:
+            kwargs["dtype"] = dtype
+        if model_type == "qwen2":
+            parent = Qwen2ForCausalLM.from_pretrained(model_or_path, **kwargs)
+        elif model_type == "llama":
+            parent = LlamaForCausalLM.from_pretrained(model_or_path, **kwargs)
+        else:
+            raise ValueError(f"parent {model_or_path}: model_type {model_type!r}; the retrofit takes a Qwen2 parent "
+                             "or a Llama-architecture one (model_type 'qwen2' or 'llama').")
+    elif gguf_file is not None:
+        raise ValueError("gguf_file names a file inside a folder: give the folder as model_or_path, not a model.")
+    else:
+        parent = model_or_path
+    if isinstance(parent, LlamaForCausalLM):
+        parent = qwen2_from_llama(parent)
+    elif not isinstance(parent, Qwen2ForCausalLM):
+        raise ValueError("the parent must be a Hub id, a local folder, a Qwen2ForCausalLM or a LlamaForCausalLM; "
+                         f"got {type(parent).__name__}.")
+    if dtype is not None and not isinstance(dtype, str):
+        parent = parent.to(dtype)
+    return parent if num_layers is None else first_layers(parent, num_layers)
+
+
+__all__ = ["check_llama_config", "first_layers", "load_parent", "qwen2_config_from_llama", "qwen2_from_llama"]

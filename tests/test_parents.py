@@ -1,0 +1,174 @@
+"""Parents beyond Qwen2: a Llama-architecture causal LM converted exactly into Qwen2 (modeling_par.parents), the
+retrofit of one at R = 1, a truncated parent, the configs Qwen2 cannot express, freezing the prelude, and the real
+SmolLM2 weights when a machine has them."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2ForCausalLM
+
+from modeling_par import ParLoopedQwenForStateTracking
+from modeling_par.parents import check_llama_config, first_layers, load_parent, qwen2_from_llama
+from tests.conftest import ANSWER_IDS, HALT_IDS, VOCAB
+from tests.test_modeling_par import candidate_logits, random_batch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny_llama_config(**overrides) -> LlamaConfig:
+    kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, rms_norm_eps=1e-5,
+                  rope_parameters={"rope_type": "default", "rope_theta": 100000.0}, tie_word_embeddings=True)
+    kwargs.update(overrides)
+    return LlamaConfig(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(tiny_llama_config()).eval()
+    with torch.no_grad():  # norms away from 1 so that a norm weight lost on the way would show
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def test_converted_llama_computes_the_parents_logits(tiny_llama):
+    qwen2 = qwen2_from_llama(tiny_llama)
+    assert isinstance(qwen2, Qwen2ForCausalLM) and not qwen2.training
+    input_ids, _ = random_batch(seq=20)
+    with torch.no_grad():
+        torch.testing.assert_close(qwen2(input_ids).logits, tiny_llama(input_ids).logits, atol=1e-6, rtol=0)
+    for i in range(6):  # the q/k/v biases Llama lacks are zero; the head stays tied
+        attention = qwen2.model.layers[i].self_attn
+        assert all(not getattr(attention, p).bias.any() for p in ("q_proj", "k_proj", "v_proj"))
+    assert qwen2.lm_head.weight.data_ptr() == qwen2.model.embed_tokens.weight.data_ptr()
+    assert qwen2.config.rope_parameters["rope_theta"] == 100000.0
+
+
+def test_llama_parent_retrofits_with_r1_equal_to_it(tiny_llama, tmp_path):
+    """From the model and from a saved folder: at R = 1 the answer logits are the parent's at the candidate rows."""
+    tiny_llama.save_pretrained(tmp_path / "llama")
+    input_ids, qpos = random_batch()
+    with torch.no_grad():
+        expected = candidate_logits(tiny_llama, input_ids, qpos)
+        for source in (tiny_llama, tmp_path / "llama", str(tmp_path / "llama")):
+            model = ParLoopedQwenForStateTracking.from_qwen2(source, 2, 2, 2, answer_token_ids=ANSWER_IDS,
+                                                             halt_token_ids=HALT_IDS).eval()
+            got = model(input_ids, query_positions=qpos, num_iterations=1).answer_logits[0]
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+            assert set(model.state_dict()) - {k for k in model.state_dict() if "_proj.bias" in k} \
+                - set(tiny_llama.state_dict()) == {"adapter.weight"}
+
+
+def test_truncated_parent_is_its_first_layers(tiny_llama):
+    """truncate=True keeps the parent's first P + C + Q layers: R = 1 equals a Llama of those layers alone."""
+    short = LlamaForCausalLM(tiny_llama_config(num_hidden_layers=3)).eval()
+    missing, unexpected = short.load_state_dict(tiny_llama.state_dict(), strict=False)
+    assert not missing and all(".layers." in k for k in unexpected)
+    input_ids, qpos = random_batch()
+    model = ParLoopedQwenForStateTracking.from_qwen2(tiny_llama, 1, 1, 1, answer_token_ids=ANSWER_IDS,
+                                                     truncate=True).eval()
+    assert model.config.num_hidden_layers == 3 and len(tiny_llama.model.layers) == 6  # the parent is not cut
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids, query_positions=qpos, num_iterations=1).answer_logits[0],
+                                   candidate_logits(short, input_ids, qpos), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="truncate=True keeps only"):
+        ParLoopedQwenForStateTracking.from_qwen2(tiny_llama, 1, 1, 1, answer_token_ids=ANSWER_IDS)
+    with pytest.raises(ValueError, match="= 9 exceeds the parent's num_hidden_layers = 6"):
+        ParLoopedQwenForStateTracking.from_qwen2(tiny_llama, 3, 3, 3, answer_token_ids=ANSWER_IDS, truncate=True)
+    with pytest.raises(ValueError, match=r"num_layers must be an integer in \[1, 6\]"):
+        first_layers(qwen2_from_llama(tiny_llama), 0)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"attention_bias": True}, "attention_bias = True"),
+    ({"mlp_bias": True}, "mlp_bias = True"),
+    ({"head_dim": 32}, "head_dim = 32"),
+    ({"rope_parameters": {"rope_type": "made_up", "rope_theta": 1e4}}, "rope_type'] = 'made_up'"),
+])
+def test_configs_qwen2_cannot_express_are_refused(overrides, message):
+    config = tiny_llama_config(**overrides)
+    with pytest.raises(ValueError, match=message):
+        check_llama_config(config)
+
+
+def test_other_architectures_and_bad_sources_are_refused(tmp_path):
+    from transformers import GPT2Config
+
+    GPT2Config(n_layer=1, n_embd=16, n_head=2).save_pretrained(tmp_path / "gpt2")
+    with pytest.raises(ValueError, match="model_type 'gpt2'"):
+        load_parent(tmp_path / "gpt2")
+    with pytest.raises(ValueError, match="model_or_path"):
+        ParLoopedQwenForStateTracking.from_qwen2(object(), 2, 2, 2, answer_token_ids=ANSWER_IDS)
+    with pytest.raises(ValueError, match="gguf_file names a file inside a folder"):
+        load_parent(LlamaForCausalLM(tiny_llama_config(num_hidden_layers=1)), gguf_file="x.gguf")
+
+
+def test_freeze_prelude_trains_only_core_coda_and_adapter(tiny_llama):
+    model = ParLoopedQwenForStateTracking.from_qwen2(tiny_llama, 2, 2, 2, answer_token_ids=ANSWER_IDS,
+                                                     halt_token_ids=HALT_IDS).freeze_prelude()
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert "adapter.weight" in trainable and "model.layers.2.mlp.up_proj.weight" in trainable
+    assert "model.layers.5.self_attn.q_proj.weight" in trainable and "model.norm.weight" in trainable
+    assert not trainable & {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                            "model.layers.1.mlp.down_proj.weight"}
+    input_ids, qpos = random_batch()
+    out = model(input_ids, query_positions=qpos, num_iterations=2)
+    out.answer_logits.sum().backward()
+    assert model.model.embed_tokens.weight.grad is None and model.model.layers[0].mlp.up_proj.weight.grad is None
+    assert model.model.layers[2].mlp.up_proj.weight.grad.abs().sum() > 0
+
+
+def test_real_smollm2_converts_and_retrofits_exactly():
+    """The real parent (python -m par_studies.smollm2 fetches it): conversion exact, R = 1 within 1e-4 (fp32)."""
+    pytest.importorskip("gguf", reason="the GGUF reader is the optional extra: pip install -e '.[pretrained]'")
+    from par_studies.smollm2 import GGUF_FILE, local_gguf
+
+    path = local_gguf()
+    if path is None:
+        pytest.skip("SmolLM2's GGUF is not in the cache: python -m par_studies.smollm2 downloads it (~100 MB)")
+    from par_studies.smollm2 import parity
+
+    record = parity(str(path.parent), GGUF_FILE, layers=(3, 3, 3), truncate=True, seq=24)
+    assert record["conversion_max_abs_diff"] == 0.0
+    assert record["r1_max_abs_diff"] <= 1e-4
+
+
+def test_train_par_retrofits_a_truncated_llama_folder_with_a_frozen_prelude(tmp_path):
+    """train_par.py --init_from_qwen2 on a Llama folder (with its tokenizer), cut to its first P + C + Q layers, the
+    prelude frozen: the checkpoint holds those layers, embeddings and prelude as the parent's, a trained core."""
+    from safetensors.torch import load_file
+
+    from state_tracking import load_task
+    from tests.conftest import load_example
+
+    train_par = load_example("examples/train_par.py")
+    paper_retrofit = load_example("examples/reproduce/paper_retrofit.py")
+    task = load_task(REPO / "examples" / "tasks" / "batch_process_phrasings.json")
+    tokenizer = paper_retrofit.qwen_like_tokenizer(task)
+    tokenizer.pad_token = tokenizer.eos_token = paper_retrofit.EOS
+    torch.manual_seed(0)
+    parent = LlamaForCausalLM(tiny_llama_config(vocab_size=len(tokenizer), num_hidden_layers=5, pad_token_id=None))
+    parent.save_pretrained(tmp_path / "llama")
+    tokenizer.save_pretrained(tmp_path / "llama")
+    out = tmp_path / "run"
+    summary = train_par.main([
+        "--init_from_qwen2", str(tmp_path / "llama"), "--truncate_parent", "true", "--freeze_prelude", "true",
+        "--prelude_layers", "1", "--core_layers", "1", "--coda_layers", "1", "--task_file",
+        str(REPO / "examples" / "tasks" / "batch_process_phrasings.json"), "--rendering", "text",
+        "--loop_view", "local", "--progress_positions", "true", "--bidirectional_queries", "true",
+        "--max_train_depth", "3", "--max_steps", "3", "--per_device_train_batch_size", "4", "--learning_rate", "1e-2",
+        "--warmup_steps", "0", "--eval_depths", "3", "--eval_n", "4", "--output_dir", str(out), "--use_cpu", "true",
+        "--disable_tqdm", "true"])
+    assert summary["steps"] == 3
+    saved = load_file(str(out / "model.safetensors"))
+    before = parent.state_dict()
+    assert not any(k.startswith("model.layers.3.") for k in saved)  # cut to 3 layers
+    for key in ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight"):
+        torch.testing.assert_close(saved[key], before[key], atol=0, rtol=0)  # frozen
+    assert not torch.equal(saved["model.layers.1.mlp.up_proj.weight"], before["model.layers.1.mlp.up_proj.weight"])
+    with pytest.raises(ValueError, match="--gguf_file and --truncate_parent describe the parent"):
+        train_par.main(["--truncate_parent", "true", "--output_dir", str(tmp_path / "x")])
