@@ -33,8 +33,9 @@ import resource
 import time
 from pathlib import Path
 
-from par_studies import LOCAL, REPO, Row, combine, save_record, train_segment
-from par_studies.rows import rows_by_name
+import numpy as np
+
+from par_studies import LOCAL, REPO, Row, combine, load_records, rows_by_name, save_record, splice_table, train_segment
 
 TASK_FILE = "examples/tasks/batch_process_phrasings.json"
 OUT = REPO / "results" / "pretrained_cpu"
@@ -141,7 +142,6 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
 
 def trainable_count(folder: Path, row: str) -> int:
     """Parameters the row trained: all but the embeddings and prelude under --freeze_prelude."""
-    import torch
     from safetensors.torch import load_file
 
     weights = load_file(str(folder / "model.safetensors"))
@@ -157,7 +157,6 @@ def trainable_count(folder: Path, row: str) -> int:
         parts = name.split(".")
         return parts[:2] == ["model", "layers"] and int(parts[2]) < prelude
 
-    del torch
     return int(sum(t.numel() for k, t in weights.items() if not is_frozen(k)))
 
 
@@ -196,19 +195,258 @@ def run_parity() -> dict:
     return record
 
 
+# ------------------------------------------------------------------------------------------------------- export
+EXPORT = RUN_DIR / "export" / "par-smollm2-batch-process"  # ~240 MB: rebuilt from the weights, never committed
+PIPELINE_CHECK = """
+    import numpy as np
+    import torch
+    from transformers import pipeline
+    torch.set_num_threads(1)
+    tracker = pipeline("state-tracking", model=sys.argv[1], trust_remote_code=True)
+    assert type(tracker).__module__.startswith("transformers_modules"), type(tracker).__module__
+    cases = json.loads(open(sys.argv[3]).read())
+    out = {}
+    for phrasing, case in cases.items():
+        refused = 0
+        try:
+            tracker(case["prompts"][0])
+        except ValueError as e:
+            refused, message = 1, str(e)
+        results = tracker(case["prompts"], batch_size=32, allow_untrained=True)
+        answers = [r["answers"]["state"] for r in results]
+        out[phrasing] = {"accuracy": float(np.mean([a == t for a, t in zip(answers, case["targets"])])),
+                         "n": len(answers), "refused_by_default": bool(refused),
+                         "refusal": message if refused else None}
+    print(json.dumps(out))
+"""
+
+
+def export(row: str, seed: int, target: Path | None = None, depth: int = 64, n: int = 256) -> Path:
+    """The trained row as a pipeline-ready checkpoint (card, remote code, the pretrained BPE tokenizer) whose
+    `prompt_format.trained` records the measured held-out-phrasing accuracy at d = 64, then `n` raw strings per
+    phrasing through its pipeline in a fresh process with the package blocked: refused by default when untrained,
+    answered with allow_untrained=True."""
+    import shutil
+
+    from par_studies import repo_module
+    from state_tracking import load_task_from_dir
+    from state_tracking.data import derive_seed
+    from state_tracking.evaluation import draw_test_problems
+    from state_tracking.prompts import text_prompt
+
+    hub = repo_module("examples.push_to_hub")
+    target = target or EXPORT
+    record = json.loads(record_path(row, seed).read_text())
+    folder = run_path(row, seed)
+    if target.exists():
+        shutil.rmtree(target)
+    rows = {f"forced ({p.replace('_', '-')} phrasing)": record["evaluation"][p]["accuracy"] for p in PHRASINGS}
+    intro = (f"Overall state accuracy (%) on {N} fresh prompts per depth (idle start, seed {seed}; trained on d ≤ "
+             f"{TRAIN_MAX_DEPTH}, random start states), seen phrasings (drawn among those training used) and held-out "
+             f"ones (the phrasing of every sentence kept out of training). `{record['command']}`.")
+    measured = {"depths": DEPTHS, "rows": rows, "train_max_depth": TRAIN_MAX_DEPTH, "n_sequences": N}
+    hub.export_for_hub(folder, target, repo_id="par-smollm2-batch-process", measured=measured, rendering="text",
+                       learned_halting=False,
+                       training_data=(f"{record['samples_seen']:,} random text problems of {TASK_FILE} (d ≤ "
+                                      f"{TRAIN_MAX_DEPTH}), {record['steps']} steps, seed {seed}; retrofitted from "
+                                      "SmolLM2-135M-Instruct (Q4_1 GGUF, first 9 of 30 layers as 3 + 3 + 3)."),
+                       limits="CPU scale: a truncated 135M parent, one task, one seed; forced depth (no halting head).")
+    card = (target / "README.md").read_text().replace(
+        "No results were attached to this export.", hub.results_section(intro, DEPTHS, rows, curve=record.get("curve")))
+    (target / "README.md").write_text(card)
+    config = json.loads((target / "config.json").read_text())
+    config["prompt_format"]["trained"]["untrained_accuracy"] = {
+        "accuracy": accuracy_at(record, "held_out", depth), "depth": depth, "n": record["n_per_depth"],
+        "source": f"results/pretrained_cpu/runs/{row}_s{seed}.json"}
+    (target / "config.json").write_text(json.dumps(config, indent=2))
+    task = load_task_from_dir(folder)
+    ops, _ = draw_test_problems(task, depth, n, seed + 4242, False)
+    targets = task.final_states(ops)[:, 0]
+    cases = {}
+    for phrasing in PHRASINGS:
+        rng = np.random.default_rng(derive_seed("pipeline check", phrasing, seed))
+        cases[phrasing] = {"prompts": [text_prompt(task, o, None, phrasing, rng)[0] for o in ops],
+                           "targets": [task.candidate_names[t] for t in targets]}
+    cases_file = target.parent / f".{target.name}_pipeline_cases.json"
+    cases_file.write_text(json.dumps(cases))
+    try:
+        result = json.loads(repo_module("tests.test_modeling_par").run_blocked(PIPELINE_CHECK, target, str(cases_file),
+                                                                                timeout=None))
+    finally:
+        cases_file.unlink()
+    record["pipeline_check"] = {"depth": depth, "n": n, "start": "idle", "fresh_generator_seed": seed + 4242,
+                                "by_phrasing": result,
+                                "command": f"python examples/reproduce/pretrained_smollm2.py --export {row} --seed {seed}"}
+    save_record(record, record_path(row, seed))
+    print(json.dumps(result, indent=1))
+    return target
+
+
+# ------------------------------------------------------------------------------------------------------ collect
+TABLE_START, TABLE_END = "<!-- rows: generated by --collect -->", "<!-- end rows -->"
+SCRATCH_WORD_LEVEL = "results/batch_process_text_cpu/runs/random_start_s0.json"  # the text study's from-scratch row
+PAPER_LAYERS = 30  # SmolLM2-135M's stack, the paper's thirds 10 + 10 + 10
+
+
+def accuracy_at(record: dict, phrasing: str, depth: int) -> float | None:
+    evaluation = record["evaluation"].get(phrasing)
+    if evaluation is None or depth not in evaluation["depths"]:
+        return None
+    return evaluation["accuracy"][evaluation["depths"].index(depth)]
+
+
+def cell(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.2f}"
+
+
+def rows_table(records: list[dict]) -> str:
+    lines = ["| row | seed | steps | train s | s / step | peak RSS GB | trained params | seen d=8 | seen d=64 | "
+             "held-out d=8 | held-out d=64 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        lines.append(f"| {r['row']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | {r['seconds_per_step']} | "
+                     f"{r.get('peak_rss_gb', '–')} | {r['trainable_parameters'] / 1e6:.1f} M | "
+                     + " | ".join(cell(accuracy_at(r, p, d)) for p in PHRASINGS for d in DEPTHS) + " |")
+    pilots = [r for r in records if r["row"].startswith("pilot_")]
+    if pilots:
+        lines += ["", "Pilots (train d ≤ 4, 150 steps, 256 prompts at d = 4):", "",
+                  "| row | train s | s / step | trained params | seen d=4 | held-out d=4 |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['row']} | {r['train_seconds']:.0f} | {r['seconds_per_step']} | "
+                  f"{r['trainable_parameters'] / 1e6:.1f} M | {cell(accuracy_at(r, 'seen', 4))} | "
+                  f"{cell(accuracy_at(r, 'held_out', 4))} |" for r in pilots]
+    slotted = [r for r in records if "slots" in r]
+    if slotted:
+        lines += ["", f"Held out one slot at a time ({SLOT_N} prompts per depth):", "",
+                  "| row | held out in | d=8 | d=64 |", "|---|---|---|---|"]
+        for r in slotted:
+            for slot, v in r["slots"].items():
+                acc = dict(zip(v["depths"], v["accuracy"]))
+                lines.append(f"| {r['row']} | {slot} | {cell(acc.get(8))} | {cell(acc.get(64))} |")
+    return "\n".join(lines)
+
+
+def collect() -> dict:
+    """results/pretrained_cpu/summary.json and the README's table, from runs/*.json and parity.json."""
+    records = sorted(load_records(OUT / "runs"), key=lambda r: (r["row"].startswith("pilot_"), r["row"], r["seed"]))
+    parity_record = json.loads((OUT / "parity.json").read_text())
+    by_row = {r["row"]: r for r in records if r["seed"] == 0}
+    retrofit, scratch = by_row.get("retrofit_full"), by_row.get("scratch")
+    depth = max(DEPTHS)
+    whole = next(c for c in parity_record["cases"] if c["truncated_to"] is None)
+    summary = {
+        "parent": parity_record["cases"][0]["parent"],
+        "r1_max_abs_diff": max(c["r1_max_abs_diff"] for c in parity_record["cases"]),
+        "r1_cases": [{k: c[k] for k in ("split", "truncated_to", "conversion_max_abs_diff", "r1_max_abs_diff")}
+                     for c in parity_record["cases"]],
+        "depth": depth, "train_max_depth": TRAIN_MAX_DEPTH, "n_per_depth": N, "task_file": TASK_FILE,
+    }
+    if retrofit is not None:
+        summary.update(
+            held_out_phrasing_accuracy=accuracy_at(retrofit, "held_out", depth),
+            trained_phrasing_accuracy=accuracy_at(retrofit, "seen", depth),
+            held_out_phrasing_accuracy_d8=accuracy_at(retrofit, "held_out", TRAIN_MAX_DEPTH),
+            trained_phrasing_accuracy_d8=accuracy_at(retrofit, "seen", TRAIN_MAX_DEPTH),
+            retrofit={"row": "retrofit_full", "split": [int(SPLIT[k]) for k in SPLIT], "parent_layers_used": 9,
+                      "steps": retrofit["steps"], "train_seconds": retrofit["train_seconds"],
+                      "seconds_per_step": retrofit["seconds_per_step"], "peak_rss_gb": retrofit.get("peak_rss_gb"),
+                      "parameters": retrofit["parameters"]},
+            # the whole stack costs what its layers cost: P, C and Q each 10 / 3 as deep (embedding and readout the same)
+            full_stack_estimate={"layers": PAPER_LAYERS, "split": [10, 10, 10], "kind": "extrapolated, not run",
+                                 "seconds_per_step": round(retrofit["seconds_per_step"] * PAPER_LAYERS / 9, 2),
+                                 "hours_for_the_same_steps": round(
+                                     retrofit["seconds_per_step"] * PAPER_LAYERS / 9 * retrofit["steps"] / 3600, 2)},
+        )
+    if scratch is not None:
+        summary.update(scratch_held_out_phrasing_accuracy=accuracy_at(scratch, "held_out", depth),
+                       scratch_trained_phrasing_accuracy=accuracy_at(scratch, "seen", depth),
+                       scratch={"row": "scratch", "steps": scratch["steps"], "train_seconds": scratch["train_seconds"],
+                                "parameters": scratch["parameters"]})
+    word_level = REPO / SCRATCH_WORD_LEVEL
+    if word_level.is_file():
+        earlier = json.loads(word_level.read_text())["evaluation"]["held_out/forced"]
+        summary["scratch_text_study_held_out"] = {
+            "source": SCRATCH_WORD_LEVEL, "depths": earlier["depths"], "accuracy": earlier["accuracy"]}
+    summary["environment"] = (retrofit or scratch or {}).get("environment", parity_record["environment"])
+    summary["command"] = "python examples/reproduce/pretrained_smollm2.py --collect"
+    summary["whole_parent_r1"] = whole["r1_max_abs_diff"]
+    save_record(summary, OUT / "summary.json")
+    table = rows_table(records)
+    if not splice_table(OUT / "README.md", TABLE_START, TABLE_END, table):
+        print(f"{OUT / 'README.md'} has no table markers; the table:")
+    print(table)
+    return summary
+
+
+SLOTS = {"operations": "operation sentences held out; start and question as trained",
+         "start": "start sentence held out; operations and question as trained",
+         "question": "question words held out; start and operations as trained"}
+SLOT_KEYS = {"operations": "operations", "start": "initial", "question": "query"}
+SLOT_DEPTHS, SLOT_N = [8, 64], 256
+
+
+def slot_task(slot: str):
+    """The task with the held-out phrasing of every slot but `slot` removed: its `held_out` prompts then use held-out
+    sentences in `slot` only (the others fall back to a trained phrasing, `Task.phrasing_options`)."""
+    from state_tracking import load_task
+
+    spec = json.loads((REPO / TASK_FILE).read_text())
+    text = spec["text"]
+    for name, key in SLOT_KEYS.items():
+        if name == slot:
+            continue
+        if key == "operations":
+            text[key] = {op: options[:-1] for op, options in text[key].items()}
+        else:
+            text[key] = text[key][:-1]
+    return load_task(spec)
+
+
+def diagnose_slots(row: str, seed: int) -> dict:
+    """Which held-out slot costs accuracy: held-out prompts with the unseen phrasing in one slot only (SLOT_N prompts
+    per depth, the row's test seed), kept in the row's record under "slots"."""
+    import torch
+
+    from par_studies import load_run
+    from state_tracking import evaluate_length_generalization
+
+    torch.set_num_threads(1)
+    model, tokenizer, _ = load_run(run_path(row, seed), max(SLOT_DEPTHS))
+    slots = {}
+    for slot, label in SLOTS.items():
+        started = time.time()
+        result = evaluate_length_generalization(model, tokenizer, slot_task(slot), SLOT_DEPTHS, n_per_depth=SLOT_N,
+                                                mode="forced", seed=seed, rendering="text", phrasing="held_out",
+                                                train_max_depth=TRAIN_MAX_DEPTH, progress=False)
+        slots[slot] = {"label": label, "depths": result["depths"], "accuracy": result["accuracy"], "n": SLOT_N,
+                       "seconds": round(time.time() - started, 1)}
+        print(f"{row} s{seed} held out in {slot} only: " + " ".join(
+            f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
+    path = record_path(row, seed)
+    record = json.loads(path.read_text())
+    record["slots"] = slots
+    record["slots_command"] = f"python examples/reproduce/pretrained_smollm2.py --diagnose {row} --seed {seed}"
+    save_record(record, path)
+    return slots
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--row", choices=sorted(ROWS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--parity", action="store_true", help="R = 1 of the retrofit against the parent, real weights")
+    parser.add_argument("--diagnose", choices=sorted(ROWS), help="held-out phrasings one slot at a time (a trained row)")
+    parser.add_argument("--export", choices=sorted(ROWS), help=f"a trained row as a pipeline checkpoint ({EXPORT})")
     parser.add_argument("--collect", action="store_true", help="README.md and summary.json from runs/*.json")
     args = parser.parse_args(argv)
-    if not (args.row or args.parity or args.collect):
-        parser.error("give --row, --parity or --collect")
+    if not (args.row or args.parity or args.diagnose or args.export or args.collect):
+        parser.error("give --row, --parity, --diagnose, --export or --collect")
     if args.parity:
         run_parity()
     if args.row:
         run_row(args.row, args.seed)
+    if args.diagnose:
+        diagnose_slots(args.diagnose, args.seed)
+    if args.export:
+        export(args.export, args.seed)
     if args.collect:
         collect()
 
