@@ -714,6 +714,34 @@ def test_mastery_curriculum_in_training_draws_under_its_cap_and_resumes_the_same
         train(tmp_path / "e", resume=str(tmp_path / "d" / "out" / "checkpoint-2"))
 
 
+def test_mastery_curriculum_visits_every_gapped_length(tmp_path):
+    """Training lengths {2, 4, 6} (records of a few lengths): the cap moves from one length present to the next
+    (mastery measured at the longest length under the cap) instead of stalling one past the first, where no batch
+    ever has that depth; unit level and in training."""
+    from trainers import MasteryCurriculum, mastery_levels
+
+    assert mastery_levels(8, 1, 32, [8, 16, 32]) == [8, 16, 32] and mastery_levels(2, 1, 4) == [2, 3, 4]
+    assert mastery_levels(8, 10, 40, [8, 9, 12, 30]) == [8, 30, 40]
+    m = MasteryCurriculum(8, 1, 32, threshold=0.9, window=2, min_steps=1, lookahead=1, lengths=[8, 16, 32])
+    for step in range(12):
+        depth = m.measured_depth_at(step)
+        m.observe(step, depth, 1.0)
+        m.end_step(step, 1.0)
+    assert [m.max_depth_at(a) for a in m.advances] == [16, 32]
+
+    class Scripted(ParTrainer):
+        def observe_final_accuracy(self, depth, accuracy):
+            super().observe_final_accuracy(depth, 1.0)
+
+    gapped = DATASET.filter(lambda row: row["depth"] in (2, 4, 6))
+    args = tiny_args(tmp_path, max_steps=24, curriculum_start_depth=2,
+                     curriculum_every_steps=3, curriculum_advance_accuracy=0.9, curriculum_window=2)
+    trainer = Scripted(model=tiny_model(), args=args, train_dataset=gapped, data_collator=COLLATOR)
+    trainer.train()
+    drawn = {e["depth"] for e in trainer.state.log_history if "depth" in e}
+    assert drawn == {2, 4, 6} and trainer.mastery.levels == [2, 4, 6], (drawn, trainer.mastery.levels)
+
+
 # ---------------------------------------------------------------------------------------------------- step plan
 LOCAL_VIEW = dict(loop_view="local", progress_positions=True, bidirectional_queries=True)
 

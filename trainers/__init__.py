@@ -16,7 +16,14 @@ from .objectives import (
 )
 from .par_trainer import ParTrainer, ParTrainingArguments, StepPlan, is_adapter_parameter
 from .peft_utils import apply_core_lora, core_lora_config
-from .schedules import DepthBatchSampler, MasteryCurriculum, curriculum_max_depth, mastery_max_depth, stretch_max_scale
+from .schedules import (
+    DepthBatchSampler,
+    MasteryCurriculum,
+    curriculum_max_depth,
+    mastery_levels,
+    mastery_max_depth,
+    stretch_max_scale,
+)
 from .self_distillation import (
     PrefixSelfDistillationTrainer,
     SelfDistillationArguments,
@@ -28,7 +35,7 @@ from .self_distillation import (
 __all__ = [
     "OBJECTIVES", "additive_hold_iterations", "answer_loss", "apply_core_lora", "balanced_halt_loss",
     "core_lora_config", "curriculum_max_depth", "DepthBatchSampler", "distillation_kl", "ema_update", "final_targets",
-    "halt_labels", "hold_iterations", "is_adapter_parameter", "iterations_for_depth", "mastery_max_depth",
+    "halt_labels", "hold_iterations", "is_adapter_parameter", "iterations_for_depth", "mastery_levels", "mastery_max_depth",
     "MasteryCurriculum", "ParTrainer", "ParTrainingArguments", "prefix_position_ids", "PrefixSelfDistillationTrainer",
     "progress_targets", "readout_accuracy", "SelfDistillationArguments", "StateAccuracyProbeCallback", "StepPlan",
     "stretch_max_scale", "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback",

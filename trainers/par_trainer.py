@@ -275,9 +275,13 @@ class ParTrainer(Trainer):
         # batches the loader may have drawn ahead of the step being trained: accelerate's one-batch lookahead, plus
         # what worker processes prefetch; a growth applies only past them
         ahead = 2 + (a.dataloader_num_workers * (a.dataloader_prefetch_factor or 2) if a.dataloader_num_workers else 0)
+        lengths = None
+        if self.train_dataset is not None and "depth" in getattr(self.train_dataset, "column_names", ()):
+            present = np.unique(np.asarray(self.train_dataset["depth"]))
+            lengths = present[(present >= a.min_train_depth) & (present <= a.max_train_depth)].tolist()
         return MasteryCurriculum(a.curriculum_start_depth, a.curriculum_increment, a.max_train_depth,
                                  a.curriculum_advance_accuracy, a.curriculum_window, a.curriculum_every_steps,
-                                 lookahead=1 + math.ceil(ahead / a.gradient_accumulation_steps))
+                                 lookahead=1 + math.ceil(ahead / a.gradient_accumulation_steps), lengths=lengths)
 
     def curriculum_cap(self, step: int) -> int:
         """The largest depth sampled at optimizer step `step` (fixed pace or mastery)."""

@@ -18,10 +18,28 @@ def curriculum_max_depth(step: int, start_depth: int | None, every_steps: int, i
     return min(max_depth, start_depth + increment * (step // every_steps))
 
 
-def mastery_max_depth(step: int, start_depth: int, increment: int, max_depth: int, advances: list[int]) -> int:
-    """Mastery curriculum: d_max(t) = min(d_max, start + increment · #{a ∈ advances : a ≤ t}), `advances` the steps
-    from which each growth applies (decided during training by `MasteryCurriculum`)."""
-    return min(max_depth, start_depth + increment * sum(1 for a in advances if a <= step))
+def mastery_levels(start_depth: int, increment: int, max_depth: int, lengths=None) -> list[int]:
+    """The caps a mastery curriculum moves through, one per growth: c_0 = start, c_{i+1} = min(d_max, c_i + increment),
+    where the training lengths are given moved up to the shortest length present ≥ c_i + increment (d_max if none):
+    a cap between two lengths would admit no new length, and its mastery (measured at the cap's longest length) would
+    already be the previous cap's, so the curriculum moves straight on to the next length the data has."""
+    present = sorted({int(d) for d in lengths}) if lengths is not None else None
+    levels = [min(start_depth, max_depth)]
+    while levels[-1] < max_depth:
+        target = levels[-1] + increment
+        if present is not None:
+            target = next((d for d in present if d >= target), max_depth)
+        levels.append(min(max_depth, target))
+    return levels
+
+
+def mastery_max_depth(step: int, start_depth: int, increment: int, max_depth: int, advances: list[int],
+                      lengths=None) -> int:
+    """Mastery curriculum: d_max(t) = c_n, n = #{a ∈ advances : a ≤ t}, over the caps of `mastery_levels` (without
+    `lengths`: min(d_max, start + increment · n)); `advances` the steps from which each growth applies (decided during
+    training by `MasteryCurriculum`)."""
+    levels = mastery_levels(start_depth, increment, max_depth, lengths)
+    return levels[min(len(levels) - 1, sum(1 for a in advances if a <= step))]
 
 
 class MasteryCurriculum:
@@ -30,27 +48,40 @@ class MasteryCurriculum:
     optimizer steps whose batches had depth d_max reaches `threshold`, and at least `min_steps` steps after the previous
     growth. A growth decided at step t applies from step t + `lookahead` (more than the data loader has already drawn),
     so the run's batches stay a function of the seed and of `advances`, which a checkpoint keeps (`state_dict`): a
-    resumed run draws the batches the uninterrupted one drew."""
+    resumed run draws the batches the uninterrupted one drew.
+
+    `lengths`, the training lengths present (None: every length): mastery is measured at the longest length present
+    under the cap, and a growth moves the cap to the next length present (`mastery_levels`), so gapped lengths
+    ({8, 16, 32}) are all visited instead of the cap stalling at 9 where no batch ever has depth 9."""
 
     def __init__(self, start_depth: int, increment: int, max_depth: int, threshold: float, window: int,
-                 min_steps: int, lookahead: int = 2):
+                 min_steps: int, lookahead: int = 2, lengths=None):
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"MasteryCurriculum.threshold must be in (0, 1]; got {threshold!r}.")
         for name, value in (("window", window), ("min_steps", min_steps), ("lookahead", lookahead)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"MasteryCurriculum.{name} must be an integer >= 1; got {value!r}.")
         self.start_depth, self.increment, self.max_depth = start_depth, increment, max_depth
+        self.lengths = None if lengths is None else sorted({int(d) for d in lengths})
+        self.levels = mastery_levels(start_depth, increment, max_depth, self.lengths)
         self.threshold, self.window, self.min_steps, self.lookahead = threshold, window, min_steps, lookahead
         self.advances: list[int] = []  # the step from which each growth applies
         self.recent: list[float] = []  # accuracies of the last steps at depth d_max (at most `window`)
         self._pending: list[float] = []  # this step's micro-batches at depth d_max
 
     def max_depth_at(self, step: int) -> int:
-        return mastery_max_depth(step, self.start_depth, self.increment, self.max_depth, self.advances)
+        return self.levels[min(len(self.levels) - 1, sum(1 for a in self.advances if a <= step))]
+
+    def measured_depth_at(self, step: int) -> int:
+        """The length whose batches decide mastery at `step`: the cap, or the longest length present under it."""
+        cap = self.max_depth_at(step)
+        if self.lengths is None:
+            return cap
+        return max((d for d in self.lengths if d <= cap), default=cap)
 
     def observe(self, step: int, depth: int, accuracy: float) -> None:
         """One training micro-batch of `depth` at optimizer step `step` had this final-answer accuracy."""
-        if depth == self.max_depth_at(step):
+        if depth == self.measured_depth_at(step):
             self._pending.append(float(accuracy))
 
     def end_step(self, step: int, accuracy: float | None) -> bool:
