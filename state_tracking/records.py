@@ -83,6 +83,30 @@ class RecordColumns:
     initial_state: str | None = None
     delimiter: str | None = None
 
+    def __post_init__(self):
+        if self.delimiter is not None:
+            check_delimiter(self.delimiter)
+
+
+def check_delimiter(delimiter: str, flag: str = "--operation_delimiter") -> re.Pattern:
+    """The compiled delimiter regex; one error for a regex that does not compile, matches the empty string, or has a
+    capturing group (re.split would keep what the group matched as pieces: `(;|,)` would make every ';' an operation
+    and a step-state label)."""
+    if not isinstance(delimiter, str) or not delimiter:
+        raise RecordError(f"{flag} must be a non-empty regular expression; got {delimiter!r}.")
+    try:
+        pattern = re.compile(delimiter)
+    except re.error as error:
+        raise RecordError(f"{flag} {delimiter!r} is not a valid regular expression ({error}).") from None
+    if pattern.groups:
+        suggestion = re.sub(r"(?<!\\)\((?!\?)", "(?:", delimiter)
+        raise RecordError(f"{flag} {delimiter!r} has a capturing group, whose matches re.split would keep as "
+                          f"operations and labels; write the group non-capturing, e.g. {suggestion!r}.")
+    if pattern.fullmatch(""):
+        raise RecordError(f"{flag} {delimiter!r} matches the empty string, so it splits nothing apart; give a "
+                          "delimiter that matches at least one character.")
+    return pattern
+
 
 # ---------------------------------------------------------------------------------------------------------- files
 def resolve_files(spec: str | Sequence[str]) -> list[str]:
@@ -178,11 +202,15 @@ def _split(value: Any, splitter: re.Pattern, where: str, what: str) -> list[Any]
         return list(value)
     if isinstance(value, str):
         text = value.strip()
-        if what == "step states" and text.startswith("["):
+        # a JSON list written into a text cell (CSV): its items, for operations and step states alike (an operations
+        # cell that only starts with "[", a log line such as "[INFO] start; stop", is split at the delimiter)
+        if text.startswith("["):
             try:
                 parsed = json.loads(text)
             except json.JSONDecodeError as error:
-                raise RecordError(f"{where}: {value!r} is not a valid JSON list ({error}).") from None
+                if what == "step states" or text.endswith("]"):
+                    raise RecordError(f"{where}: {value!r} is not a valid JSON list ({error}).") from None
+                parsed = None
             if isinstance(parsed, list):
                 return parsed
         return [piece for piece in splitter.split(text) if piece.strip()] if text else []
@@ -198,7 +226,7 @@ class _Normalizer:
                  skip_bad: bool):
         self.columns, self.source, self.query_names, self.skip_bad = columns, source, query_names, skip_bad
         self.source_index = source_index
-        self.splitter = re.compile(columns.delimiter) if columns.delimiter else re.compile(r"\s+")
+        self.splitter = check_delimiter(columns.delimiter) if columns.delimiter else re.compile(r"\s+")
         self.skipped: list[str] = []
 
     def states(self, state, where) -> list[str]:

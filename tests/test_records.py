@@ -322,3 +322,33 @@ def test_a_records_format_is_its_training_vocabulary_and_reads_untrained_operati
     with pytest.raises(PromptFormatError, match="'kick door' has a word this tokenizer does not know; an untrained "
                                                 "operation can be read only from words of trained ones"):
         fmt.encode(tokenizer, ["kick door"], allow_untrained=True)
+
+
+def test_json_list_operations_in_csv_cells_are_lists(tmp_path):
+    """A CSV whose operations cell is JSON list text ('["coin", "push"]', as pandas or json.dumps writes a list) reads
+    as those operations, not as the pieces '["coin",' and '"push"]'; broken JSON list text is one error."""
+    path = tmp_path / "log.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["events", "state"])
+        writer.writerow([json.dumps(["coin", "push"]), "locked"])
+        writer.writerow([json.dumps(["kick", "coin", "coin push"]), "unlocked"])
+    loaded = load_record_files(str(path))
+    assert loaded.dataset["operations"] == [["coin", "push"], ["kick", "coin", "coin push"]]
+    path.write_text('events,state\n"[""coin"", push]",locked\n')
+    with pytest.raises(RecordError, match=r"record 0, field 'events'.*not a valid JSON list"):
+        load_record_files(str(path))
+
+
+@pytest.mark.parametrize("delimiter, message", [
+    ("(;|,)", r"has a capturing group.*e\.g\. '\(\?:;\|,\)'"),
+    ("x*", "matches the empty string"),
+    ("([", "is not a valid regular expression"),
+])
+def test_a_delimiter_that_would_split_wrongly_is_refused(tmp_path, delimiter, message):
+    path = tmp_path / "log.csv"
+    write_csv(path, turnstile_rows(4, 2, 3, seed=0))
+    with pytest.raises(RecordError, match=r"--operation_delimiter .*" + message):
+        load_record_files(str(path), RecordColumns(step_states="observed", delimiter=delimiter))
+    kept = load_record_files(str(path), RecordColumns(step_states="observed", delimiter="(?:;|,)"))
+    assert all(";" not in op for ops in kept.dataset["operations"] for op in ops)
