@@ -8,7 +8,7 @@ import time
 
 from state_tracking import build_dataset, build_tokenizer, get_task
 
-parser = argparse.ArgumentParser(description=__doc__)
+parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
 parser.add_argument("--task", default="swap_s5")
 parser.add_argument("--n", type=int, default=400_000)
 parser.add_argument("--max_depth", "--max-depth", type=int, default=32)

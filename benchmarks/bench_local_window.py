@@ -20,7 +20,7 @@ from state_tracking import evaluate_length_generalization, load_task_from_dir  #
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="checkpoints/par-swap-s5-small")
     parser.add_argument("--depths", default="64,512")
     parser.add_argument("--n", type=int, default=256)

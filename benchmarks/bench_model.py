@@ -21,7 +21,7 @@ from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking  # n
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     print(f"machine: {platform.platform()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")

@@ -16,7 +16,7 @@ from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking
 from state_tracking import StateTrackingCollator, build_dataset, build_tokenizer, get_task, model_token_ids
 from trainers import PrefixSelfDistillationTrainer, SelfDistillationArguments
 
-parser = argparse.ArgumentParser(description=__doc__)
+parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
 parser.add_argument("--depths", default="4,8,16")
 parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--repeats", type=int, default=3)

@@ -430,7 +430,7 @@ def summary(report: dict) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (median reported)")
     parser.add_argument("--batch_size", "--batch-size", type=int, default=64)
     parser.add_argument("--eval_depth", "--eval-depth", type=int, default=64)

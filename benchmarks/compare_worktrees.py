@@ -141,7 +141,7 @@ def git_commit(tree: Path) -> str | None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, help="checkout of the code before the change")
     parser.add_argument("--after", type=Path, help="checkout of the code after the change")
     parser.add_argument("--rounds", type=int, default=3)

@@ -110,7 +110,7 @@ def collect() -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--path", choices=list(PATHS))
     parser.add_argument("--collect", action="store_true")
     args = parser.parse_args(argv)

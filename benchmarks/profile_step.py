@@ -45,7 +45,7 @@ def tag(cls, name: str) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--view", choices=["recipe", "paper"], default="recipe")
     parser.add_argument("--depth", type=int, default=32)
     parser.add_argument("--attn", choices=["sdpa", "eager"], default="eager")

@@ -56,7 +56,7 @@ from state_tracking.evaluation import (
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="checkpoint folder (save_pretrained output)")
     parser.add_argument("--task", default=None, help=f"preset {list(GROUP_TASK_NAMES)} or task JSON; default: from the checkpoint")
     parser.add_argument("--depths", default="32,64,128,256,512", help="comma-separated test depths")

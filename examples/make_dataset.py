@@ -38,7 +38,7 @@ from state_tracking.records import EXTENSIONS, task_records  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True, help=f"a preset {list(GROUP_TASK_NAMES)} or a task JSON file")
     parser.add_argument("--depths", required=True, help="lo-hi (uniform, with --n) or a comma list (with --n_per_depth)")
     parser.add_argument("--n", type=int, default=None, help="records drawn over a lo-hi range")

@@ -239,7 +239,7 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="a folder written by save_pretrained")
     parser.add_argument("--output_dir", "--output-dir", required=True, help="a new folder for the export")
     parser.add_argument("--repo_id", "--repo-id", default=None, help="Hub repository, e.g. you/par-swap-s5")

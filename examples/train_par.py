@@ -261,7 +261,7 @@ def parse_all_args(argv=None):
         values = dict(DEFAULT_TRAINING, **yaml.safe_load(Path(argv[0]).read_text()))
     distill = bool(values.get("self_distillation")) if values is not None else _wants_self_distillation(argv)
     training_cls = SelfDistillationArguments if distill else ParTrainingArguments
-    parser = HfArgumentParser((ModelArguments, TaskArguments, DataArguments, training_cls))
+    parser = HfArgumentParser((ModelArguments, TaskArguments, DataArguments, training_cls), allow_abbrev=False)
     if values is not None:
         given = set(yaml.safe_load(Path(argv[0]).read_text()))
         if given & {"train_file", "dataset_name"}:

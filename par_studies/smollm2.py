@@ -121,7 +121,7 @@ def parity(folder: str, gguf_file: str = GGUF_FILE, layers: tuple[int, int, int]
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.parse_args(argv)
     print(ensure())
 

@@ -45,7 +45,7 @@ torch.save(out, sys.argv[2] + ".out")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("old")
     parser.add_argument("new")
     parser.add_argument("--depths", default="2,8,32,64")

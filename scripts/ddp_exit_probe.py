@@ -56,7 +56,7 @@ if variant == "destroy":  # what most scripts do: barrier, destroy_process_group
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", choices=["none", "destroy", "teardown"], required=True)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out", default=None, help="JSON report")

@@ -266,3 +266,41 @@ def test_fsdp2_shards_the_retrofitted_model_on_two_cpu_processes(tmp_path):
         assert 0.4 * row["total"] < row["local"] < 0.6 * row["total"]
         assert row["state"] == 2 * row["local"]
     assert sum(r["local"] for r in rows) == rows[0]["total"]
+
+
+def test_a_run_passes_every_flag_it_does_not_own_through(tmp_path, capsys):
+    """In a run the wrapper owns only --init_from_qwen2, --seed, --print_command: --eval_depths (a dry-run flag of the
+    same name) and --bf16 (once an abbreviation of --bf16_depths) reach train_par.py unchanged."""
+    folder = qwen2_folder(tmp_path / "qwen")
+    command = paper_retrofit.main(["--init_from_qwen2", str(folder), "--print_command", "--eval_depths", "32,64",
+                                   "--bf16", "false", "--eval_halting=false"])
+    flags = dict(zip(command[::2], command[1::2]))
+    assert flags["--eval_depths"] == "32,64" and flags["--bf16"] == "false" and flags["--eval_halting"] == "false"
+    with pytest.raises(SystemExit):
+        paper_retrofit.main(["--dry_run", "--bf16", "4"])  # no abbreviation in the dry run either
+
+
+def test_a_killed_run_continues_from_its_newest_checkpoint_and_deletes_nothing(tmp_path):
+    """Run the same command again after an interruption: it resumes from the newest checkpoint of its output folder
+    (the earlier checkpoints stay, save_total_limit rotates the continued run's); a finished run is refused."""
+    parent = tmp_path / "parent"
+    paper_retrofit.make_parent(parent, "tiny")
+    out = tmp_path / "out"
+    argv = ["--init_from_qwen2", str(parent), "--prelude_layers", "2", "--core_layers", "2", "--coda_layers", "2",
+            "--max_train_depth", "3", "--curriculum_start_depth", "3", "--max_steps", "4", "--save_steps", "2",
+            "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1", "--warmup_steps", "0",
+            "--bf16", "false", "--eval_depths", "3", "--eval_n", "4", "--eval_batch_size", "4", "--logging_steps", "1",
+            "--output_dir", str(out), "--use_cpu", "true", "--disable_tqdm", "true", "--max_grad_norm", "1.0"]
+    first = paper_retrofit.main(argv)
+    assert first["steps"] == 4 and sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    with pytest.raises(SystemExit, match="holds a finished run"):
+        paper_retrofit.main(argv)
+    (out / "summary.json").unlink()  # as if killed after checkpoint-2 was written
+    import shutil
+
+    shutil.rmtree(out / "checkpoint-4")
+    second = paper_retrofit.main(argv)
+    assert "--resume_from_checkpoint" in second["command"] and "checkpoint-2" in second["command"]
+    assert second["steps"] == 4
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert [row["step"] for row in second["curve"]] == [1, 2, 3, 4]  # steps 1-2 from the checkpoint, not trained again

@@ -39,7 +39,7 @@ CURVE_KEYS = ("step", "loss", "learning_rate", "grad_norm", "mean_token_accuracy
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     task = parser.add_argument_group("task")
     task.add_argument("--task", default="swap_s5", choices=["swap_s5", "s5", "a5"])
     task.add_argument("--task_file", default=None, help="a user state-machine task (JSON); overrides --task")

@@ -103,7 +103,7 @@ def true_or_false(value: str) -> bool:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--task", default=None, help="a built-in group task (swap_s5, s5, a5); None: swap_s5 "
                         "(not with --train_file / --dataset_name)")

@@ -315,7 +315,7 @@ Pipeline check (exported checkpoint, fresh process, package blocked, 1,024 raw s
 
 def main(argv=None) -> None:
     global OUT, RUN_DIR, CHECKPOINT, GRID, N, DIAGNOSIS_N, PIPELINE_N, TINY_FLAGS
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--row", choices=sorted(ROWS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help="override the steps (tests)")

@@ -677,7 +677,7 @@ def export(p: Protocol, row: str, seed: int, target: Path | None = None) -> Path
 
 def main(argv=None) -> None:
     par_rows = sorted(r for r in ROWS if ROWS[r].kind == "par")
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--row", choices=sorted(ROWS), help="train (or resume) and evaluate this row")
     action.add_argument("--evaluate", choices=par_rows, help="evaluate a trained PAR row again")

@@ -1199,12 +1199,19 @@ def parse_ints(text: str, name: str) -> list[int]:
     return values
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+RUN_FLAGS = ("--init_from_qwen2", "--seed", "--print_command")  # what the wrapper owns in a run; the rest is train_par's
+
+
+def build_parser(run: bool = False) -> argparse.ArgumentParser:
+    """The wrapper's flags. `run=True`: only those a run owns (`RUN_FLAGS`; every other flag passes to train_par.py
+    unchanged, so a run's --eval_depths or --bf16 is train_par's); otherwise the dry run's and --render's too."""
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--init_from_qwen2", help="a local Qwen2 folder (Qwen2.5-0.5B); required for a run")
     parser.add_argument("--seed", type=int, default=0, help="the run's seed (output runs/paper_retrofit/s<seed>)")
     parser.add_argument("--print_command", action="store_true", help="print the train_par.py command, run nothing")
+    if run:
+        return parser
     parser.add_argument("--dry_run", action="store_true", help="the CPU dry run at the backbone's shape")
     parser.add_argument("--shape", default="0.5b", choices=sorted(SHAPES), help="dry run: the backbone's shape")
     parser.add_argument("--depths", default="8,16,32", help="dry run: training depths (window 8)")
@@ -1225,10 +1232,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the wrapper's own flags of a run, train_par.py's): a run owns only `RUN_FLAGS`; each flag is matched by its
+    whole name (no abbreviations)."""
+    own, rest, i = [], [], 0
+    while i < len(argv):
+        name = argv[i].partition("=")[0]
+        takes_value = name in ("--init_from_qwen2", "--seed") and "=" not in argv[i]
+        target = own if name in RUN_FLAGS else rest
+        target.append(argv[i])
+        if name in RUN_FLAGS and takes_value and i + 1 < len(argv):
+            target.append(argv[i + 1])
+            i += 1
+        i += 1
+    return own, rest
+
+
+def resume_flags(command: list[str]) -> list[str]:
+    """A run continues where it stopped: with a checkpoint in its --output_dir (transformers' get_last_checkpoint)
+    and no --resume_from_checkpoint given, the command gains one (so save_total_limit rotates the continued run's
+    checkpoints instead of a fresh run's deleting the earlier ones); a finished run (summary.json) is an error."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    flags = parse_flags(command)
+    output_dir = Path(flags["--output_dir"])
+    if (output_dir / "summary.json").is_file():
+        raise SystemExit(f"{output_dir} holds a finished run (summary.json); give another --output_dir or --seed.")
+    if "--resume_from_checkpoint" in flags or not output_dir.is_dir():
+        return command
+    last = get_last_checkpoint(str(output_dir))
+    return command if last is None else [*command, "--resume_from_checkpoint", last]
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    if not any(a.partition("=")[0] in ("--dry_run", "--render", "--_case") for a in argv):
+        return run(argv)
+    args, extra = build_parser().parse_known_args(argv)  # abbreviations refused (allow_abbrev=False)
+    if extra:
+        raise SystemExit(f"--dry_run takes no train_par.py flags; got {extra}")
     if args._case:
         print("CASE_RESULT " + json.dumps(run_case(json.loads(args._case))), flush=True)
         return None
@@ -1240,8 +1282,6 @@ def main(argv=None):
         write_outputs(record, Path(args.out))
         return record
     if args.dry_run:
-        if extra:
-            raise SystemExit(f"--dry_run takes no train_par.py flags; got {extra}")
         if args.steps < 1 or args.threads < 1:
             raise SystemExit("--steps and --threads must be integers >= 1")
         args.depths = parse_ints(args.depths, "--depths")
@@ -1255,6 +1295,14 @@ def main(argv=None):
         write_outputs(record, Path(args.out))
         print(f"wrote {Path(args.out) / 'dry_run.json'}", file=sys.stderr)
         return record
+    raise SystemExit("give --dry_run or --render (or neither, for a run)")
+
+
+def run(argv: list[str]):
+    """The paper's run: the preset with every flag the wrapper does not own passed to train_par.py unchanged,
+    resumed from the newest checkpoint of its output folder."""
+    own, extra = split_run_argv(argv)
+    args = build_parser(run=True).parse_args(own)
     flags = parse_flags(train_argv("x", args.seed, extra))
     split = tuple(int(flags[f"--{part}_layers"]) for part in ("prelude", "core", "coda"))
     folder = check_qwen2_folder(args.init_from_qwen2, split)
@@ -1262,7 +1310,7 @@ def main(argv=None):
     if args.print_command:
         print(print_command(command))
         return command
-    return load_train_par().main(command)
+    return load_train_par().main(resume_flags(command))
 
 
 if __name__ == "__main__":

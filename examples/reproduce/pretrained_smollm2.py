@@ -429,7 +429,7 @@ def diagnose_slots(row: str, seed: int) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--row", choices=sorted(ROWS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--parity", action="store_true", help="R = 1 of the retrofit against the parent, real weights")

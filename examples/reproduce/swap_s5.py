@@ -202,7 +202,7 @@ def save_best_checkpoint(records: list[dict], work: Path, target: Path, results_
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     parser.add_argument("--out", default=None, help="results folder (default results/swap_s5[_cpu])")
     parser.add_argument("--work_dir", "--work-dir", default="runs/reproduce_swap_s5", help="run folders (models, logs)")

@@ -287,7 +287,7 @@ def plot(curves: dict[str, np.ndarray]) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", choices=list(ROWS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--collect", action="store_true")

@@ -230,7 +230,7 @@ def export_checkpoint(name: str, seed: int, target: Path = RUN_DIR / "export") -
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--run", choices=list(ROWS), help="train and evaluate one run")
     group.add_argument("--evaluate", choices=list(ROWS), help="evaluate a trained run again")

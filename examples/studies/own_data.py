@@ -241,7 +241,7 @@ def results_table(folder: Path) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--make_data", action="store_true")
     parser.add_argument("--machine", choices=list(MACHINES))
     parser.add_argument("--row", choices=list(ROWS))

@@ -388,7 +388,7 @@ def describe() -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", choices=list(ROWS), metavar="ROW", help="train (or resume) and record one row")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--collect", action="store_true", help="README.md table and plot from the records")
