@@ -236,7 +236,10 @@ def training_curve(log_history: list[dict]) -> list[dict]:
 
 
 def _wants_self_distillation(argv: list[str]) -> bool:
+    """Whether the command line asks for self-distillation (`--self_distillation` or its alias `--self-distillation`,
+    bare, with a value or `=value`): it chooses the arguments class before parsing."""
     for i, arg in enumerate(argv):
+        arg = arg.replace("--self-distillation", "--self_distillation", 1) if arg.startswith("--self-") else arg
         if arg.startswith("--self_distillation="):
             return arg.split("=", 1)[1].lower() in ("true", "1", "yes")
         if arg == "--self_distillation":
@@ -493,7 +496,10 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
         raise ValueError(f"--curriculum_start_depth {start} lies outside the training range "
                          f"[{train_args.min_train_depth}, {train_args.max_train_depth}] (the training records have "
                          f"lengths {lengths.min()}..{lengths.max()}).")
-    if has_step_states(records.train):
+    if task_args.self_distillation and has_step_states(records.train):
+        mode = ("label-free prefix self-distillation (--self_distillation): iterations before the last are pulled to "
+                "an EMA teacher on the prefixes; the step states the records carry are read only for the final answer")
+    elif has_step_states(records.train):
         mode = "progress-aligned targets: the records carry the state after every operation"
     elif task_args.self_distillation:
         mode = ("label-free prefix self-distillation (--self_distillation): the records carry final states only; "

@@ -36,9 +36,12 @@ def run_logged(command: list[str], log: Path | None = None) -> None:
 
 
 def latest_checkpoint(folder: Path) -> Path | None:
-    """The newest checkpoint-<step> folder of a run, or None."""
-    checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-    return checkpoints[-1] if checkpoints else None
+    """The newest checkpoint-<step> folder of a run (transformers' `get_last_checkpoint`: other names such as
+    checkpoint-foo are ignored), or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(folder)) if Path(folder).is_dir() else None
+    return None if last is None else Path(last)
 
 
 def row_train_seconds(segments: list[dict]) -> float:

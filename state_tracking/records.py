@@ -422,6 +422,10 @@ def load_record_files(files: str | Sequence[str] | None = None, columns: RecordC
     """
     if (files is None) == (dataset_name is None):
         raise RecordError("give either files or dataset_name (not both).")
+    if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int)
+                                    or max_records < 1):
+        raise RecordError(f"--max_train_samples must be an integer >= 1 (the first N training records) or unset; got "
+                          f"{max_records!r}.")
     if files is not None:
         sources = resolve_files(files)
         raw = [(path, read_file(path)) for path in sources]
@@ -727,13 +731,16 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
 
 
 def _dataset_splits(dataset_name: str, dataset_config_name: str | None) -> list[str]:
-    """The splits of a `datasets.load_dataset` name (one without split metadata: its train split only)."""
+    """The splits of a `datasets.load_dataset` name. A name whose splits cannot be listed is one error saying why
+    (the evaluation splits would otherwise be skipped without a word)."""
     from datasets import get_dataset_split_names
 
     try:
         return get_dataset_split_names(dataset_name, dataset_config_name)
-    except Exception:
-        return []
+    except Exception as error:  # datasets raises many kinds (missing config, offline hub, bad builder)
+        raise RecordError(f"--dataset_name {dataset_name!r} (--dataset_config_name {dataset_config_name!r}): its "
+                          f"splits cannot be listed, so its validation / test splits cannot be found: "
+                          f"{type(error).__name__}: {error}") from None
 
 
 # ---------------------------------------------------------------------------------------------------------- evaluation

@@ -352,3 +352,26 @@ def test_a_delimiter_that_would_split_wrongly_is_refused(tmp_path, delimiter, me
         load_record_files(str(path), RecordColumns(step_states="observed", delimiter=delimiter))
     kept = load_record_files(str(path), RecordColumns(step_states="observed", delimiter="(?:;|,)"))
     assert all(";" not in op for ops in kept.dataset["operations"] for op in ops)
+
+
+def test_small_review_fixes_refuse_or_report_what_is_true(tmp_path):
+    """--max_train_samples 0 is one error (not an empty-concatenation crash); --self-distillation (the hyphen alias)
+    chooses the self-distillation arguments; self-distillation on step-state records says so (not "progress-aligned
+    targets"); latest_checkpoint ignores a folder named checkpoint-foo."""
+    from par_studies import latest_checkpoint
+
+    path = tmp_path / "log.csv"
+    write_csv(path, turnstile_rows(60, 1, 4, seed=1))
+    with pytest.raises(RecordError, match="--max_train_samples must be an integer >= 1"):
+        load_record_files(str(path), RecordColumns(step_states="observed", delimiter=";"), max_records=0)
+    base = TINY + ["--train_file", str(path), "--step_states_column", "observed", "--operation_delimiter", ";",
+                   "--max_steps", "2"]
+    assert train_par._wants_self_distillation(["--self-distillation", "true"])
+    assert train_par._wants_self_distillation(["--self-distillation=true"]) and not train_par._wants_self_distillation(
+        ["--self-distillation", "false"])
+    summary = train_par.main(base + ["--self-distillation", "true", "--output_dir", str(tmp_path / "sd")])
+    assert summary["records"]["training_mode"].startswith("label-free prefix self-distillation")
+    (tmp_path / "sd" / "checkpoint-foo").mkdir()
+    (tmp_path / "sd" / "checkpoint-3").mkdir()
+    assert latest_checkpoint(tmp_path / "sd").name == "checkpoint-3"
+    assert latest_checkpoint(tmp_path / "absent") is None
