@@ -60,6 +60,7 @@ from state_tracking.evaluation import (  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     RecordColumns,
     RecordSplits,
+    check_record_lengths,
     evaluate_records,
     has_step_states,
     read_record_splits,
@@ -479,6 +480,7 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
     records = read_record_splits(columns, data_args.train_file, data_args.validation_file, data_args.test_file,
                                  data_args.dataset_name, data_args.dataset_config_name, data_args.skip_bad_records,
                                  data_args.max_train_samples, data_args.data_name)
+    check_record_lengths(records, model_args.max_iterations, model_args.step_size, data_args.skip_bad_records)
     for split, bad in records.skipped.items():
         if bad:
             logger.warning("skipped %d %s record(s) (--skip_bad_records); the first: %s", len(bad), split, bad[0])

@@ -699,6 +699,39 @@ class RecordSplits:
                 f"{list(self.splits) or 'none'}")
 
 
+def check_record_lengths(records: RecordSplits, max_iterations: int, step_size: int = 1, skip: bool = False) -> None:
+    """Every record of every split within the loop's reach, before training: a record of d operations needs ⌈d / c⌉
+    iterations, at most `max_iterations` (a longer one would crash training when the curriculum reaches it, or the
+    evaluation after training). A longer record is one error naming its split, file, record (0-based) and length,
+    and the flag; with `skip` (--skip_bad_records) it is dropped and counted with the split's skipped records."""
+    longest = max_iterations * step_size
+    parts = [("train", records.train, records.encoded)] + [(name, loaded, enc)
+                                                           for name, (loaded, enc) in records.splits.items()]
+    for split, loaded, encoded in parts:
+        lengths = pc.list_value_length(loaded.dataset.data.table.column("operations")).to_numpy(zero_copy_only=False)
+        over = np.flatnonzero(lengths > longest)
+        if not len(over):
+            continue
+        bad = loaded.dataset.select(over)
+        named = [f"{loaded.sources[src]}, record {rec} (0-based) has {int(n)} operations"
+                 for src, rec, n in zip(bad["source"], bad["record"], lengths[over])]
+        if not skip:
+            raise RecordError(f"{split} split: {named[0]}, more than the {longest} the loop can run (--max_iterations "
+                              f"{max_iterations} x --step_size {step_size}); raise --max_iterations, or pass "
+                              f"--skip_bad_records true to drop such records ({len(over)} in this split).")
+        depth = np.asarray(encoded.data.table.column("depth").to_numpy(), dtype=np.int64)
+        kept = encoded.select(np.flatnonzero(depth <= longest))
+        loaded.dataset = loaded.dataset.select(np.flatnonzero(lengths <= longest))
+        if split == "train":
+            records.encoded = kept
+        else:
+            records.splits[split] = (loaded, kept)
+        records.skipped.setdefault(split, []).extend(
+            f"{n}: more than --max_iterations {max_iterations} allows" for n in named)
+        if split == "train" and not len(kept):
+            raise RecordError(f"every training record is longer than --max_iterations {max_iterations} allows.")
+
+
 def read_record_splits(columns: RecordColumns, train_file=None, validation_file=None, test_file=None,
                        dataset_name: str | None = None, dataset_config_name: str | None = None,
                        skip_bad_records: bool = False, max_train_samples: int | None = None,

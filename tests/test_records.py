@@ -375,3 +375,20 @@ def test_small_review_fixes_refuse_or_report_what_is_true(tmp_path):
     (tmp_path / "sd" / "checkpoint-3").mkdir()
     assert latest_checkpoint(tmp_path / "sd").name == "checkpoint-3"
     assert latest_checkpoint(tmp_path / "absent") is None
+
+
+def test_records_longer_than_the_loop_can_run_are_named_before_training_or_skipped(tmp_path):
+    """A test record longer than --max_iterations is one error before training (split, file, record, length, flag),
+    not a crash in evaluation after it; --skip_bad_records drops it and counts it."""
+    write_csv(tmp_path / "train.csv", turnstile_rows(40, 1, 4, seed=2))
+    write_csv(tmp_path / "test.csv", turnstile_rows(3, 2, 3, seed=3) + turnstile_rows(1, 30, 30, seed=4))
+    base = TINY + ["--train_file", str(tmp_path / "train.csv"), "--test_file", str(tmp_path / "test.csv"),
+                   "--step_states_column", "observed", "--operation_delimiter", ";", "--max_steps", "2",
+                   "--max_iterations", "20"]
+    with pytest.raises(RecordError, match=r"test split: .*test.csv, record 3 \(0-based\) has 30 operations, more than "
+                                          r"the 20 the loop can run \(--max_iterations 20"):
+        train_par.main(base + ["--output_dir", str(tmp_path / "a")])
+    assert not (tmp_path / "a" / "model.safetensors").exists()
+    summary = train_par.main(base + ["--output_dir", str(tmp_path / "b"), "--skip_bad_records", "true"])
+    assert summary["records"]["skipped"]["test"] == 1
+    assert json.loads((tmp_path / "b" / "eval_test.json").read_text())["depths"] == [2, 3]
