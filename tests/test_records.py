@@ -225,6 +225,13 @@ def test_final_states_only_json_lines_trains_in_the_chosen_mode(tmp_path):
     summary = train_par.main(TINY + ["--train_file", str(tmp_path / "train.jsonl"), "--max_steps", "12",
                                      "--output_dir", str(out)])
     assert summary["records"]["training_mode"].startswith("final-answer training over the lengths present")
+    # the pipeline: a list of strings is one record, a list of delimited strings (whitespace here) a batch of records
+    tracker = pipeline("state-tracking", model=str(out), trust_remote_code=True)
+    batch = tracker(["coin push", "kick coin coin"])
+    assert [r["depth"] for r in batch] == [2, 3]
+    assert [r["answers"] for r in batch] == [tracker(["coin", "push"])["answers"],
+                                             tracker(["kick", "coin", "coin"])["answers"]]
+    assert tracker(["coin", "push"])["depth"] == 2 and tracker("coin push")["depth"] == 2
     distilled = train_par.main(TINY + ["--train_file", str(tmp_path / "train.jsonl"), "--max_steps", "6",
                                        "--self_distillation", "true", "--output_dir", str(tmp_path / "sd")])
     assert distilled["records"]["training_mode"].startswith("label-free prefix self-distillation")
