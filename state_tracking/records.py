@@ -361,7 +361,12 @@ def _plain_lists(column, operations: bool) -> pa.ListArray | None:
         text = pc.utf8_trim_whitespace(column)
         if pc.any(pc.starts_with(text, "[")).as_py() or pc.any(pc.starts_with(text, "{")).as_py():
             return None
-        return pc.utf8_split_whitespace(text)
+        split = pc.utf8_split_whitespace(text)
+        # a step-state piece such as "{b" is JSON-parsed (and refused) record by record: leave it to that path, so
+        # that whether a record is accepted never depends on the other records of its batch
+        if not operations and len(split) and pc.any(pc.starts_with(pc.list_flatten(split), "{")).as_py():
+            return None
+        return split
     if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
         return None
     flat = column.flatten()
@@ -501,6 +506,19 @@ def build_record_tokenizer(record_format: RecordFormat) -> PreTrainedTokenizerFa
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=BOS_TOKEN, pad_token=PAD_TOKEN,
                                    unk_token=UNK_TOKEN, extra_special_tokens=queries, padding_side="right",
                                    model_max_length=1_000_000)
+
+
+def check_distinct_encodings(record_format: RecordFormat, tokenizer, column: str | None = None) -> None:
+    """Operations the model could not tell apart are one error: distinct operation strings whose token ids are the
+    same ('a-b', 'a - b' and 'a -b' are the words a, -, b alike) would be trained as one operation."""
+    seen: dict[tuple, str] = {}
+    for i, op in enumerate(record_format.operations):
+        ids = tuple(record_format.operation_tokens(tokenizer, i))
+        if ids in seen:
+            raise RecordError(f"operations {seen[ids]!r} and {op!r} (column {column!r}) encode to the same tokens "
+                              f"{tokenizer.convert_ids_to_tokens(list(ids))}: the model could not tell them apart; "
+                              "write them the same way in the data, or with different words.")
+        seen[ids] = op
 
 
 def record_token_ids(tokenizer, record_format: RecordFormat) -> dict:
@@ -748,6 +766,7 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
     name = name or (os.path.splitext(os.path.basename(train.sources[0]))[0] if train_file else dataset_name)
     record_format = discover_format(train, name=name.replace("/", "_"))
     tokenizer = build_record_tokenizer(record_format)
+    check_distinct_encodings(record_format, tokenizer, train.columns.operations)
     encoded, bad = encode_records(train, record_format, tokenizer, skip_bad_records)
     skipped = {"train": train.skipped + bad}
     splits = {}

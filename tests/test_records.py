@@ -399,3 +399,33 @@ def test_records_longer_than_the_loop_can_run_are_named_before_training_or_skipp
     summary = train_par.main(base + ["--output_dir", str(tmp_path / "b"), "--skip_bad_records", "true"])
     assert summary["records"]["skipped"]["test"] == 1
     assert json.loads((tmp_path / "b" / "eval_test.json").read_text())["depths"] == [2, 3]
+
+
+@pytest.mark.parametrize("bad_piece", ["{b", "{x"])
+def test_a_record_is_accepted_or_refused_whatever_its_batch(tmp_path, monkeypatch, bad_piece):
+    """One normalization rule for both paths: a step-state piece the record-by-record path refuses ('{b': JSON that
+    does not parse) is refused whether or not the rest of its batch is plain (the Arrow fast path was accepting it)."""
+    from state_tracking import records as records_module
+
+    path = tmp_path / "log.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["events", "observed"])
+        writer.writerows([["coin push", "unlocked locked"], ["coin kick", f"unlocked {bad_piece}"]])
+    columns = RecordColumns(step_states="observed")
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(records_module._Normalizer, "_plain_batch", lambda self, *a: None)
+        with pytest.raises(RecordError, match=r"record 1, field 'observed'"):
+            load_record_files(str(path), columns)
+
+
+def test_operations_that_encode_alike_are_one_error(tmp_path):
+    """'a-b', 'a - b' and 'a -b' are three operation strings but the same words a, -, b: training would merge them."""
+    path = tmp_path / "log.jsonl"
+    with open(path, "w") as f:
+        for ops in (["a-b", "c"], ["a - b", "c"], ["c", "c"]):
+            f.write(json.dumps({"operations": ops, "state": "s"}) + "\n")
+    with pytest.raises(RecordError, match=r"operations 'a-b' and 'a - b' \(column 'operations'\) encode to the same "
+                                          r"tokens \['a', '-', 'b'\]"):
+        train_par.main(TINY + ["--train_file", str(path), "--max_steps", "1", "--output_dir", str(tmp_path / "x")])

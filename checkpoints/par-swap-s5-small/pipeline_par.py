@@ -116,15 +116,18 @@ class StateTrackingPipeline(Pipeline):
 
     def __call__(self, inputs, **kwargs):
         # a records checkpoint reads one record as a list of operation strings; a batch is a list of such lists (or of
-        # {"operations": ..., "initial_state": ...} dicts, or of delimited strings). A list of strings is one record
-        # when no string holds the format's delimiter, and a batch of delimited strings when any does ("coin push",
-        # "kick coin" under whitespace): a batch of one-operation records is a list of lists.
+        # {"operations": ..., "initial_state": ...} dicts, or of delimited strings). A list of strings is a batch of
+        # delimited strings when one of them is not a trained operation and holds the format's delimiter ("coin push",
+        # "kick coin" under whitespace), else one record ("flip x0" is one trained operation); a batch of
+        # one-operation records is a list of lists.
         if isinstance(self.prompt_format, RecordFormat) and isinstance(inputs, (list, tuple)) and inputs and all(
                 isinstance(op, str) for op in inputs):
             record_format = self.prompt_format
             if kwargs.get("delimiter") is not None:
                 record_format = record_format.with_delimiter(kwargs["delimiter"])
-            if any(len(record_format.split(op)) > 1 for op in inputs if op.strip()):
+            known = set(record_format.operations)
+            if any(" ".join(op.split()) not in known and len(record_format.split(op)) > 1 for op in inputs
+                   if op.strip()):
                 return super().__call__(list(inputs), **kwargs)
             return super().__call__({"operations": list(inputs)}, **kwargs)
         return super().__call__(inputs, **kwargs)
