@@ -172,3 +172,33 @@ def test_train_par_retrofits_a_truncated_llama_folder_with_a_frozen_prelude(tmp_
     assert not torch.equal(saved["model.layers.1.mlp.up_proj.weight"], before["model.layers.1.mlp.up_proj.weight"])
     with pytest.raises(ValueError, match="--gguf_file and --truncate_parent describe the parent"):
         train_par.main(["--truncate_parent", "true", "--output_dir", str(tmp_path / "x")])
+
+
+def test_pretrained_study_rows_parse_and_hold_out_one_slot_at_a_time(monkeypatch):
+    """examples/reproduce/pretrained_smollm2.py: every row is a valid train_par.py command (the parent's folder
+    filled in); the slot diagnosis's task writes held-out sentences in its one slot and trained ones elsewhere."""
+    import numpy as np
+
+    from par_studies import argv
+    from state_tracking import load_task
+    from state_tracking.prompts import text_prompt
+    from tests.conftest import load_example
+
+    study = load_example("examples/reproduce/pretrained_smollm2.py")
+    train_par = load_example("examples/train_par.py")
+    monkeypatch.setattr(study, "parent_folder", lambda: "some/smollm2")
+    for name in study.ROWS:
+        model_args, task_args, train_args = train_par.parse_args(argv(study.row_flags(name)) + ["--output_dir", "x"])
+        retrofit = model_args.init_from_qwen2 is not None
+        assert retrofit == (name != "scratch") and task_args.rendering == "text"
+        assert not retrofit or (model_args.truncate_parent and model_args.gguf_file.endswith(".gguf"))
+        assert train_par.resolve_view(model_args)["loop_view"] == "local"
+    full = load_task(REPO / study.TASK_FILE)
+    _, held_ops, held_queries = full.phrasing_options("held_out")
+    _, seen_ops, seen_queries = full.phrasing_options("seen")
+    rng = np.random.default_rng(0)
+    prompt = text_prompt(study.slot_task("operations"), np.arange(8), None, "held_out", rng)[0]
+    assert all(options[0] in prompt for options in held_ops) and "At this point" not in prompt
+    assert any(q in prompt for q in seen_queries[0]) and not prompt.startswith("Initially")
+    prompt = text_prompt(study.slot_task("question"), np.arange(8), None, "held_out", rng)[0]
+    assert prompt.endswith(held_queries[0][0] + " ?") and not any(options[0] in prompt for options in held_ops)

@@ -48,9 +48,10 @@ N = 1024
 PHRASINGS = ["seen", "held_out"]
 BUDGET = 3300  # seconds of training per full row (--max_train_seconds), the same for the from-scratch row
 
+BATCH_PROCESS = {"--task_file": TASK_FILE, "--random_initial": "true"}  # the text task with held-out phrasings
+SWAP_S5 = {"--task": "swap_s5"}  # the paper's task in its text rendering ("Swap the contents of Box 1 and Box 3."), identity start
 COMMON = {
-    "--task_file": TASK_FILE, "--rendering": "text", "--random_initial": "true",
-    "--max_train_depth": str(TRAIN_MAX_DEPTH), "--eval_depths": "8", "--eval_n": "64", "--logging_steps": "25",
+    "--rendering": "text", "--max_train_depth": str(TRAIN_MAX_DEPTH), "--eval_depths": "8", "--eval_n": "64", "--logging_steps": "25",
     "--disable_tqdm": "true", "--report_to": "none", "--save_strategy": "steps", "--save_steps": "100",
     "--save_total_limit": "1",
 }
@@ -70,13 +71,22 @@ def pilot(flags: dict) -> dict:
     return {**flags, **PILOT}
 
 
+SWAP_BUDGET = 2400  # the swap-S5 retrofit: what the session had left beside the batch-process retrofit
+
 ROWS = rows_by_name(
-    Row.of("retrofit_full", "SmolLM2 9 layers (3+3+3), every weight trained", LOCAL, RETROFIT, FULL_RUN,
+    Row.of("retrofit_full", "SmolLM2 9 layers (3+3+3), every weight trained", LOCAL, BATCH_PROCESS, RETROFIT,
+           FULL_RUN, budget=BUDGET),
+    Row.of("scratch", "from scratch (hidden 128, 1+2+1, word-level tokenizer)", LOCAL, BATCH_PROCESS, SCRATCH,
            budget=BUDGET),
-    Row.of("scratch", "from scratch (hidden 128, 1+2+1, word-level tokenizer)", LOCAL, SCRATCH, budget=BUDGET),
-    Row.of("pilot_frozen", "pilot: retrofit, prelude frozen, d <= 4, 150 steps", LOCAL, pilot({**RETROFIT, **FROZEN})),
-    Row.of("pilot_full", "pilot: retrofit, every weight trained, d <= 4, 150 steps", LOCAL, pilot(RETROFIT)),
+    Row.of("swap_s5_retrofit", "swap-S5 (text), SmolLM2 9 layers (3+3+3), every weight trained", LOCAL, SWAP_S5,
+           RETROFIT, {"--max_steps": "800", "--max_train_seconds": str(SWAP_BUDGET)}, budget=SWAP_BUDGET),
+    Row.of("pilot_frozen", "pilot: retrofit, prelude frozen, d <= 4, 150 steps", LOCAL, BATCH_PROCESS,
+           pilot({**RETROFIT, **FROZEN})),
+    Row.of("pilot_full", "pilot: retrofit, every weight trained, d <= 4, 150 steps", LOCAL, BATCH_PROCESS,
+           pilot(RETROFIT)),
 )
+# what each row is evaluated on: phrasings and depths (1,024 prompts each; pilots 256 at d = 4)
+EVALUATION = {"swap_s5_retrofit": (["canonical"], [8, 32, 64])}
 
 
 def run_path(row: str, seed: int) -> Path:
@@ -108,7 +118,8 @@ def scrub(text: str) -> str:
     return text.replace(str(cache_folder()), PARENT)
 
 
-def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: int) -> dict:
+def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: int,
+             phrasings: list[str] | None = None) -> dict:
     import torch
 
     from par_studies import load_run, row_train_seconds
@@ -119,7 +130,7 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
     summary = json.loads((folder / "summary.json").read_text())
     model, tokenizer, task = load_run(folder, max(depths))
     evaluation = {}
-    for phrasing in PHRASINGS:
+    for phrasing in phrasings or PHRASINGS:
         started = time.time()
         result = evaluate_length_generalization(model, tokenizer, task, depths, n_per_depth=n, mode="forced",
                                                 seed=seed, rendering="text", phrasing=phrasing,
@@ -130,7 +141,7 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
             f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
     segments = [dict(s, command=scrub(s["command"])) for s in segments]
     trained = row_train_seconds(segments)
-    return dict(row=row, label=ROWS[row].label, seed=seed, task_file=TASK_FILE,
+    return dict(row=row, label=ROWS[row].label, seed=seed, task=task.name,
                 command=f"python examples/reproduce/pretrained_smollm2.py --row {row} --seed {seed}",
                 train_commands=[s["command"] for s in segments], segments=segments, steps=summary["steps"],
                 samples_seen=summary["samples_seen"], train_seconds=trained,
@@ -167,8 +178,8 @@ def record_path(row: str, seed: int) -> Path:
 def run_row(row: str, seed: int) -> dict:
     segments = train(row, seed)
     is_pilot = row.startswith("pilot_")
-    depths = [4] if is_pilot else DEPTHS
-    record = evaluate(row, seed, segments, depths, 256 if is_pilot else N)
+    phrasings, depths = EVALUATION.get(row, (PHRASINGS, [4] if is_pilot else DEPTHS))
+    record = evaluate(row, seed, segments, depths, 256 if is_pilot else N, phrasings)
     record["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)
     save_record(record, record_path(row, seed))
     return record
