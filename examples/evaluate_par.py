@@ -53,6 +53,7 @@ from state_tracking.evaluation import (
     default_workers,
     repo_relative,
 )
+from state_tracking.flag_modes import check_flags, given_flags
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -220,7 +221,9 @@ def evaluate_record_file(args) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     args.argv = argv  # for the recorded command
-    if args.test_file is not None or args.dataset_name is not None:
+    records = args.test_file is not None or args.dataset_name is not None
+    check_flags("evaluate_par.py", records, given_flags(sys.argv[1:] if argv is None else argv))
+    if records:
         return evaluate_record_file(args)
     task = resolve_task(args.model, args.task)
     model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype, args.attn_implementation)

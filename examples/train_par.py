@@ -57,6 +57,7 @@ from state_tracking.evaluation import (  # noqa: E402
     environment_info,
     repo_relative,
 )
+from state_tracking.flag_modes import check_flags  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     RecordColumns,
     RecordSplits,
@@ -475,6 +476,7 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
         if name in given:
             raise ValueError(f"--{name} describes generated data; it has no effect with --train_file / --dataset_name "
                              "(the records are the data).")
+    check_flags("train_par.py", records=True, given=given)
     columns = RecordColumns(data_args.operations_column, data_args.state_column, data_args.step_states_column,
                             data_args.initial_state_column, data_args.operation_delimiter)
     records = read_record_splits(columns, data_args.train_file, data_args.validation_file, data_args.test_file,
@@ -580,6 +582,7 @@ def main(argv=None):
                                                             "initial_state_column", "operation_delimiter")):
             raise ValueError("the record flags (--validation_file, --test_file, --*_column, --operation_delimiter) "
                              "need --train_file or --dataset_name.")
+        check_flags("train_par.py", records=False, given=given)
         task = build_task(task_args)
         tokenizer = build_tokenizer_for(task, task_args, model_args)
         token_ids = model_token_ids(tokenizer, task)

@@ -429,3 +429,37 @@ def test_operations_that_encode_alike_are_one_error(tmp_path):
     with pytest.raises(RecordError, match=r"operations 'a-b' and 'a - b' \(column 'operations'\) encode to the same "
                                           r"tokens \['a', '-', 'b'\]"):
         train_par.main(TINY + ["--train_file", str(path), "--max_steps", "1", "--output_dir", str(tmp_path / "x")])
+
+
+@pytest.mark.parametrize("script, argv, message", [
+    ("train_par", ["--eval_depths", "8,16", "--max_steps", "1"], r"--eval_depths applies to generated problems only"),
+    ("train_par", ["--task", "s5"], r"--task describes generated data"),
+    ("evaluate_par", ["--depths", "8", "--seed", "3", "--compile"], r"--depths, --seed, --compile apply to generated"),
+    ("evaluate_par", ["--phrasing", "seen", "--fixed-iterations", "2"], r"--phrasing, --fixed_iterations apply"),
+])
+def test_flags_with_no_effect_on_records_are_refused_by_name(tmp_path, script, argv, message):
+    """One table (state_tracking.flag_modes) says which flags apply to generated problems and which to records, for
+    train_par.py, evaluate_par.py and rnn.py; a flag that would be ignored is one error naming it."""
+    write_csv(tmp_path / "train.csv", turnstile_rows(20, 1, 3, seed=5))
+    data = ["--step_states_column", "observed", "--operation_delimiter", ";"]
+    with pytest.raises(ValueError, match=message):
+        if script == "train_par":
+            train_par.main(TINY + ["--train_file", str(tmp_path / "train.csv"), *data, "--output_dir",
+                                   str(tmp_path / "x"), *argv])
+        else:
+            evaluate_par.main(["--model", str(tmp_path), "--test_file", str(tmp_path / "train.csv"), *data, "--out",
+                               str(tmp_path / "e.json"), *argv])
+
+
+def test_record_flags_without_records_are_refused_by_name(tmp_path):
+    from state_tracking.flag_modes import FLAG_MODES, check_flags
+
+    for name in ("max_train_samples", "skip_bad_records", "dataset_config_name", "data_name"):
+        with pytest.raises(ValueError, match=f"--{name} applies to recorded data only"):
+            train_par.main(TINY + [f"--{name}", "true" if name == "skip_bad_records" else "3", "--output_dir",
+                                   str(tmp_path / name)])
+    with pytest.raises(ValueError, match="--split applies to recorded data only"):
+        evaluate_par.main(["--model", str(tmp_path), "--split", "test", "--out", str(tmp_path / "e.json")])
+    rnn = load_example("examples/baselines/rnn.py")
+    assert (rnn.GENERATED_ONLY, rnn.RECORD_FLAGS) == FLAG_MODES["rnn.py"]
+    check_flags("rnn.py", records=False, given={"task", "hidden"})  # nothing to refuse

@@ -56,6 +56,7 @@ from state_tracking import (  # noqa: E402
 from state_tracking.accuracy import overall_state_accuracy  # noqa: E402
 from state_tracking.data import LABEL_PAD_ID  # noqa: E402
 from state_tracking.evaluation import STOP_BELOW, draw_test_problems, repo_relative  # noqa: E402
+from state_tracking.flag_modes import FLAG_MODES  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     RecordColumns,
     has_step_states,
@@ -70,10 +71,9 @@ LABELS = ("step", "final")
 # depth range and curriculum start from the lengths present, and have no task, train size or test depths.
 GENERATED_DEFAULTS = {"task": "swap_s5", "min_train_depth": 1, "max_train_depth": 8, "curriculum_start_depth": 2,
                       "eval_depths": "8,16,32,64,128,256,512", "eval_n": 256}
-GENERATED_ONLY = ("task", "train_size", "eval_depths", "eval_n")  # describe generated data: refused with records
-RECORD_FLAGS = ("validation_file", "test_file", "dataset_config_name", "operations_column", "state_column",
-                "step_states_column", "initial_state_column", "operation_delimiter", "skip_bad_records",
-                "max_train_samples")  # need --train_file or --dataset_name
+# what describes generated data (refused with records) and what needs --train_file / --dataset_name: the table train_par.py
+# and evaluate_par.py share (state_tracking.flag_modes)
+GENERATED_ONLY, RECORD_FLAGS = FLAG_MODES["rnn.py"]
 
 
 class RNNStateTracker(nn.Module):
