@@ -216,8 +216,7 @@ DEFAULT_TRAINING = dict(
 # Training on records (--train_file / --dataset_name) with only the data flags given: the recipe with the mastery
 # curriculum over the lengths present (d_max grows once the final answers at d_max are 90% right), the training depth
 # range from the data, at most 6,000 steps of 64 (384k samples: 100k records ~4 times) and 14 minutes on one CPU
-# thread. At 3,000 steps the mastery curriculum reached d = 16 only in the last ~100 steps and final-states-only
-# register3 was exact to 16x for one seed of three (results/own_data_cpu/).
+# thread (why these: results/own_data_cpu/README.md).
 LONGEST_RECORD = 1_000_000  # max_train_depth's default with records: replaced by the longest training record's length
 DATA_TRAINING = dict(output_dir="runs/par-records", max_steps=6000, max_train_seconds=840,
                      curriculum_advance_accuracy=0.9, curriculum_every_steps=50, max_train_depth=LONGEST_RECORD)
@@ -511,9 +510,8 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
     else:
         mode = ("final-answer training over the lengths present: the records carry final states only, and under the "
                 "local view iteration k on a record computes what it computes on the record's k-operation prefix, so "
-                "a record of length k supervises iteration k; results/own_data_cpu/: it ties label-free prefix "
-                "self-distillation at 16x and fits ~9% more steps into the same time, with no EMA teacher to collapse; "
-                "--self_distillation true for the other)")
+                "a record of length k supervises iteration k (against label-free prefix self-distillation: "
+                "results/own_data_cpu/README.md; --self_distillation true for the other)")
     logger.warning("training mode: %s", mode)
     records.mode = mode
     return records
