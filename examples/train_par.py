@@ -282,6 +282,14 @@ def parse_all_args(argv=None):
     return model_args, task_args, data_args, train_args, given
 
 
+def is_compiler_error(error: BaseException) -> bool:
+    """Whether `error` is torch.compile failing to compile a graph (inductor / a dynamo backend), not the model."""
+    from torch._dynamo.exc import BackendCompilerFailed
+    from torch._inductor.exc import InductorError
+
+    return isinstance(error, (BackendCompilerFailed, InductorError))
+
+
 def build_task(task_args: TaskArguments):
     return load_task(task_args.task_file) if task_args.task_file else get_task(task_args.task)
 
@@ -621,9 +629,21 @@ def main(argv=None):
     eval_model.eval()
     if records is None:
         save_task(task, output_dir)
-        results = evaluate_and_report(eval_model, tokenizer, task, task_args, train_args, output_dir)
-    else:
-        results = evaluate_records_and_report(eval_model, records, task_args, train_args, output_dir)
+
+    def evaluate_trained():
+        if records is None:
+            return evaluate_and_report(eval_model, tokenizer, task, task_args, train_args, output_dir)
+        return evaluate_records_and_report(eval_model, records, task_args, train_args, output_dir)
+
+    try:
+        results = evaluate_trained()
+    except Exception as error:  # the trained model is saved; its compiled graphs may fail on evaluation shapes
+        if getattr(eval_model, "compiled", None) is None or not is_compiler_error(error):
+            raise
+        logger.warning("evaluation: torch.compile failed on the evaluation's shapes (%s: %s); evaluating eagerly "
+                       "(the same computation).", type(error).__name__, str(error).splitlines()[0][:200])
+        eval_model.compile_core(disable=True)
+        results = evaluate_trained()
     steps = trainer.state.global_step
     summary = {
         "train_seconds": round(train_seconds, 1), "steps": steps, "max_steps": train_args.max_steps,
