@@ -543,8 +543,17 @@ ENCODED = Features({
 class _Encoder:
     """Normalized records -> training columns, vectorised per batch (checked against `RecordFormat.encode`)."""
 
-    def __init__(self, record_format: RecordFormat, tokenizer, sources: list[str], skip_bad: bool):
+    def __init__(self, record_format: RecordFormat, tokenizer, sources: list[str], skip_bad: bool,
+                 columns: RecordColumns | None = None):
         self.format, self.sources, self.skip_bad = record_format, sources, skip_bad
+        # what the errors call each normalized field: the user's column (and its flag), not the internal name
+        c = columns or RecordColumns()
+        labels = c.step_states or c.state
+        self.field_names = {
+            "operations": f"{c.operations!r} (--operations_column)" if c.operations else "operations",
+            "labels": (f"{labels!r} ({'--step_states_column' if c.step_states else '--state_column'})" if labels
+                       else "state"),
+            "initial": f"{c.initial_state!r} (--initial_state_column)" if c.initial_state else "initial state"}
         tokens = [record_format.operation_tokens(tokenizer, i) for i in range(len(record_format.operations))]
         self.token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
         self.token_starts = np.concatenate([[0], np.cumsum(self.token_lengths)[:-1]]).astype(np.int64)
@@ -560,8 +569,8 @@ class _Encoder:
         bad = np.flatnonzero(indices == -1)
         problems = []
         for position in bad:
-            problems.append((int(rows_of[position]), f"field {field_name}: {what} {values[position]!r} never occurs in "
-                             "the training data"))
+            problems.append((int(rows_of[position]), f"column {self.field_names[field_name]}: {what} "
+                             f"{values[position]!r} never occurs in the training data"))
         return problems
 
     def __call__(self, table: pa.Table) -> dict:
@@ -671,7 +680,7 @@ def encode_records(records: LoadedRecords, record_format: RecordFormat, tokenize
     if list(records.query_names) != list(record_format.query_names):
         raise RecordError(f"{records.sources}: the states name the queries {records.query_names}, the training data "
                           f"{list(record_format.query_names)}.")
-    encoder = _Encoder(record_format, tokenizer, records.sources, skip_bad_records)
+    encoder = _Encoder(record_format, tokenizer, records.sources, skip_bad_records, records.columns)
     encoded = records.dataset.with_format("arrow").map(encoder, batched=True, batch_size=2000,
                                   remove_columns=records.dataset.column_names, features=ENCODED,
                                   load_from_cache_file=False, desc="encoding records").with_format(None)

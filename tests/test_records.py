@@ -152,10 +152,12 @@ def test_unseen_labels_and_operations_at_test_time_are_errors_or_counted_skips(t
     test = tmp_path / "test.csv"
     test.write_text("events,observed\ncoin;push,unlocked;locked\ncoin;dance,unlocked;unlocked\ncoin,broken\n")
     loaded = load_record_files(str(test), columns, query_names=train.query_names)
-    with pytest.raises(RecordError, match=r"test.csv, record 1, field operations: operation 'dance' never occurs"):
+    with pytest.raises(RecordError, match=r"test.csv, record 1, column 'events' \(--operations_column\): operation "
+                                          r"'dance' never occurs"):
         encode_records(loaded, record_format, tokenizer)
     encoded, skipped = encode_records(loaded, record_format, tokenizer, skip_bad_records=True)
     assert len(encoded) == 1 and len(skipped) == 2 and "'broken' never occurs" in skipped[1]
+    assert "column 'observed' (--step_states_column): label 'broken'" in skipped[1]  # the user's column, not "labels"
     bad = tmp_path / "bad.csv"
     bad.write_text("events,observed\ncoin;push,unlocked\n;;,\ncoin,unlocked\n")
     kept = load_record_files(str(bad), columns, skip_bad_records=True)
