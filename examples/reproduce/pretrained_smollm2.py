@@ -123,7 +123,7 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
     import torch
 
     from par_studies import load_run, row_train_seconds
-    from state_tracking import evaluate_length_generalization
+    from state_tracking import evaluate_until_failed
 
     torch.set_num_threads(1)
     folder = run_path(row, seed)
@@ -132,9 +132,10 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
     evaluation = {}
     for phrasing in phrasings or PHRASINGS:
         started = time.time()
-        result = evaluate_length_generalization(model, tokenizer, task, depths, n_per_depth=n, mode="forced",
-                                                seed=seed, rendering="text", phrasing=phrasing,
-                                                train_max_depth=TRAIN_MAX_DEPTH, progress=False)
+        # the stop rule of every study: after two depths under 2% the longer ones are not run (counted as 0)
+        result = evaluate_until_failed(model, tokenizer, task, depths, mode="forced", n_per_depth=n, seed=seed,
+                                       rendering="text", phrasing=phrasing, train_max_depth=TRAIN_MAX_DEPTH,
+                                       progress=False)
         evaluation[phrasing] = {"depths": result["depths"], "accuracy": result["accuracy"],
                                 "seconds": round(time.time() - started, 1)}
         print(f"{row} s{seed} {phrasing}: " + " ".join(
