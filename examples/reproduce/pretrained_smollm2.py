@@ -315,9 +315,20 @@ def rows_table(records: list[dict]) -> str:
     lines = ["| row | seed | steps | train s | s / step | peak RSS GB | trained params | seen d=8 | seen d=64 | "
              "held-out d=8 | held-out d=64 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
+        if "seen" not in r["evaluation"] or r["row"].startswith("pilot_"):
+            continue
         lines.append(f"| {r['row']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | {r['seconds_per_step']} | "
                      f"{r.get('peak_rss_gb', '–')} | {r['trainable_parameters'] / 1e6:.1f} M | "
                      + " | ".join(cell(accuracy_at(r, p, d)) for p in PHRASINGS for d in DEPTHS) + " |")
+    others = [r for r in records if "canonical" in r["evaluation"]]
+    if others:
+        lines += ["", "swap-S5 (text rendering, canonical phrasing, identity start; the stop rule ends a grid after two "
+                  "depths under 2%):", "", "| row | seed | steps | train s | s / step | peak RSS GB | d=8 | d=32 | d=64 |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['row']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | {r['seconds_per_step']} | "
+                  f"{r.get('peak_rss_gb', '–')} | " + " | ".join(
+                      cell(accuracy_at(r, "canonical", d)) if d in r["evaluation"]["canonical"]["depths"]
+                      else "0 (stop rule)" for d in (8, 32, 64)) + " |" for r in others]
     pilots = [r for r in records if r["row"].startswith("pilot_")]
     if pilots:
         lines += ["", "Pilots (train d ≤ 4, 150 steps, 256 prompts at d = 4):", "",
