@@ -24,6 +24,7 @@ from .rows import (
 )
 from .runs import (
     REPO,
+    blocked_pipeline_check,
     curriculum_growth,
     latest_checkpoint,
     load_run,
@@ -37,7 +38,7 @@ from .tables import load_records, mean_sd, save_record, seeds_cell, splice_table
 
 __all__ = [
     "FULL", "HALTING", "HOLD_TAIL", "KINDS", "LOCAL", "MASTERY", "REPO", "SELF_DISTILL", "Preset", "Row", "argv",
-    "combine", "curriculum_growth", "halting", "hold_tail", "latest_checkpoint", "load_records", "load_run", "mean_sd",
-    "parse_argv", "repo_module", "row_train_seconds", "rows_by_name", "run_logged", "save_record", "seeds_cell",
-    "splice_table", "thread_env", "train_segment",
+    "blocked_pipeline_check", "combine", "curriculum_growth", "halting", "hold_tail", "latest_checkpoint",
+    "load_records", "load_run", "mean_sd", "parse_argv", "repo_module", "row_train_seconds", "rows_by_name",
+    "run_logged", "save_record", "seeds_cell", "splice_table", "thread_env", "train_segment",
 ]

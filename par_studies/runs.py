@@ -108,6 +108,34 @@ def load_run(folder: Path, longest_depth: int):
     return model, AutoTokenizer.from_pretrained(folder), load_task_from_dir(folder)
 
 
+def blocked_pipeline_check(folder: Path, task, script: str, phrasings, depth: int, n: int, seed: int) -> dict:
+    """`n` raw strings of `depth` operations per phrasing (idle start, fresh problems: generator seed `seed + 4242`,
+    phrasings drawn from `derive_seed("pipeline check", phrasing, seed)`) through the pipeline of a checkpoint folder:
+    `script` (a tests.test_modeling_par.run_blocked script reading the cases file named by sys.argv[3]) runs in a fresh
+    process with this package blocked; its JSON result is `by_phrasing`."""
+    import numpy as np
+
+    from state_tracking.data import derive_seed
+    from state_tracking.evaluation import draw_test_problems
+    from state_tracking.prompts import text_prompt
+
+    ops, _ = draw_test_problems(task, depth, n, seed + 4242, False)
+    targets = task.final_states(ops)[:, 0]
+    cases = {}
+    for phrasing in phrasings:
+        rng = np.random.default_rng(derive_seed("pipeline check", phrasing, seed))
+        cases[phrasing] = {"prompts": [text_prompt(task, o, None, phrasing, rng)[0] for o in ops],
+                           "targets": [task.candidate_names[t] for t in targets]}
+    cases_file = folder.parent / f".{folder.name}_pipeline_cases.json"
+    cases_file.write_text(json.dumps(cases))
+    try:
+        result = json.loads(repo_module("tests.test_modeling_par").run_blocked(script, folder, str(cases_file),
+                                                                                timeout=None))
+    finally:
+        cases_file.unlink()
+    return {"depth": depth, "n": n, "start": "idle", "fresh_generator_seed": seed + 4242, "by_phrasing": result}
+
+
 def repo_module(dotted: str):
     """A module of this repository outside its installed packages, by its dotted path from the repository root
     (`examples.push_to_hub`, `tests.test_modeling_par`): the folders on the way are registered as packages at their

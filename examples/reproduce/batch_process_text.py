@@ -36,6 +36,7 @@ from par_studies import (
     LOCAL,
     REPO,
     Row,
+    blocked_pipeline_check,
     combine,
     load_records,
     load_run,
@@ -190,29 +191,11 @@ PIPELINE_CHECK = """
 
 def pipeline_check(folder: Path, task, seed: int, depth: int | None = None, n: int | None = None) -> dict:
     """Raw strings (idle start, `depth` operations) through the folder's pipeline in a fresh process with the package
-    blocked; accuracy per phrasing."""
-    from state_tracking.data import derive_seed
-    from state_tracking.evaluation import draw_test_problems
-    from state_tracking.prompts import text_prompt
-
-    run_blocked = repo_module("tests.test_modeling_par").run_blocked
-
-    depth, n = depth or PIPELINE_DEPTH, n or PIPELINE_N
-    ops, _ = draw_test_problems(task, depth, n, seed + 4242, False)
-    targets = task.final_states(ops)[:, 0]
-    cases = {}
-    for phrasing in PHRASINGS:
-        rng = np.random.default_rng(derive_seed("pipeline check", phrasing, seed))
-        cases[phrasing] = {"prompts": [text_prompt(task, o, None, phrasing, rng)[0] for o in ops],
-                           "targets": [task.candidate_names[t] for t in targets]}
-    cases_file = folder.parent / f".{folder.name}_pipeline_cases.json"
-    cases_file.write_text(json.dumps(cases))
-    try:
-        result = json.loads(run_blocked(PIPELINE_CHECK, folder, str(cases_file), timeout=None))
-    finally:
-        cases_file.unlink()
-    return {"depth": depth, "n": n, "start": "idle", "fresh_generator_seed": seed + 4242, "by_phrasing": result,
-            "command": f"python examples/reproduce/batch_process_text.py --export <row> --seed {seed}"}
+    blocked; accuracy per phrasing (`par_studies.blocked_pipeline_check`)."""
+    check = blocked_pipeline_check(folder, task, PIPELINE_CHECK, PHRASINGS, depth or PIPELINE_DEPTH, n or PIPELINE_N,
+                                   seed)
+    check["command"] = f"python examples/reproduce/batch_process_text.py --export <row> --seed {seed}"
+    return check
 
 
 def export(row: str, seed: int, target: Path | None = None) -> Path:

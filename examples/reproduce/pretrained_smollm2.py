@@ -33,8 +33,6 @@ import resource
 import time
 from pathlib import Path
 
-import numpy as np
-
 from par_studies import LOCAL, REPO, Row, combine, load_records, rows_by_name, save_record, splice_table, train_segment
 
 TASK_FILE = "examples/tasks/batch_process_phrasings.json"
@@ -240,11 +238,8 @@ def export(row: str, seed: int, target: Path | None = None, depth: int = 64, n: 
     answered with allow_untrained=True."""
     import shutil
 
-    from par_studies import repo_module
+    from par_studies import blocked_pipeline_check, repo_module
     from state_tracking import load_task_from_dir
-    from state_tracking.data import derive_seed
-    from state_tracking.evaluation import draw_test_problems
-    from state_tracking.prompts import text_prompt
 
     hub = repo_module("examples.push_to_hub")
     target = target or EXPORT
@@ -271,24 +266,10 @@ def export(row: str, seed: int, target: Path | None = None, depth: int = 64, n: 
         "accuracy": accuracy_at(record, "held_out", depth), "depth": depth, "n": record["n_per_depth"],
         "source": f"results/pretrained_cpu/runs/{row}_s{seed}.json"}
     (target / "config.json").write_text(json.dumps(config, indent=2))
-    task = load_task_from_dir(folder)
-    ops, _ = draw_test_problems(task, depth, n, seed + 4242, False)
-    targets = task.final_states(ops)[:, 0]
-    cases = {}
-    for phrasing in PHRASINGS:
-        rng = np.random.default_rng(derive_seed("pipeline check", phrasing, seed))
-        cases[phrasing] = {"prompts": [text_prompt(task, o, None, phrasing, rng)[0] for o in ops],
-                           "targets": [task.candidate_names[t] for t in targets]}
-    cases_file = target.parent / f".{target.name}_pipeline_cases.json"
-    cases_file.write_text(json.dumps(cases))
-    try:
-        result = json.loads(repo_module("tests.test_modeling_par").run_blocked(PIPELINE_CHECK, target, str(cases_file),
-                                                                                timeout=None))
-    finally:
-        cases_file.unlink()
-    record["pipeline_check"] = {"depth": depth, "n": n, "start": "idle", "fresh_generator_seed": seed + 4242,
-                                "by_phrasing": result,
-                                "command": f"python examples/reproduce/pretrained_smollm2.py --export {row} --seed {seed}"}
+    check = blocked_pipeline_check(target, load_task_from_dir(folder), PIPELINE_CHECK, PHRASINGS, depth, n, seed)
+    result = check["by_phrasing"]
+    record["pipeline_check"] = {**check, "command": f"python examples/reproduce/pretrained_smollm2.py --export {row} "
+                                                    f"--seed {seed}"}
     save_record(record, record_path(row, seed))
     print(json.dumps(result, indent=1))
     return target
