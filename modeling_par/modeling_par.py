@@ -63,7 +63,7 @@ from .loop_views import (
     whole_prompt_view,
 )
 from .par_attention import par_eager_attention, small_block_attention
-from .parents import first_layers, load_parent
+from .parents import load_parent
 from .pipeline_par import StateTrackingPipeline  # noqa: F401  (imported so save_pretrained copies the pipeline code)
 from .runtime_options import RUNTIME_OPTION_NAMES, ParRuntimeOptions
 from .window_path import WindowLoop
@@ -285,8 +285,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         Layers [0, P) become the prelude, [P, P+C) the shared core, the rest the coda; every weight is copied
         unchanged and only the adapter is new (W = [0 | I]), so with R = 1 (and the full view) the answer logits equal
         the parent's logits at the candidate rows. P + C + Q must equal the parent's layer count, or, with
-        `truncate=True`, be at most it: the parent is then cut to its first P + C + Q layers (a truncated parent,
-        whose final norm and LM head read layer P + C + Q; R = 1 equals that truncated parent).
+        `truncate=True`, be at most it: only the parent's first P + C + Q layers are read (a truncated parent, whose
+        final norm and LM head read layer P + C + Q; R = 1 equals that truncated parent; a model passed in is not
+        changed).
         """
         if not isinstance(model_or_path, (str, os.PathLike, Qwen2ForCausalLM, LlamaForCausalLM)):
             raise ValueError(
@@ -295,15 +296,17 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             )
         parent = load_parent(model_or_path, gguf_file=gguf_file, dtype=dtype)
         layers = prelude_layers + core_layers + coda_layers
-        if truncate and layers <= parent.config.num_hidden_layers:
-            parent = first_layers(parent, layers)
-        elif truncate:
+        if truncate and layers > parent.config.num_hidden_layers:
             raise ValueError(f"from_qwen2(truncate=True): prelude_layers + core_layers + coda_layers = {layers} exceeds "
                              f"the parent's num_hidden_layers = {parent.config.num_hidden_layers}.")
         parent_config = parent.config.to_dict()
         for key in ("model_type", "architectures", "auto_map", "transformers_version", "dtype", "torch_dtype",
                     "quantization_config"):
             parent_config.pop(key, None)
+        if truncate:  # the first P + C + Q layers: cut the config and the weights read, never the caller's model
+            parent_config["num_hidden_layers"] = layers
+            if parent_config.get("layer_types") is not None:
+                parent_config["layer_types"] = list(parent_config["layer_types"])[:layers]
         if parent_config.get("num_hidden_layers") != layers:
             raise ValueError(
                 f"from_qwen2: prelude_layers + core_layers + coda_layers = {layers} must equal the parent's "
@@ -315,7 +318,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                                      **parent_config)
         config._attn_implementation = parent.config._attn_implementation
         model = cls(config).to(dtype=next(parent.parameters()).dtype, device=next(parent.parameters()).device)
-        missing, unexpected = model.load_state_dict(parent.state_dict(), strict=False)
+        weights = {k: v for k, v in parent.state_dict().items()
+                   if not (k.startswith("model.layers.") and int(k.split(".")[2]) >= layers)}
+        missing, unexpected = model.load_state_dict(weights, strict=False)
         if unexpected or set(missing) - {"adapter.weight", "lm_head.weight"}:
             raise ValueError(f"from_qwen2: parent weights do not match: missing {missing}, unexpected {unexpected}.")
         if "lm_head.weight" in missing:  # a parent whose state dict left out its tied head

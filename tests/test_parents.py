@@ -72,6 +72,10 @@ def test_truncated_parent_is_its_first_layers(tiny_llama):
     model = ParLoopedQwenForStateTracking.from_qwen2(tiny_llama, 1, 1, 1, answer_token_ids=ANSWER_IDS,
                                                      truncate=True).eval()
     assert model.config.num_hidden_layers == 3 and len(tiny_llama.model.layers) == 6  # the parent is not cut
+    converted = qwen2_from_llama(tiny_llama)
+    same = ParLoopedQwenForStateTracking.from_qwen2(converted, 1, 1, 1, answer_token_ids=ANSWER_IDS, truncate=True)
+    assert len(converted.model.layers) == 6 and converted.config.num_hidden_layers == 6  # nor a Qwen2 one passed in
+    torch.testing.assert_close(same.model.layers[2].mlp.up_proj.weight, converted.model.layers[2].mlp.up_proj.weight)
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids, query_positions=qpos, num_iterations=1).answer_logits[0],
                                    candidate_logits(short, input_ids, qpos), atol=1e-5, rtol=0)

@@ -102,7 +102,8 @@ def load_parent(model_or_path, gguf_file: str | None = None, dtype: torch.dtype 
                 num_layers: int | None = None) -> Qwen2ForCausalLM:
     """The retrofit's parent as a `Qwen2ForCausalLM`: a Qwen2 model as is, a Llama model converted
     (`qwen2_from_llama`); a Hub id or folder (with `gguf_file`: a GGUF file in it) loaded by its config's
-    model_type. `num_layers` keeps only the first layers (`first_layers`)."""
+    model_type. `num_layers` keeps only the first layers (`first_layers`, in place: a Qwen2 model passed in is cut
+    itself)."""
     if isinstance(model_or_path, (str, os.PathLike)):
         kwargs = {} if gguf_file is None else {"gguf_file": gguf_file}
         model_type = AutoConfig.from_pretrained(model_or_path, **kwargs).model_type
