@@ -49,11 +49,12 @@ from state_tracking import (
 from state_tracking.evaluation import (
     ATTN_IMPLEMENTATIONS,
     MODES,
+    command_line,
     default_attn_implementation,
     default_workers,
     repo_relative,
 )
-from state_tracking.flag_modes import check_flags, given_flags
+from state_tracking.flag_modes import check_flags, given_flags, run_cli, true_or_false
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -70,11 +71,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for role in ("operations", "state", "step_states", "initial_state"):
         parser.add_argument(f"--{role}_column", default=None, help=f"records: the {role.replace('_', ' ')} column")
     parser.add_argument("--operation_delimiter", default=None, help="records: regex splitting a string of operations")
-    parser.add_argument("--skip_bad_records", action="store_true", help="records: drop unreadable records, report")
+    parser.add_argument("--skip_bad_records", type=true_or_false, nargs="?", const=True, default=False, help="records: drop unreadable records, report")
     parser.add_argument("--n", type=int, default=1024, help="sequences per depth")
     parser.add_argument("--mode", choices=MODES, default="forced")
     parser.add_argument("--rendering", choices=RENDERINGS, default="symbolic")
-    parser.add_argument("--random_initial", "--random-initial", action="store_true", help="random start assignment (shown in the prompt)")
+    parser.add_argument("--random_initial", "--random-initial", type=true_or_false, nargs="?", const=True, default=False, help="random start assignment (shown in the prompt)")
     parser.add_argument("--phrasing", choices=["canonical", "seen", "held_out"], default="canonical",
                         help="text rendering: first forms, drawn among the phrasings training saw, or the task's "
                              "held-out phrasings")
@@ -85,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train_max_depth", "--train-max-depth", type=int, default=None, help="longest training depth, for G = d50 / d_train")
     parser.add_argument("--step_size", "--step-size", type=int, default=None, help="c for forced R = ceil(d / c); default model.config.step_size")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--no_progress", "--no-progress", action="store_true")
+    parser.add_argument("--no_progress", "--no-progress", "--disable_tqdm", dest="no_progress", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--dtype", choices=["float32", "auto", "bfloat16"], default="float32",
                         help="weights at evaluation: float32 (default; fast on CPU), auto (as stored), bfloat16")
     parser.add_argument("--fixed_iterations", "--fixed-iterations", type=int, default=None,
@@ -94,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="run each batch as this many parts at once, one CPU thread each; 0 (default): one per "
                              "CPU thread (≤ 4) on a CPU (1 with eager attention), 1 on an accelerator "
                              "(benchmarks/bench_speed.py)")
-    parser.add_argument("--compile", action="store_true",
+    parser.add_argument("--compile", type=true_or_false, nargs="?", const=True, default=False,
                         help="torch.compile the core update and the coda (model.compile_core()); pays back only on "
                              "long evaluations (compiling costs ~20-50 s)")
     parser.add_argument("--attn_implementation", "--attn-implementation", default="auto", choices=list(ATTN_IMPLEMENTATIONS),
@@ -171,6 +172,7 @@ def evaluate_record_file(args) -> dict:
         has_step_states,
         load_record_files,
         records_progress_profile,
+        within_reach,
     )
 
     model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype, args.attn_implementation)
@@ -180,25 +182,38 @@ def evaluate_record_file(args) -> dict:
         raise ValueError(f"--test_file scores a checkpoint trained on records; {args.model}'s config.prompt_format is "
                          f"{'missing' if spec is None else repr(spec.get('rendering'))}, not 'records' (score it on "
                          "generated problems with --depths).")
+    if args.no_progress:
+        import datasets
+
+        datasets.disable_progress_bars()
+    # the columns and delimiter the checkpoint remembers from its training file, unless a flag names others
     columns = RecordColumns(args.operations_column, args.state_column, args.step_states_column,
                             args.initial_state_column,
                             args.operation_delimiter if args.operation_delimiter is not None else record_format.delimiter)
+    split = "test" if args.test_file else args.split
     loaded = load_record_files(args.test_file, columns, args.dataset_name, args.dataset_config_name, args.split,
-                               query_names=list(record_format.query_names), skip_bad_records=args.skip_bad_records)
+                               query_names=list(record_format.query_names), skip_bad_records=args.skip_bad_records,
+                               flag="--test_file", remembered=dict(record_format.columns))
     encoded, skipped = encode_records(loaded, record_format, tokenizer, args.skip_bad_records)
-    skipped = loaded.skipped + skipped
+    config = model.config
+    step_size = int(config.step_size)
+    encoded, too_long = within_reach(
+        split, loaded, encoded, int(config.max_iterations) * step_size,
+        f"the checkpoint's loop can run (config.max_iterations {config.max_iterations} x step_size {step_size})",
+        args.skip_bad_records)
+    skipped = loaded.skipped + skipped + too_long
     if skipped:
         print(f"skipped {len(skipped)} record(s) (--skip_bad_records); the first: {skipped[0]}")
     results = evaluate_records(model, encoded, record_format, mode=args.mode, batch_size=args.batch_size,
                                train_max_depth=args.train_max_depth,
                                workers=args.workers or default_workers(args.device, model.config._attn_implementation),
                                device=args.device, sources=[repo_relative(p) for p in loaded.sources],
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, split=split)
     results.update(model_dir=repo_relative(args.model), skipped=len(skipped),
-                   command=" ".join(sys.argv if args.argv is None else ["examples/evaluate_par.py", *args.argv]))
+                   command=command_line(__file__, sys.argv[1:] if args.argv is None else args.argv))
     save_results(results, args.out)
     if args.plot:
-        plot_accuracy_vs_depth({os.path.basename(os.path.normpath(args.model)): [results]}, args.plot,
+        plot_accuracy_vs_depth({f"{os.path.basename(os.path.normpath(args.model))}, {split}": [results]}, args.plot,
                                title=f"{record_format.task_name}, {args.mode}")
     if args.profile:
         if not has_step_states(loaded):
@@ -238,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict:
         fixed_iterations=args.fixed_iterations, phrasing=args.phrasing,
     )
     results["model_dir"] = repo_relative(args.model)
-    results["command"] = " ".join(sys.argv if argv is None else ["examples/evaluate_par.py", *argv])
+    results["command"] = command_line(__file__, sys.argv[1:] if argv is None else argv)
     save_results(results, args.out)
     if args.plot:
         plot_accuracy_vs_depth({os.path.basename(os.path.normpath(args.model)): [results]}, args.plot, title=f"{task.name}, {args.mode}")
@@ -256,4 +271,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from modeling_par.record_format import RECORDS, RecordFormat, load_prompt_format  # noqa: E402
 from state_tracking import StateTrackingCollator  # noqa: E402
+from state_tracking.flag_modes import run_cli  # noqa: E402
 from state_tracking.tasks import RESERVED_WORDS, load_task  # noqa: E402
 
 PLOT_MAX_STATES = 12
@@ -279,4 +280,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from state_tracking import GROUP_TASK_NAMES, build_dataset, build_tokenizer, get_task, load_task  # noqa: E402
 from state_tracking.evaluation import draw_test_problems  # noqa: E402
+from state_tracking.flag_modes import true_or_false  # noqa: E402
 from state_tracking.records import EXTENSIONS, task_records  # noqa: E402
 
 
@@ -45,10 +46,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--n_per_depth", type=int, default=None, help="records per depth of a comma list")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="the file to write (.csv, .tsv, .jsonl, .json, .parquet)")
-    parser.add_argument("--final_only", action="store_true", help="no step_states column (final states only)")
-    parser.add_argument("--random_initial", action="store_true", help="random start states, written to initial_state")
-    parser.add_argument("--state_ids", action="store_true", help="a group task's state as one label: its index")
-    parser.add_argument("--text", action="store_true", help="operations as the task's English sentences")
+    parser.add_argument("--final_only", type=true_or_false, nargs="?", const=True, default=False, help="no step_states column (final states only)")
+    parser.add_argument("--random_initial", type=true_or_false, nargs="?", const=True, default=False, help="random start states, written to initial_state")
+    parser.add_argument("--state_ids", type=true_or_false, nargs="?", const=True, default=False, help="a group task's state as one label: its index")
+    parser.add_argument("--text", type=true_or_false, nargs="?", const=True, default=False, help="operations as the task's English sentences")
     args = parser.parse_args(argv)
     ext = os.path.splitext(args.out)[1].lower()
     if ext not in EXTENSIONS:

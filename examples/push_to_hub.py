@@ -29,9 +29,9 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
-
 from modeling_par import ParLoopedQwenForStateTracking  # noqa: E402
 from modeling_par.record_format import load_prompt_format  # noqa: E402
+from state_tracking.flag_modes import true_or_false  # noqa: E402
 
 CARD_TEMPLATE = REPO_ROOT / "hub_card.md"
 EXTRA_FILES = ("state_tracking_task.json",)
@@ -109,6 +109,20 @@ def carried_card(checkpoint: Path) -> dict | None:
             "model_index": index}
 
 
+def segmentation_rule(prompt_format: dict | None) -> str:
+    """How the checkpoint finds its operations in raw input, in the card's words (from `config.prompt_format`)."""
+    if not prompt_format:
+        return "none recorded: the caller passes operation_ends"
+    delimiter = prompt_format.get("delimiter")
+    if prompt_format.get("rendering") == "records":
+        return ("a list of operation strings, or one string split at " +
+                (f"the delimiter {delimiter!r}" if delimiter else "whitespace"))
+    if prompt_format.get("rendering") == "text":
+        return f"one operation per piece between matches of {delimiter!r}" if delimiter else \
+            "one operation per sentence"
+    return "one token per operation"
+
+
 def render_card(model, repo_id: str, results_markdown: str | None = None, training_data: str | None = None,
                 limits: str | None = None, measured: dict | None = None, index: list[dict] | None = None) -> str:
     """Fill `hub_card.md`'s {{placeholders}}; an unknown placeholder is an error, not a blank. `measured` (see
@@ -136,6 +150,7 @@ def render_card(model, repo_id: str, results_markdown: str | None = None, traini
         "training_data": training_data or "Not stated by the exporter.",
         "results": results_markdown or "No results were attached to this export.",
         "limits": limits or "Trained from the configuration above; see the training data section.",
+        "segmentation_rule": segmentation_rule(c.prompt_format),
     }
     template = CARD_TEMPLATE.read_text()
     missing = sorted(set(re.findall(r"{{(\w+)}}", template)) - set(values))
@@ -251,8 +266,8 @@ def main(argv=None):
                         help="write the task's segmentation rule (config.prompt_format) for the pipeline")
     parser.add_argument("--learned_halting", "--learned-halting", default=None, choices=["true", "false"],
                         help="whether the halting head was trained (the pipeline halts by it when true)")
-    parser.add_argument("--push", action="store_true", help="upload the export to --repo-id")
-    parser.add_argument("--private", action="store_true")
+    parser.add_argument("--push", type=true_or_false, nargs="?", const=True, default=False, help="upload the export to --repo-id")
+    parser.add_argument("--private", type=true_or_false, nargs="?", const=True, default=False)
     args = parser.parse_args(argv)
     if args.push and not args.repo_id:
         parser.error("--push needs --repo-id")

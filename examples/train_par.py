@@ -52,13 +52,15 @@ from state_tracking import (  # noqa: E402
 from state_tracking.data import trained_phrasings  # noqa: E402
 from state_tracking.evaluation import (  # noqa: E402
     check_attn_implementation,
+    command_line,
     default_attn_implementation,
     default_workers,
     environment_info,
     repo_relative,
 )
-from state_tracking.flag_modes import check_flags  # noqa: E402
+from state_tracking.flag_modes import check_flags, run_cli  # noqa: E402
 from state_tracking.records import (  # noqa: E402
+    ReadOptions,
     RecordColumns,
     RecordSplits,
     check_record_lengths,
@@ -72,6 +74,7 @@ from trainers import (  # noqa: E402
     ParTrainer,
     ParTrainingArguments,
     PrefixSelfDistillationTrainer,
+    RecordsProbeCallback,
     SelfDistillationArguments,
     StateAccuracyProbeCallback,
     apply_core_lora,
@@ -178,7 +181,9 @@ class DataArguments:
 
     train_file: str | None = field(default=None, metadata={
         "help": "training records: a path, a glob, or a comma-separated list (.csv, .tsv, .jsonl, .json, .parquet)"})
-    validation_file: str | None = field(default=None, metadata={"help": "records evaluated after training (as test)"})
+    validation_file: str | None = field(default=None, metadata={
+        "help": "records evaluated after training (as test); default: --validation_split_percentage of the training "
+                "file"})
     test_file: str | None = field(default=None, metadata={"help": "records evaluated after training: accuracy per "
                                                                   "sequence length present"})
     dataset_name: str | None = field(default=None, metadata={"help": "a datasets.load_dataset name or folder"})
@@ -198,6 +203,25 @@ class DataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training records"})
     data_name: str | None = field(default=None, metadata={"help": "the name the checkpoint gives the data (default: "
                                                                  "the training file's stem)"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation records"})
+    validation_split_percentage: float = field(default=5, metadata={
+        "help": "with no --validation_file (and no validation split in --dataset_name): this percent of the training "
+                "records, chosen at random with --seed, is held out as the validation split (0: none)"})
+    preprocessing_num_workers: int | None = field(default=None, metadata={
+        "help": "processes reading and encoding the records (datasets' num_proc)"})
+    overwrite_cache: bool = field(default=False, metadata={
+        "help": "read and encode the records again instead of reusing datasets' cache of an earlier run"})
+    cache_dir: str | None = field(default=None, metadata={"help": "datasets.load_dataset's cache_dir"})
+    dataset_revision: str | None = field(default=None, metadata={
+        "help": "the --dataset_name revision to read (a branch, tag or commit)"})
+    token: str | None = field(default=None, metadata={
+        "help": "the Hub token for a private --dataset_name (default: the one `hf auth login` stored)"})
+    trust_remote_code: bool = field(default=False, metadata={
+        "help": "let --dataset_name run the loading script its repository holds"})
+    stop_when_validation_exact: bool = field(default=True, metadata={
+        "help": "records: probe the validation split (its first --probe_n records) every --probe_every_steps steps "
+                "and stop training once the last --probe_stop_patience probes were all exact, instead of running to "
+                "--max_steps / --max_train_seconds (false: probe and log only)"})
 
     @property
     def given(self) -> bool:
@@ -484,11 +508,23 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
             raise ValueError(f"--{name} describes generated data; it has no effect with --train_file / --dataset_name "
                              "(the records are the data).")
     check_flags("train_par.py", records=True, given=given)
+    if train_args.disable_tqdm:  # --disable_tqdm silences every bar: datasets' reading and encoding ones too
+        import datasets
+
+        datasets.disable_progress_bars()
     columns = RecordColumns(data_args.operations_column, data_args.state_column, data_args.step_states_column,
                             data_args.initial_state_column, data_args.operation_delimiter)
-    records = read_record_splits(columns, data_args.train_file, data_args.validation_file, data_args.test_file,
-                                 data_args.dataset_name, data_args.dataset_config_name, data_args.skip_bad_records,
-                                 data_args.max_train_samples, data_args.data_name)
+    options = ReadOptions(num_proc=data_args.preprocessing_num_workers, overwrite_cache=data_args.overwrite_cache,
+                          cache_dir=data_args.cache_dir, revision=data_args.dataset_revision, token=data_args.token,
+                          trust_remote_code=data_args.trust_remote_code)
+    with train_args.main_process_first(desc="reading the records"):  # DDP: rank 0 fills datasets' cache first
+        records = read_record_splits(
+            columns, data_args.train_file, data_args.validation_file, data_args.test_file, data_args.dataset_name,
+            data_args.dataset_config_name, data_args.skip_bad_records, data_args.max_train_samples,
+            data_args.data_name, max_eval_samples=data_args.max_eval_samples,
+            validation_split_percentage=data_args.validation_split_percentage, seed=train_args.seed, options=options)
+    for note in records.notes:
+        logger.warning("records: %s", note)
     check_record_lengths(records, model_args.max_iterations, model_args.step_size, data_args.skip_bad_records)
     for split, bad in records.skipped.items():
         if bad:
@@ -537,7 +573,8 @@ def evaluate_records_and_report(model, records: RecordSplits, task_args: TaskArg
         for mode in modes:
             result = evaluate_records(model, encoded, records.record_format, mode=mode,
                                       batch_size=task_args.eval_batch_size, train_max_depth=train_args.max_train_depth,
-                                      workers=workers, sources=[repo_relative(p) for p in loaded.sources])
+                                      workers=workers, sources=[repo_relative(p) for p in loaded.sources],
+                                      progress=not train_args.disable_tqdm, split=split)
             results[f"{split}_{mode}" if mode != "forced" else split] = result
             save_results(result, output_dir / f"eval_{split}{'' if mode == 'forced' else '_' + mode}.json")
             lines += [f"{split} ({mode}):", "| length | n | accuracy |", "|---|---|---|"]
@@ -571,9 +608,12 @@ def main(argv=None):
     probe_defaults = {f: TaskArguments.__dataclass_fields__[f].default for f in ("probe_n", "probe_every_steps",
                                                                                    "probe_seed", "probe_stop_accuracy",
                                                                                    "probe_stop_patience")}
-    if task_args.probe_depth is None and any(getattr(task_args, f) != v for f, v in probe_defaults.items()):
+    records_probe = ("probe_n", "probe_every_steps", "probe_stop_patience")  # they set the validation probe too
+    if task_args.probe_depth is None and any(getattr(task_args, f) != v for f, v in probe_defaults.items()
+                                             if not (data_args.given and f in records_probe)):
         raise ValueError("--probe_n, --probe_every_steps, --probe_seed and --probe_stop_* need --probe_depth "
-                         "(without it no probe runs).")
+                         "(without it no probe runs; with records, --probe_n, --probe_every_steps and "
+                         "--probe_stop_patience set the validation probe).")
     output_dir = Path(train_args.output_dir)
     world = max(1, train_args.world_size)
     started = time.time()
@@ -619,6 +659,12 @@ def main(argv=None):
             rendering=task_args.rendering, random_initial=task_args.random_initial,
             batch_size=task_args.eval_batch_size, fixed_iterations=train_args.fixed_iterations,
             stop_accuracy=task_args.probe_stop_accuracy, stop_patience=task_args.probe_stop_patience))
+    if records is not None and "validation" in records.splits:
+        trainer.add_callback(RecordsProbeCallback(
+            records.splits["validation"][1], token_ids["pad_token_id"], n=task_args.probe_n,
+            every_steps=task_args.probe_every_steps, batch_size=task_args.eval_batch_size,
+            stop_accuracy=1.0 if data_args.stop_when_validation_exact else None,
+            stop_patience=task_args.probe_stop_patience))
     trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)
     train_seconds = time.time() - started
     if not trainer.is_world_process_zero():
@@ -658,7 +704,7 @@ def main(argv=None):
                   if "probe_accuracy" in row],
         "probe_stopped_at": next((row["step"] for row in trainer.state.log_history if "probe_stop" in row), None),
         "environment": next(iter(results.values()))["environment"] if results else environment_info(model.device),
-        "command": "python " + " ".join([repo_relative(sys.argv[0])] + (sys.argv[1:] if argv is None else [str(a) for a in argv])),
+        "command": command_line(sys.argv[0] if argv is None else __file__, sys.argv[1:] if argv is None else argv),
     }
     if records is not None:
         summary["records"] = {"training_mode": records.mode, "train_records": len(records.encoded),
@@ -674,4 +720,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -38,12 +38,12 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from .accuracy import overall_state_accuracy, per_query_accuracy
 from .data import build_dataset
 from .evaluation import (
-    _to_json,
     check_test_depths,
     draw_test_problems,
     environment_info,
     extrapolation_factor,
     longest_accurate_depth,
+    to_json,
 )
 from .prompts import NO_TOKEN, YES_TOKEN, symbolic_tokens
 from .tasks import Task
@@ -391,7 +391,7 @@ def evaluate_cot(
         "per_depth": per_depth,
         "d50": longest_accurate_depth(depths, accuracies),
         "extrapolation_factor": None if train_max_depth is None else extrapolation_factor(depths, accuracies, train_max_depth),
-        "model_config": _to_json(config.to_dict()) if hasattr(config, "to_dict") else None,
+        "model_config": to_json(config.to_dict()) if hasattr(config, "to_dict") else None,
         "environment": environment_info(device if device is not None else getattr(model, "device", None)),
     }
 

@@ -262,8 +262,8 @@ def evaluate_length_generalization(
         "d50": d50,
         "extrapolation_factor": None if train_max_depth is None else extrapolation_factor(depths, accuracies, train_max_depth),
         "extrapolation_factor_is_lower_bound": bool(min(accuracies) >= ACCURACY_THRESHOLD),
-        "model_config": _to_json(model.config.to_dict()),
-        "tokenizer": {"name_or_path": getattr(tokenizer, "name_or_path", None), **_to_json(token_ids)},
+        "model_config": to_json(model.config.to_dict()),
+        "tokenizer": {"name_or_path": getattr(tokenizer, "name_or_path", None), **to_json(token_ids)},
         "environment": environment_info(device),
     }
 
@@ -394,6 +394,14 @@ def repo_relative(path: str | os.PathLike) -> str:
         return str(path)
 
 
+def command_line(script: str | os.PathLike, argv) -> str:
+    """The command that ran `script` with `argv`, shell-quoted (``shlex.join``) so that it runs again as recorded:
+    ``python examples/train_par.py --operation_delimiter ';' ...``."""
+    import shlex
+
+    return "python " + shlex.join([repo_relative(script), *(str(a) for a in argv)])
+
+
 def _git_commit() -> str | None:
     """HEAD of the repository holding this package, or None outside a git checkout."""
     try:
@@ -406,7 +414,7 @@ def _git_commit() -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def _to_json(value: Any) -> Any:
+def to_json(value: Any) -> Any:
     """Plain-Python copy of nested config values (tuples -> lists, numpy/torch scalars -> numbers)."""
     return json.loads(json.dumps(value, default=lambda x: x.item() if hasattr(x, "item") else str(x)))
 
@@ -423,6 +431,14 @@ def save_results(results: dict[str, Any], path: str | os.PathLike) -> None:
 def load_results(path: str | os.PathLike) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def legend_label(label: str, results: list[dict]) -> str:
+    """A plot line's legend: what `label` is an average of — one records evaluation's record count ("test (100
+    records)"), else the number of seeds ("PAR (3 seeds)")."""
+    if len(results) == 1 and "n_records" in results[0]:
+        return f"{label} ({results[0]['n_records']} records)"
+    return f"{label} ({len(results)} seed{'s' if len(results) > 1 else ''})"
 
 
 def plot_accuracy_vs_depth(runs: dict[str, list[dict[str, Any]]], path: str | os.PathLike, title: str | None = None) -> None:
@@ -451,7 +467,7 @@ def plot_accuracy_vs_depth(runs: dict[str, list[dict[str, Any]]], path: str | os
         accuracy = np.array([r["accuracy"] for r in results])  # (seeds, depths)
         mean = accuracy.mean(axis=0)
         sd = accuracy.std(axis=0, ddof=1) if len(results) > 1 else np.zeros_like(mean)
-        line = axes.plot(depths, mean, marker="o", label=f"{label} (n={len(results)})")[0]
+        line = axes.plot(depths, mean, marker="o", label=legend_label(label, results))[0]
         axes.fill_between(depths, np.clip(mean - sd, 0, 1), np.clip(mean + sd, 0, 1), color=line.get_color(), alpha=0.2)
         train_depths.update(r["train_max_depth"] for r in results if r.get("train_max_depth"))
     for depth in sorted(train_depths):

@@ -8,17 +8,23 @@ A script runs on *generated* problems (a task: `--task`, `--task_file`) or on *r
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterable
 
 # the records' reading flags, the same in every script that reads records
 _READ_RECORDS = ("dataset_config_name", "operations_column", "state_column", "step_states_column",
                  "initial_state_column", "operation_delimiter", "skip_bad_records")
+# how train_par.py reads its record splits (DataArguments)
+_READ_SPLITS = ("max_eval_samples", "validation_split_percentage", "preprocessing_num_workers", "overwrite_cache",
+                "cache_dir", "dataset_revision", "token", "trust_remote_code")
 
 # script -> (flags that apply only to generated problems, flags that apply only to records)
 FLAG_MODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "train_par.py": (
-        ("task", "task_file", "rendering", "random_initial", "train_size", "eval_depths", "probe_depth"),
-        ("validation_file", "test_file", *_READ_RECORDS, "max_train_samples", "data_name"),
+        ("task", "task_file", "rendering", "random_initial", "train_size", "eval_depths", "probe_depth", "probe_seed",
+         "probe_stop_accuracy"),
+        ("validation_file", "test_file", *_READ_RECORDS, "max_train_samples", "data_name", *_READ_SPLITS,
+         "stop_when_validation_exact"),
     ),
     "evaluate_par.py": (
         ("task", "depths", "rendering", "random_initial", "phrasing", "seed", "step_size", "fixed_iterations",
@@ -27,9 +33,39 @@ FLAG_MODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "rnn.py": (
         ("task", "train_size", "eval_depths", "eval_n"),
-        ("validation_file", "test_file", *_READ_RECORDS, "max_train_samples"),
+        ("validation_file", "test_file", *_READ_RECORDS, "max_train_samples", "validation_split_percentage"),
     ),
 }
+
+
+def true_or_false(value: str) -> bool:
+    """A boolean flag's value, the one style of every script (as HfArgumentParser, train_par.py, takes it):
+    ``--flag``, ``--flag true`` / ``false`` (also yes / no, 1 / 0). Add one with ``type=true_or_false, nargs="?",
+    const=True, default=False``."""
+    if value.lower() in ("true", "yes", "t", "y", "1"):
+        return True
+    if value.lower() in ("false", "no", "f", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def run_cli(main, argv: list[str] | None = None) -> None:
+    """Run a script's `main(argv)` as its command line: a bad input (a `ValueError`: `RecordError`,
+    `PromptFormatError`, a refused flag or value) prints ``error: <message>`` on stderr and exits 2, as argparse does
+    for a bad flag; ``--debug`` (taken out of argv) or ``PAR_DEBUG=1`` shows the traceback instead."""
+    import os
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("PAR_DEBUG", "").lower() in ("1", "true", "yes")
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        main(argv)
+    except ValueError as error:
+        if debug:
+            raise
+        print(f"error: {error}\n(the traceback: run again with --debug or PAR_DEBUG=1)", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def given_flags(argv: Iterable[str]) -> set[str]:
@@ -57,4 +93,4 @@ def check_flags(script: str, records: bool, given: Iterable[str]) -> None:
                              "are generated from the task).")
 
 
-__all__ = ["FLAG_MODES", "check_flags", "given_flags"]
+__all__ = ["FLAG_MODES", "check_flags", "given_flags", "run_cli", "true_or_false"]

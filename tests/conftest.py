@@ -6,6 +6,18 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking
 
+
+@pytest.fixture(autouse=True)
+def _no_datasets_cache():
+    """Every map in a test runs (datasets' cache off): a test that swaps a code path must see it run, never a cached
+    result of another test. The cache test turns it on for itself."""
+    import datasets
+
+    datasets.disable_caching()
+    yield
+    datasets.enable_caching()
+
+
 VOCAB = 40
 ANSWER_IDS = [10, 11, 12, 13, 14]
 HALT_IDS = (20, 21)

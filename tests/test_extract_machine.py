@@ -205,7 +205,7 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
                     "--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2",
                     "--num_key_value_heads", "2", "--per_device_train_batch_size", "16", "--max_iterations", "32",
                     "--disable_tqdm", "true", "--use_cpu", "true", "--logging_steps", "100", "--eval_n", "8",
-                    "--learning_rate", "3e-3", "--compile_core", "false", "--seed", "0"])
+                    "--learning_rate", "3e-3", "--compile_core", "false", "--seed", "0", "--validation_split_percentage", "0"])
     out = extract_machine.main(["--model", str(run), "--out", str(tmp_path / "m.json"), "--plot",
                                 str(tmp_path / "m.png"), "--agreement_depth", "4", "--agreement_n", "64",
                                 "--device", "cpu"])

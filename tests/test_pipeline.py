@@ -94,8 +94,8 @@ def test_a_delimiter_rule_reads_one_operation_per_line():
 @pytest.mark.parametrize("change, message", [
     (lambda d: d["operations"].update(start=["The operator presses start"]), r"operations\['start'\] must be one sentence"),
     (lambda d: d["operations"].update(start=["The tank reports empty."]), "sentences no other operation uses"),
-    (lambda d: d.update(delimiter="("), "delimiter must be a valid regex"),
-    (lambda d: d.update(delimiter="x*"), "matches no empty string"),
+    (lambda d: d.update(delimiter="("), "delimiter must be None or a regex that can split units apart \\(this one is not a valid regular"),
+    (lambda d: d.update(delimiter="x*"), "this one matches the empty string"),
     (lambda d: d.update(rendering="speech"), r"rendering must be one of \['text', 'symbolic'\]"),
     (lambda d: d.update(shape="round"), r"unknown key\(s\) \['shape'\]"),
 ])

@@ -125,14 +125,17 @@ def test_unnamed_columns_are_found_or_refused_by_name(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ('{"operations": ["a", "b"], "step_states": ["x"]}\n',
-     r"record 0, field 'step_states': 1 step states for 2 operations"),
-    ('{"operations": [], "state": "x"}\n', r"record 0, field 'operations': the sequence of operations is empty"),
-    ('{"operations": "", "state": "x"}\n', r"record 0, field 'operations': the sequence of operations is empty"),
-    ('{"operations": ["a"], "state": null}\n', r"record 0, field 'state': the state is missing"),
+     r"record 0 \(0-based\), column 'step_states' \(--step_states_column\): 1 step states for 2 operations"),
+    ('{"operations": [], "state": "x"}\n', r"record 0 \(0-based\), column 'operations' \(--operations_column\): the sequence of operations is "
+         r"empty"),
+    ('{"operations": "", "state": "x"}\n', r"record 0 \(0-based\), column 'operations' \(--operations_column\): the sequence of operations is "
+         r"empty"),
+    ('{"operations": ["a"], "state": null}\n', r"record 0 \(0-based\), column 'state' \(--state_column\): the state is missing"),
     ('{"operations": ["a"], "state": "x"}\n{"operations": ["a"], "state": {"q": "x"}}\n',
-     r"record 1, field 'state': the state names the queries \['q'\]"),
+     r"record 1 \(0-based\), column 'state' \(--state_column\): the state names the queries \['q'\]"),
     ('{"operations": ["a", "b"], "step_states": ["x", "y"], "state": "z"}\n',
-     r"record 0: the last step state \['y'\] differs from the final state \['z'\]"),
+     r"record 0 \(0-based\): the last step state \['y'\] \(column 'step_states' \(--step_states_column\)\) "
+         r"differs from the final state \['z'\]"),
     ('{"operations": ["a"], "state": "x"\n', r"does not parse as json"),
 ])
 def test_every_bad_record_gets_one_error_naming_file_record_field(tmp_path, content, message):
@@ -152,7 +155,7 @@ def test_unseen_labels_and_operations_at_test_time_are_errors_or_counted_skips(t
     test = tmp_path / "test.csv"
     test.write_text("events,observed\ncoin;push,unlocked;locked\ncoin;dance,unlocked;unlocked\ncoin,broken\n")
     loaded = load_record_files(str(test), columns, query_names=train.query_names)
-    with pytest.raises(RecordError, match=r"test.csv, record 1, column 'events' \(--operations_column\): operation "
+    with pytest.raises(RecordError, match=r"test.csv, record 1 \(0-based\), column 'events' \(--operations_column\): operation "
                                           r"'dance' never occurs"):
         encode_records(loaded, record_format, tokenizer)
     encoded, skipped = encode_records(loaded, record_format, tokenizer, skip_bad_records=True)
@@ -187,14 +190,20 @@ def test_train_on_a_hand_written_csv_then_serve_and_evaluate_from_the_folder(tmp
         "observed", "--operation_delimiter", ";", "--test_file", str(tmp_path / "test.csv"), "--max_steps", "30",
         "--output_dir", str(out)])
     assert summary["records"]["training_mode"].startswith("progress-aligned targets")
-    assert summary["records"]["train_records"] == 300 and summary["max_train_depth"] == 6
+    # 5% of the training file held out as the validation split (--validation_split_percentage), not trained on
+    assert summary["records"]["train_records"] == 285 and summary["max_train_depth"] == 6
+    assert json.loads((out / "eval_validation.json").read_text())["n_records"] == 15
     result = json.loads((out / "eval_test.json").read_text())
     assert [(r["depth"], r["n"]) for r in result["per_depth"]] == [(12, 20), (24, 10)]
     assert (out / "profile_test.json").is_file() and (out / "accuracy_vs_depth.png").is_file()
+    # the served folder answers every test record as the evaluator scored it (the same encoding and readout)
     tracker = pipeline("state-tracking", model=str(out), trust_remote_code=True)
-    answer = tracker(["coin", "push", "kick"], return_trajectory=True)
-    assert answer["depth"] == 3 and answer["answers"]["state"] in {"locked", "unlocked", "jammed"}
-    assert len(answer["trajectory"]) == 3
+    rows = turnstile_rows(20, 12, 12, 1) + turnstile_rows(10, 24, 24, 2)
+    answers = tracker([";".join(ops) for ops, _ in rows])
+    right = [a["answers"]["observed"] == states[-1] for a, (_, states) in zip(answers, rows)]
+    assert [np.mean(right[:20]), np.mean(right[20:])] == pytest.approx([r["accuracy"] for r in result["per_depth"]])
+    answer = tracker(rows[0][0][:3], return_trajectory=True)
+    assert answer["depth"] == 3 and len(answer["trajectory"]) == 3
     assert tracker("coin;kick", delimiter=";")["depth"] == 2
     assert [r["depth"] for r in tracker([["coin"], ["coin", "push"]])] == [1, 2]
     with pytest.raises(ValueError, match="operation 2 'dance' never occurs in the training data") as error:
@@ -265,9 +274,16 @@ def test_mapping_states_with_an_initial_state_train_and_answer(tmp_path):
     assert summary["records"]["queries"] == ["x0", "x1"] and summary["records"]["labels"] == 2
     config = AutoModel.from_pretrained(out, trust_remote_code=True).config
     assert config.prompt_format["initial_state"] is True and config.prompt_format["candidates"] == ["false", "true"]
+    # the served folder reads the initial state as training did: its answers score as the evaluator scored them
     tracker = pipeline("state-tracking", model=str(out), trust_remote_code=True)
-    answer = tracker({"operations": ["flip x0", "swap"], "initial_state": {"x0": True, "x1": False}})
-    assert set(answer["answers"]) == {"x0", "x1"} and answer["depth"] == 2
+    result = json.loads((out / "eval_test.json").read_text())
+    records = [json.loads(line) for line in (tmp_path / "bits.jsonl").read_text().splitlines()]
+    for row in result["per_depth"]:
+        at_depth = [r for r in records if len(r["operations"]) == row["depth"]]
+        answers = [tracker({"operations": r["operations"], "initial_state": r["initial_state"]})["answers"]
+                   for r in at_depth]
+        truth = [{q: str(v).lower() for q, v in r["state"].items()} for r in at_depth]
+        assert np.mean([a == t for a, t in zip(answers, truth)]) == pytest.approx(row["accuracy"])
     with pytest.raises(ValueError, match="pass initial_state"):
         tracker(["flip x0"])
 
@@ -300,19 +316,19 @@ def test_the_arrow_path_reads_plain_files_as_the_record_by_record_path(tmp_path,
     make_dataset.main(["--task", "examples/tasks/register3.json", "--depths", "1-7", "--n", "50", "--out", str(path),
                        *flags])
     calls = []
-    plain = records_module._Normalizer._plain_batch
-    monkeypatch.setattr(records_module._Normalizer, "_plain_batch",
+    plain = records_module.Normalizer.plain_batch
+    monkeypatch.setattr(records_module.Normalizer, "plain_batch",
                         lambda self, *a: calls.append(plain(self, *a)) or calls[-1])
     fast = load_record_files(str(path))
     assert calls and all(table is not None for table in calls) and fast.query_names == ["state"]
-    monkeypatch.setattr(records_module._Normalizer, "_plain_batch", lambda self, *a: None)
+    monkeypatch.setattr(records_module.Normalizer, "plain_batch", lambda self, *a: None)
     slow = load_record_files(str(path))
     assert fast.dataset[:] == slow.dataset[:]
     ids = tmp_path / "ids.csv"  # integer labels (a CSV column pyarrow reads as int64)
     make_dataset.main(["--task", "s5", "--state_ids", "--depths", "1-3", "--n", "20", "--out", str(ids)])
-    monkeypatch.setattr(records_module._Normalizer, "_plain_batch", plain)
+    monkeypatch.setattr(records_module.Normalizer, "plain_batch", plain)
     integer = load_record_files(str(ids))
-    monkeypatch.setattr(records_module._Normalizer, "_plain_batch", lambda self, *a: None)
+    monkeypatch.setattr(records_module.Normalizer, "plain_batch", lambda self, *a: None)
     assert integer.dataset[:] == load_record_files(str(ids)).dataset[:]
 
 
@@ -345,7 +361,7 @@ def test_json_list_operations_in_csv_cells_are_lists(tmp_path):
     loaded = load_record_files(str(path))
     assert loaded.dataset["operations"] == [["coin", "push"], ["kick", "coin", "coin push"]]
     path.write_text('events,state\n"[""coin"", push]",locked\n')
-    with pytest.raises(RecordError, match=r"record 0, field 'events'.*not a valid JSON list"):
+    with pytest.raises(RecordError, match=r"record 0 \(0-based\), column 'events'.*not a valid JSON list"):
         load_record_files(str(path))
 
 
@@ -417,8 +433,8 @@ def test_a_record_is_accepted_or_refused_whatever_its_batch(tmp_path, monkeypatc
     columns = RecordColumns(step_states="observed")
     for fast in (True, False):
         if not fast:
-            monkeypatch.setattr(records_module._Normalizer, "_plain_batch", lambda self, *a: None)
-        with pytest.raises(RecordError, match=r"record 1, field 'observed'"):
+            monkeypatch.setattr(records_module.Normalizer, "plain_batch", lambda self, *a: None)
+        with pytest.raises(RecordError, match=r"record 1 \(0-based\), column 'observed'"):
             load_record_files(str(path), columns)
 
 
@@ -428,7 +444,7 @@ def test_operations_that_encode_alike_are_one_error(tmp_path):
     with open(path, "w") as f:
         for ops in (["a-b", "c"], ["a - b", "c"], ["c", "c"]):
             f.write(json.dumps({"operations": ops, "state": "s"}) + "\n")
-    with pytest.raises(RecordError, match=r"operations 'a-b' and 'a - b' \(column 'operations'\) encode to the same "
+    with pytest.raises(RecordError, match=r"operations 'a-b' and 'a - b' \(column 'operations' \(--operations_column\)\) encode to the same "
                                           r"tokens \['a', '-', 'b'\]"):
         train_par.main(TINY + ["--train_file", str(path), "--max_steps", "1", "--output_dir", str(tmp_path / "x")])
 
@@ -480,5 +496,5 @@ def test_training_on_records_learns_the_machine(tmp_path):
     result = json.loads((out / "eval_test.json").read_text())
     assert result["per_depth"][0]["depth"] == 5 and result["accuracy"][0] >= 0.9, result["accuracy"]
     tracker = pipeline("state-tracking", model=str(out), trust_remote_code=True)
-    answers = [tracker(ops)["answers"]["state"] for ops, _ in test_rows[:16]]
+    answers = [tracker(ops)["answers"]["observed"] for ops, _ in test_rows[:16]]
     assert np.mean([a == states[-1] for a, (_, states) in zip(answers, test_rows[:16])]) >= 0.9

@@ -74,7 +74,9 @@ def test_rnn_trains_on_step_states_and_scores_every_test_length(files, tmp_path)
     check_scores(saved)
     # the depth range is the lengths present, the curriculum starts at 2 inside it, the vocabulary is the records'
     assert (saved["min_train_depth"], saved["max_train_depth"], saved["curriculum"]["start"]) == (1, 6, 2)
-    assert saved["records"]["train_records"] == 206 and saved["records"]["operations"] == 3
+    # 5% (10) of the 206 training records held out as the validation split (--validation_split_percentage)
+    assert saved["records"]["train_records"] == 196 and saved["records"]["operations"] == 3
+    assert saved["splits"]["validation"]["n_records"] == 10
     assert saved["records"]["labels"] == 3 and saved["records"]["queries"] == ["state"]
     assert saved["records"]["training_mode"].startswith("step labels")
     assert saved["task"] == "train" and saved["steps"] == 30 and len(saved["curve"]) == 3
@@ -122,7 +124,7 @@ def test_rnn_records_refuse_or_skip_a_bad_test_record(files, tmp_path):
         rnn.main(flags)
     for skip in (["--skip_bad_records"], ["--skip_bad_records", "true"]):
         saved = rnn.main(flags + skip)
-        assert saved["records"]["skipped"] == {"train": 0, "test": 1}
+        assert saved["records"]["skipped"] == {"train": 0, "validation": 0, "test": 1}
         assert {row["depth"]: row["n"] for row in saved["per_depth"]} == TEST_LENGTHS
 
 

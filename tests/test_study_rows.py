@@ -14,6 +14,7 @@ from tests.conftest import load_example
 from tests.fixtures.study_rows_snapshot import FIXTURE, effective, snapshot, standin_parent
 
 REPO = Path(__file__).resolve().parents[1]
+SNAPSHOT_MACHINES = ("batch_process", "register3", "swap_s5", "s5_ids")  # own_data.py's machines at 6ca0968
 SCRIPTS = ["examples/reproduce/paper_protocol.py", "examples/reproduce/swap_s5.py",
            "examples/reproduce/batch_process_text.py", "examples/studies/comparisons.py",
            "examples/studies/length_generalization.py", "examples/studies/s5_breakthrough.py",
@@ -81,6 +82,8 @@ def rows_today(root: Path, load, fresh):
             yield f"s5_breakthrough.py --run {row}" + (" --tiny" if tiny else ""), breakthrough.train, (row, 0, tiny)
     own = script("examples/studies/own_data.py")
     for machine in own.MACHINES:
+        if machine not in SNAPSHOT_MACHINES:
+            continue  # a machine added after the fixture's commit: its rows have no earlier command to equal
         for row in own.ROWS:
             for train_n in (own.TRAIN_N, 250):
                 fresh()

@@ -1,6 +1,6 @@
 """Trainer subclasses for PAR: the progress-aligned loss, halting, depth schedules, prefix self-distillation."""
 
-from .callbacks import StateAccuracyProbeCallback, TimeBudgetCallback, trained_seconds
+from .callbacks import RecordsProbeCallback, StateAccuracyProbeCallback, TimeBudgetCallback, trained_seconds
 from .distributed import teardown_distributed, teardown_distributed_at_exit
 from .objectives import (
     OBJECTIVES,
@@ -37,7 +37,7 @@ __all__ = [
     "core_lora_config", "curriculum_max_depth", "DepthBatchSampler", "distillation_kl", "ema_update", "final_targets",
     "halt_labels", "hold_iterations", "is_adapter_parameter", "iterations_for_depth", "mastery_levels", "mastery_max_depth",
     "MasteryCurriculum", "ParTrainer", "ParTrainingArguments", "prefix_position_ids", "PrefixSelfDistillationTrainer",
-    "progress_targets", "readout_accuracy", "SelfDistillationArguments", "StateAccuracyProbeCallback", "StepPlan",
+    "progress_targets", "readout_accuracy", "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",
     "stretch_max_scale", "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback",
     "trained_seconds",
 ]

@@ -178,3 +178,66 @@ class StateAccuracyProbeCallback(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+class RecordsProbeCallback(StateAccuracyProbeCallback):
+    """The probe on recorded data: overall state accuracy of the final answer (forced R = ⌈d / c⌉ per record) on the
+    first `n` records of an encoded split (`state_tracking.records.encode_records` output, the validation split),
+    every `every_steps` optimizer steps; logged as {"step", "probe_accuracy", "probe_split", "probe_n"}. Early stop
+    as the task probe's: training stops once the last `stop_patience` probes reached `stop_accuracy` (a run whose
+    held-out validation records are exact stops instead of running to its step cap)."""
+
+    def __init__(self, encoded, pad_token_id: int, split: str = "validation", n: int = 256, every_steps: int = 250,
+                 batch_size: int = 256, at_start: bool = False, stop_accuracy: float | None = None,
+                 stop_patience: int = 2):
+        for name, value in (("n", n), ("every_steps", every_steps), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RecordsProbeCallback.{name} must be an integer >= 1; got {value!r}.")
+        if stop_accuracy is not None and (isinstance(stop_accuracy, bool) or not 0 < stop_accuracy <= 1):
+            raise ValueError(f"RecordsProbeCallback.stop_accuracy must be None or in (0, 1]; got {stop_accuracy!r}.")
+        if isinstance(stop_patience, bool) or not isinstance(stop_patience, int) or stop_patience < 1:
+            raise ValueError(f"RecordsProbeCallback.stop_patience must be an integer >= 1; got {stop_patience!r}.")
+        if len(encoded) == 0:
+            raise ValueError("RecordsProbeCallback: the split to probe holds no record.")
+        part = encoded.select(range(min(n, len(encoded))))
+        self.split, self.n, self.every_steps, self.batch_size, self.at_start = split, len(part), every_steps, \
+            batch_size, at_start
+        self.stop_accuracy, self.stop_patience = stop_accuracy, stop_patience
+        depth = np.asarray(part["depth"], dtype=np.int64)
+        labels = part["step_labels"]
+        columns = {k: part[k] for k in ("input_ids", "query_positions", "operation_ends")}
+        # (rows, their columns, their final states) per length: one forced depth per batch
+        self.groups = [(d, {k: [v[i] for i in np.flatnonzero(depth == d)] for k, v in columns.items()},
+                        np.array([labels[i][d] for i in np.flatnonzero(depth == d)], dtype=np.int64))
+                       for d in np.unique(depth)]
+        self.collate = StateTrackingCollator(pad_token_id, padding_side="right")
+
+    def evaluate(self, model) -> float:
+        """The probed records' overall state accuracy under `model` (left in the mode it came in)."""
+        was_training = model.training
+        model.eval()
+        right = 0
+        try:
+            for depth, columns, targets in self.groups:
+                num_iterations = math.ceil(int(depth) / model.config.step_size)
+                answers = []
+                for start in range(0, len(targets), self.batch_size):
+                    batch = self.collate({k: v[start:start + self.batch_size] for k, v in columns.items()})
+                    batch = {k: v.to(model.device) for k, v in batch.items()}
+                    with torch.no_grad():
+                        answers.append(model.predict(
+                            batch["input_ids"], attention_mask=batch["attention_mask"],
+                            query_positions=batch["query_positions"], operation_ends=batch["operation_ends"],
+                            num_iterations=num_iterations).answers.cpu().numpy())
+                right += int((np.concatenate(answers) == targets).all(-1).sum())
+        finally:
+            model.train(was_training)
+        return right / self.n
+
+    def _probe(self, state, model) -> None:
+        if not state.is_world_process_zero:
+            return
+        entry = {"step": state.global_step, "probe_accuracy": self.evaluate(model), "probe_split": self.split,
+                 "probe_n": self.n}
+        state.log_history.append(entry)
+        print(entry, flush=True)

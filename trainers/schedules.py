@@ -38,7 +38,11 @@ def mastery_max_depth(step: int, start_depth: int, increment: int, max_depth: in
     """Mastery curriculum: d_max(t) = c_n, n = #{a ∈ advances : a ≤ t}, over the caps of `mastery_levels` (without
     `lengths`: min(d_max, start + increment · n)); `advances` the steps from which each growth applies (decided during
     training by `MasteryCurriculum`)."""
-    levels = mastery_levels(start_depth, increment, max_depth, lengths)
+    return _cap_at(mastery_levels(start_depth, increment, max_depth, lengths), advances, step)
+
+
+def _cap_at(levels: list[int], advances: list[int], step: int) -> int:
+    """c_n, n = #{a ∈ advances : a ≤ step} (the last cap once every growth has applied)."""
     return levels[min(len(levels) - 1, sum(1 for a in advances if a <= step))]
 
 
@@ -70,7 +74,8 @@ class MasteryCurriculum:
         self._pending: list[float] = []  # this step's micro-batches at depth d_max
 
     def max_depth_at(self, step: int) -> int:
-        return self.levels[min(len(self.levels) - 1, sum(1 for a in self.advances if a <= step))]
+        """d_max at `step` (`mastery_max_depth` over this curriculum's caps and growths)."""
+        return _cap_at(self.levels, self.advances, step)
 
     def measured_depth_at(self, step: int) -> int:
         """The length whose batches decide mastery at `step`: the cap, or the longest length present under it."""

@@ -16,8 +16,8 @@ The model reads one record as token ids
     <bos> [initial: one candidate token per query] words(op_1) ... words(op_d) <q1> ... <qQ>
 
 where words(op) are the tokenizer's tokens of the operation string, `operation_ends` marks each operation's last
-token (and the preamble's) and the readout is taken at <q_j>. `encode` is that layout, used by the pipeline and
-tested equal to the vectorised encoder that `state_tracking.records` trains with. An operation or a label the
+token (and the preamble's) and the readout is taken at <q_j>. `layout` is that layout, written once: `encode` (the
+pipeline) and the records reader that training uses (`state_tracking.records.encode`) both go through it. An operation or a label the
 training data never held is refused with `PromptFormatError`, never guessed.
 
 This format is itself the record of what training used (`PromptFormat.trained` for a task's format): its operations
@@ -35,9 +35,10 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
-from .prompt_format import PromptFormatError
+from .prompt_format import PromptFormatError, delimiter_problem
 
 RECORDS = "records"
+COLUMN_ROLES = ("operations", "state", "step_states", "initial_state")
 QUERY_TOKEN = "<q{}>"  # 1-based, as the symbolic rendering's
 CANDIDATE_TOKEN = "<={}>"  # a label's own token (only ever placed by id: never produced from text)
 
@@ -68,6 +69,7 @@ class RecordFormat:
     initial_state: bool = False
     task_name: str = "records"
     rendering: str = RECORDS
+    columns: tuple = ()  # ((role, the training file's column), ...): what evaluate_par and the pipeline read by default
     _lookup: dict = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
@@ -85,34 +87,52 @@ class RecordFormat:
             fail("operations", "strings with single inner spaces and no surrounding whitespace", unnormalized[:3])
         if not isinstance(self.initial_state, bool):
             fail("initial_state", "a bool", self.initial_state)
-        splitter = re.compile(r"\s+")
-        if self.delimiter is not None:
-            if not isinstance(self.delimiter, str) or not self.delimiter:
-                fail("delimiter", "None (whitespace) or a non-empty regex", self.delimiter)
-            try:
-                splitter = re.compile(self.delimiter)
-            except re.error as error:
-                fail("delimiter", f"a valid regex ({error})", self.delimiter)
-            if splitter.match(""):
-                fail("delimiter", "a regex that matches no empty string", self.delimiter)
+        if isinstance(self.columns, dict):
+            object.__setattr__(self, "columns", tuple(sorted(self.columns.items())))
+        if not isinstance(self.columns, tuple) or any(
+                not isinstance(item, tuple) or len(item) != 2 or item[0] not in COLUMN_ROLES
+                or not (item[1] is None or isinstance(item[1], str) and item[1]) for item in self.columns):
+            fail("columns", f"a mapping of {list(COLUMN_ROLES)} to column names (or null)", self.columns)
+        problem = None if self.delimiter is None else delimiter_problem(self.delimiter)
+        if problem:
+            fail("delimiter", f"None (whitespace) or a regex that splits operations apart (this one {problem})",
+                 self.delimiter)
+        splitter = re.compile(self.delimiter) if self.delimiter is not None else re.compile(r"\s+")
         object.__setattr__(self, "_lookup", {
             "op": {op: i for i, op in enumerate(self.operations)},
             "candidate": {c: i for i, c in enumerate(self.candidates)},
             "splitter": splitter,
             "tokens": {},
+            "special": {},
         })
 
     # ------------------------------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict:
-        return {"rendering": RECORDS, "task_name": self.task_name, "query_names": list(self.query_names),
+        spec = {"rendering": RECORDS, "task_name": self.task_name, "query_names": list(self.query_names),
                 "candidates": list(self.candidates), "operations": list(self.operations),
                 "delimiter": self.delimiter, "initial_state": self.initial_state}
+        if self.columns:
+            spec["columns"] = dict(self.columns)
+        return spec
+
+    def column(self, role: str) -> str | None:
+        """The training file's column of `role` ('operations', 'state', 'step_states', 'initial_state'), or None."""
+        return dict(self.columns).get(role)
+
+    @property
+    def answer_names(self) -> tuple[str, ...]:
+        """The keys an answer is given under: the mapping's queries, or for a scalar state the training file's state
+        column (its step-states column where it had no final one)."""
+        if self.query_names == ("state",):
+            return (self.column("state") or self.column("step_states") or "state",)
+        return self.query_names
 
     @classmethod
     def from_dict(cls, spec: dict) -> RecordFormat:
         if not isinstance(spec, dict):
             raise ValueError(f"prompt_format must be a dict (RecordFormat.to_dict()); got {type(spec).__name__}.")
-        allowed = {"rendering", "task_name", "query_names", "candidates", "operations", "delimiter", "initial_state"}
+        allowed = {"rendering", "task_name", "query_names", "candidates", "operations", "delimiter", "initial_state",
+                   "columns"}
         unknown = sorted(set(spec) - allowed)
         if unknown:
             raise ValueError(f"prompt_format has unknown key(s) {unknown}; allowed: {sorted(allowed)}.")
@@ -124,8 +144,12 @@ class RecordFormat:
             if not isinstance(spec[name], (list, tuple)):
                 raise ValueError(f"prompt_format.{name} must be a list; got {spec[name]!r}.")
             lists[name] = tuple(spec[name])
+        columns = spec.get("columns") or {}
+        if not isinstance(columns, dict):
+            raise ValueError(f"prompt_format.columns must be a mapping of roles to column names; got {columns!r}.")
         return cls(**lists, delimiter=spec.get("delimiter"), initial_state=spec.get("initial_state", False),
-                   task_name=spec.get("task_name", "records"), rendering=spec.get("rendering", RECORDS))
+                   task_name=spec.get("task_name", "records"), rendering=spec.get("rendering", RECORDS),
+                   columns=tuple(sorted(columns.items())))
 
     def with_delimiter(self, delimiter: str | None) -> RecordFormat:
         spec = self.to_dict()
@@ -235,7 +259,11 @@ class RecordFormat:
         return cache[index]
 
     def special_ids(self, tokenizer) -> dict:
-        """{"bos": id, "queries": [id per query], "candidates": [id per candidate]} from the tokenizer's vocabulary."""
+        """{"bos": id, "queries": [id per query], "candidates": [id per candidate]} from the tokenizer's vocabulary
+        (cached per tokenizer)."""
+        cached = self._lookup["special"].get(id(tokenizer))
+        if cached is not None:
+            return cached
         vocab = tokenizer.get_vocab()
         names = ["<bos>", *(query_token(j) for j in range(len(self.query_names))),
                  *(candidate_token(c) for c in self.candidates)]
@@ -245,25 +273,39 @@ class RecordFormat:
                              "(state_tracking.records.build_record_tokenizer).")
         q = len(self.query_names)
         ids = [vocab[n] for n in names]
-        return {"bos": ids[0], "queries": ids[1:1 + q], "candidates": ids[1 + q:]}
+        special = {"bos": ids[0], "queries": ids[1:1 + q], "candidates": ids[1 + q:]}
+        self._lookup["special"][id(tokenizer)] = special
+        return special
 
     def encode(self, tokenizer, operations, initial_state=None,
                allow_untrained: bool = False) -> tuple[list[int], list[int], list[int]]:
         """One record -> (input_ids, operation_ends (d + 1), query_positions (Q)); see the module docstring
         (`allow_untrained`: an operation training never held is read from its words)."""
         indices = self.operation_indices(operations, allow_untrained)
-        special = self.special_ids(tokenizer)
-        ids = [special["bos"]]
-        if self.initial_state:
-            if initial_state is None:
-                raise PromptFormatError("this checkpoint was trained with an initial state before the operations; "
-                                        "pass initial_state.")
-            ids += [special["candidates"][c] for c in self.candidate_indices(initial_state)]
-        elif initial_state is not None:
+        if self.initial_state and initial_state is None:
+            raise PromptFormatError("this checkpoint was trained with an initial state before the operations; "
+                                    "pass initial_state.")
+        if not self.initial_state and initial_state is not None:
             raise PromptFormatError("this checkpoint was trained without initial states; it cannot take one.")
+        initial = self.candidate_indices(initial_state) if self.initial_state else None
+        return self.layout(self.special_ids(tokenizer), [self.operation_tokens(tokenizer, i) for i in indices], initial)
+
+    def layout(self, special: dict, operation_ids, initial=None) -> tuple[list[int], list[int], list[int]]:
+        """The prompt layout, the one place it is written: `special_ids`, each operation's token ids and, where the
+        format has one, the initial state's candidate indices -> (input_ids, operation_ends (d + 1),
+        query_positions (Q)) of
+
+            <bos> [initial: one candidate token per query] words(op_1) ... words(op_d) <q1> ... <qQ>
+
+        `encode` checks its input and calls this; the records reader training uses (`state_tracking.records.encode`)
+        calls it per record on operations and labels it has checked in bulk."""
+        ids = [special["bos"]]
+        if initial is not None:
+            candidates = special["candidates"]
+            ids += [candidates[c] for c in initial]
         ends = [len(ids) - 1]
-        for index in indices:
-            ids += self.operation_tokens(tokenizer, index)
+        for tokens in operation_ids:
+            ids += tokens
             ends.append(len(ids) - 1)
         queries = list(range(len(ids), len(ids) + len(self.query_names)))
         ids += special["queries"]

@@ -120,6 +120,9 @@ class StateTrackingPipeline(Pipeline):
         # delimited strings when one of them is not a trained operation and holds the format's delimiter ("coin push",
         # "kick coin" under whitespace), else one record ("flip x0" is one trained operation); a batch of
         # one-operation records is a list of lists.
+        if isinstance(self.prompt_format, RecordFormat) and isinstance(inputs, (list, tuple)) and not inputs:
+            raise PromptFormatError("no input: give one record (a list of operation strings, a delimited string, or a "
+                                    "dict with its operations) or a non-empty batch of records.")
         if isinstance(self.prompt_format, RecordFormat) and isinstance(inputs, (list, tuple)) and inputs and all(
                 isinstance(op, str) for op in inputs):
             record_format = self.prompt_format
@@ -153,11 +156,18 @@ class StateTrackingPipeline(Pipeline):
         "initial_state") -> the same tensors as a text prompt."""
         initial = None
         if isinstance(record, dict):
-            unknown = sorted(set(record) - {"operations", "initial_state"})
-            if unknown or "operations" not in record:
-                raise PromptFormatError(f"a record is a dict with 'operations' (and optionally 'initial_state'); got "
-                                        f"keys {sorted(record)}.")
-            record, initial = record["operations"], record.get("initial_state")
+            # the keys "operations" / "initial_state", or the training file's own column names for them
+            ops_keys = list(dict.fromkeys(["operations", record_format.column("operations") or "operations"]))
+            initial_keys = list(dict.fromkeys(["initial_state", record_format.column("initial_state") or
+                                               "initial_state"]))
+            given_ops = [k for k in ops_keys if k in record]
+            unknown = sorted(set(record) - set(ops_keys) - set(initial_keys))
+            if unknown or len(given_ops) != 1 or sum(k in record for k in initial_keys) > 1:
+                raise PromptFormatError(f"a record is a dict with its operations under one of {ops_keys} (and "
+                                        f"optionally the initial state under one of {initial_keys}); got keys "
+                                        f"{sorted(record)}.")
+            initial = next((record[k] for k in initial_keys if k in record), None)
+            record = record[given_ops[0]]
         ids, operation_ends, query_positions = record_format.encode(self.tokenizer, record, initial, allow_untrained)
         untrained = record_format.untrained(record) if allow_untrained else []
         return model_inputs(ids, operation_ends, query_positions, untrained)
@@ -188,7 +198,8 @@ class StateTrackingPipeline(Pipeline):
         return out
 
     def postprocess(self, outputs, return_trajectory=False, halting=None, allow_untrained=False):
-        names, candidates = self.prompt_format.query_names, self.prompt_format.candidates
+        names, candidates = getattr(self.prompt_format, "answer_names", self.prompt_format.query_names), \
+            self.prompt_format.candidates
 
         def named(row):
             return {name: candidates[int(c)] for name, c in zip(names, row)}

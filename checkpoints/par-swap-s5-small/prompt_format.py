@@ -62,6 +62,27 @@ class PromptFormatError(ValueError):
     wrong; never answered)."""
 
 
+def delimiter_problem(delimiter, splits: bool = True) -> str | None:
+    """Why `delimiter` cannot split operations apart, or None when it can: the one rule for every place a delimiter
+    is given (`PromptFormat`, `RecordFormat`, the records reader's ``--operation_delimiter``). It must be a non-empty
+    regex that compiles and matches no empty string; where it *splits* (``re.split``: `RecordFormat`, the records
+    reader) it must have no capturing group, whose matches ``re.split`` would keep as pieces (``(;|,)`` would make
+    every ';' an operation and a label)."""
+    if not isinstance(delimiter, str) or not delimiter:
+        return "must be a non-empty regular expression"
+    try:
+        pattern = re.compile(delimiter)
+    except re.error as error:
+        return f"is not a valid regular expression ({error})"
+    if pattern.fullmatch(""):
+        return "matches the empty string, so it splits nothing apart; give one that matches at least one character"
+    if splits and pattern.groups:
+        suggestion = re.sub(r"(?<!\\)\((?!\?)", "(?:", delimiter)
+        return (f"has a capturing group, whose matches re.split would keep as operations and labels; write the group "
+                f"non-capturing, e.g. {suggestion!r}")
+    return None
+
+
 def _norm(text: str) -> str:
     return " ".join(text.split())
 
@@ -183,15 +204,9 @@ class PromptFormat:
             for words in (w for alternatives in self.queries for w in alternatives):
                 if len(_SENTENCE.findall(words + " " + QUESTION_MARK)) != 1:
                     fail("queries", "question words with no sentence end inside (their '?' ends the question)", words)
-        if self.delimiter is not None:
-            if not isinstance(self.delimiter, str) or not self.delimiter:
-                fail("delimiter", "None or a non-empty regex", self.delimiter)
-            try:
-                compiled = re.compile(self.delimiter)
-            except re.error as error:
-                fail("delimiter", f"a valid regex ({error})", self.delimiter)
-            if compiled.match(""):
-                fail("delimiter", "a regex that matches no empty string", self.delimiter)
+        problem = None if self.delimiter is None else delimiter_problem(self.delimiter, splits=False)
+        if problem:
+            fail("delimiter", f"None or a regex that can split units apart (this one {problem})", self.delimiter)
 
     def _checked_trained(self, trained) -> dict:
         """`trained` checked against the format (every sentence one the format accepts in that slot) and normalized
@@ -545,4 +560,5 @@ def token_boundaries(encoding, i: int, prompt: str, segments: Segments) -> tuple
     return ends, queries
 
 
-__all__ = ["CANDIDATE", "PromptFormat", "PromptFormatError", "Segments", "token_boundaries", "unknown_word"]
+__all__ = ["CANDIDATE", "PromptFormat", "PromptFormatError", "Segments", "delimiter_problem", "token_boundaries",
+           "unknown_word"]

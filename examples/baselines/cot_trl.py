@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from state_tracking import get_task, load_task  # noqa: E402
 from state_tracking.cot import build_cot_dataset, build_cot_tokenizer, cot_token_ids, evaluate_cot  # noqa: E402
 from state_tracking.evaluation import repo_relative  # noqa: E402
+from state_tracking.flag_modes import true_or_false  # noqa: E402
 
 METHOD = "cot_trl"
 CURVE_KEYS = ("step", "loss", "learning_rate", "grad_norm", "mean_token_accuracy", "entropy", "num_tokens")
@@ -43,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     task = parser.add_argument_group("task")
     task.add_argument("--task", default="swap_s5", choices=["swap_s5", "s5", "a5"])
     task.add_argument("--task_file", default=None, help="a user state-machine task (JSON); overrides --task")
-    task.add_argument("--random_initial", action="store_true", help="random start states (written in the prompt)")
+    task.add_argument("--random_initial", type=true_or_false, nargs="?", const=True, default=False, help="random start states (written in the prompt)")
     task.add_argument("--min_train_depth", type=int, default=1)
     task.add_argument("--max_train_depth", type=int, default=8)
     task.add_argument("--train_size", type=int, default=None, help="training problems (default: steps × batch)")
@@ -71,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     out = parser.add_argument_group("output")
     out.add_argument("--output_dir", default="runs/cot-trl")
     out.add_argument("--results_json", default=None, help="default: <output_dir>/results.json")
-    out.add_argument("--save_model", action="store_true", help="save the final model and tokenizer to --output_dir")
+    out.add_argument("--save_model", type=true_or_false, nargs="?", const=True, default=False, help="save the final model and tokenizer to --output_dir")
     args = parser.parse_args(argv)
     args.eval_depths = [int(d) for d in args.eval_depths.split(",") if d.strip()]
     for name in ("min_train_depth", "max_train_depth", "max_steps", "per_device_train_batch_size", "eval_n",

@@ -55,8 +55,8 @@ from state_tracking import (  # noqa: E402
 )
 from state_tracking.accuracy import overall_state_accuracy  # noqa: E402
 from state_tracking.data import LABEL_PAD_ID  # noqa: E402
-from state_tracking.evaluation import STOP_BELOW, draw_test_problems, repo_relative  # noqa: E402
-from state_tracking.flag_modes import FLAG_MODES  # noqa: E402
+from state_tracking.evaluation import STOP_BELOW, command_line, draw_test_problems, repo_relative  # noqa: E402
+from state_tracking.flag_modes import FLAG_MODES, run_cli, true_or_false  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     RecordColumns,
     has_step_states,
@@ -91,15 +91,6 @@ class RNNStateTracker(nn.Module):
         hidden, _ = self.rnn(self.embed(input_ids))
         at = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
         return self.head(at).unflatten(-1, (self.num_queries, self.num_candidates))
-
-
-def true_or_false(value: str) -> bool:
-    """A boolean flag's value as HfArgumentParser (train_par.py) takes it: true / false, yes / no, 1 / 0."""
-    if value.lower() in ("true", "yes", "t", "y", "1"):
-        return True
-    if value.lower() in ("false", "no", "f", "n", "0"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -153,6 +144,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                       help="drop records that cannot be read and report how many (as train_par.py: the flag alone or "
                       "with true / false; off: the first one is an error)")
     data.add_argument("--max_train_samples", type=int, default=None, help="use only the first N training records")
+    data.add_argument("--validation_split_percentage", type=float, default=None,
+                      help="with no --validation_file: this percent of the training records, chosen at random with "
+                           "--seed, is held out as the validation split (default 5; 0: none), as train_par.py does")
     args = parser.parse_args(argv)
     args.records = args.train_file is not None or args.dataset_name is not None
     if args.records:
@@ -259,7 +253,9 @@ def prepare_records(args: argparse.Namespace) -> dict:
     columns = RecordColumns(args.operations_column, args.state_column, args.step_states_column,
                             args.initial_state_column, args.operation_delimiter)
     records = read_record_splits(columns, args.train_file, args.validation_file, args.test_file, args.dataset_name,
-                                 args.dataset_config_name, args.skip_bad_records, args.max_train_samples)
+                                 args.dataset_config_name, args.skip_bad_records, args.max_train_samples,
+                                 validation_split_percentage=5 if args.validation_split_percentage is None else
+                                 args.validation_split_percentage, seed=args.seed)
     train, encoded, record_format, splits = records.train, records.encoded, records.record_format, records.splits
     for split, bad in records.skipped.items():
         if bad:
@@ -372,7 +368,7 @@ def main(argv=None) -> dict:
         "eval_seconds": round(time.time() - started, 1), "threads": args.threads,
         "depths": [r["depth"] for r in per_depth], "accuracy": [r["accuracy"] for r in per_depth],
         "per_depth": per_depth, "curve": curve,
-        "command": "python " + " ".join([repo_relative(__file__)] + (sys.argv[1:] if argv is None else list(argv))),
+        "command": command_line(__file__, sys.argv[1:] if argv is None else argv),
         "machine": {"processor": platform.processor() or platform.machine(), "python": platform.python_version(),
                     "torch": torch.__version__},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -391,4 +387,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -46,6 +46,7 @@ from par_studies import (
     save_record,
     train_segment,
 )
+from state_tracking.flag_modes import true_or_false  # noqa: E402
 
 TASK_FILE = "examples/tasks/batch_process_phrasings.json"
 OUT = REPO / "results" / "batch_process_text_cpu"
@@ -304,7 +305,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=None, help="override the steps (tests)")
     parser.add_argument("--tiny", default=None, metavar="DIR",
                         help="tests: runs, results and the export under DIR, test d = 8, 16 with 32 prompts")
-    parser.add_argument("--collect", action="store_true")
+    parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--export", choices=sorted(ROWS))
     args = parser.parse_args(argv)
     if args.tiny:

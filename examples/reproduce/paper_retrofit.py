@@ -45,6 +45,9 @@ import weakref
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # the repository's packages without an install
+from state_tracking.flag_modes import true_or_false  # noqa: E402
+
 TRAIN_PAR = REPO / "examples" / "train_par.py"
 RESULTS = REPO / "results" / "paper_scale_cpu"
 WORK = REPO / "runs" / "paper_retrofit_dry"  # the random Qwen2 folder and scratch outputs (git-ignored)
@@ -1209,10 +1212,10 @@ def build_parser(run: bool = False) -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--init_from_qwen2", help="a local Qwen2 folder (Qwen2.5-0.5B); required for a run")
     parser.add_argument("--seed", type=int, default=0, help="the run's seed (output runs/paper_retrofit/s<seed>)")
-    parser.add_argument("--print_command", action="store_true", help="print the train_par.py command, run nothing")
+    parser.add_argument("--print_command", type=true_or_false, nargs="?", const=True, default=False, help="print the train_par.py command, run nothing")
     if run:
         return parser
-    parser.add_argument("--dry_run", action="store_true", help="the CPU dry run at the backbone's shape")
+    parser.add_argument("--dry_run", type=true_or_false, nargs="?", const=True, default=False, help="the CPU dry run at the backbone's shape")
     parser.add_argument("--shape", default="0.5b", choices=sorted(SHAPES), help="dry run: the backbone's shape")
     parser.add_argument("--depths", default="8,16,32", help="dry run: training depths (window 8)")
     parser.add_argument("--windows", default="8,32", help="dry run: windows compared at the largest training depth")
@@ -1225,9 +1228,9 @@ def build_parser(run: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=1, help="dry run: torch threads per case")
     parser.add_argument("--out", default=str(RESULTS), help="dry run: where dry_run.json, the plot and README go")
     parser.add_argument("--work_dir", default=str(WORK), help="dry run: the random Qwen2 folder and scratch")
-    parser.add_argument("--render", action="store_true", help="rewrite --out's README, plot and estimates from its "
+    parser.add_argument("--render", type=true_or_false, nargs="?", const=True, default=False, help="rewrite --out's README, plot and estimates from its "
                                                                "dry_run.json (no measurement)")
-    parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)  # cases in this process (tests)
+    parser.add_argument("--inline", type=true_or_false, nargs="?", const=True, default=False, help=argparse.SUPPRESS)  # cases in this process (tests)
     parser.add_argument("--_case", help=argparse.SUPPRESS)
     return parser
 

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from par_studies import LOCAL, REPO, Row, combine, load_records, rows_by_name, save_record, splice_table, train_segment
+from state_tracking.flag_modes import true_or_false  # noqa: E402
 
 TASK_FILE = "examples/tasks/batch_process_phrasings.json"
 OUT = REPO / "results" / "pretrained_cpu"
@@ -436,10 +437,10 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--row", choices=sorted(ROWS))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--parity", action="store_true", help="R = 1 of the retrofit against the parent, real weights")
+    parser.add_argument("--parity", type=true_or_false, nargs="?", const=True, default=False, help="R = 1 of the retrofit against the parent, real weights")
     parser.add_argument("--diagnose", choices=sorted(ROWS), help="held-out phrasings one slot at a time (a trained row)")
     parser.add_argument("--export", choices=sorted(ROWS), help=f"a trained row as a pipeline checkpoint ({EXPORT})")
-    parser.add_argument("--collect", action="store_true", help="README.md and summary.json from runs/*.json")
+    parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False, help="README.md and summary.json from runs/*.json")
     args = parser.parse_args(argv)
     if not (args.row or args.parity or args.diagnose or args.export or args.collect):
         parser.error("give --row, --parity, --diagnose, --export or --collect")

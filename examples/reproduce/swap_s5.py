@@ -41,6 +41,7 @@ from par_studies import (
     thread_env,
 )
 from state_tracking import plot_accuracy_vs_depth
+from state_tracking.flag_modes import true_or_false  # noqa: E402
 
 SCALES = {
     # From-scratch Qwen2-architecture models (no pretrained weights can be downloaded here).
@@ -214,7 +215,7 @@ def main(argv=None):
                         help="where the best PAR run goes as bf16 (optional)")
     parser.add_argument("--extra", default="", help="train_par.py '--flag value' pairs for every run (quoted); they "
                         "replace the scale's and the row's values")
-    parser.add_argument("--collect_only", "--collect-only", action="store_true",
+    parser.add_argument("--collect_only", "--collect-only", type=true_or_false, nargs="?", const=True, default=False,
                         help="do not train: rebuild the report and checkpoint from the runs already in --work_dir")
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # the repository's packages without an install
+from state_tracking.flag_modes import true_or_false  # noqa: E402
 
 # checkpoint folder -> the JSON that records its training commands ("train_commands")
 SHIPPED = {
@@ -65,7 +66,7 @@ def training_record(folder: Path, commands: list[str]) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="only compare the configs with the recomputed records")
+    parser.add_argument("--check", type=true_or_false, nargs="?", const=True, default=False, help="only compare the configs with the recomputed records")
     args = parser.parse_args(argv)
     stale = []
     for folder, record in SHIPPED.items():

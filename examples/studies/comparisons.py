@@ -48,6 +48,7 @@ from par_studies import (
     splice_table,
 )
 from state_tracking.evaluation import repo_relative
+from state_tracking.flag_modes import true_or_false  # noqa: E402
 
 OUT = REPO / "results" / "comparisons_cpu"
 RUN_DIR = REPO / "runs" / "comparisons"
@@ -290,8 +291,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", choices=list(ROWS))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--collect", action="store_true")
-    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False)
+    parser.add_argument("--list", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--import_cot", "--import-cot", default=None, metavar="JSON",
                         help="add a cot_trl.py results JSON as a row")
     args = parser.parse_args(argv)

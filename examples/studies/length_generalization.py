@@ -41,6 +41,7 @@ from par_studies import (
     seeds_cell,
 )
 from state_tracking.evaluation import STOP_BELOW, repo_relative
+from state_tracking.flag_modes import true_or_false  # noqa: E402
 
 OUT = REPO / "results" / "length_generalization_cpu"
 RUN_DIR = REPO / "runs" / "length_generalization"
@@ -234,7 +235,7 @@ def main(argv=None) -> None:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--run", choices=list(ROWS), help="train and evaluate one run")
     group.add_argument("--evaluate", choices=list(ROWS), help="evaluate a trained run again")
-    group.add_argument("--collect", action="store_true", help="rebuild the table, plots and README")
+    group.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False, help="rebuild the table, plots and README")
     group.add_argument("--export", choices=list(ROWS), help="export this run to runs/length_generalization/export")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from par_studies import REPO, SELF_DISTILL, Row, argv, combine, load_records, mean_sd, rows_by_name, run_logged
 from state_tracking.evaluation import repo_relative
+from state_tracking.flag_modes import true_or_false  # noqa: E402
 
 DATA = REPO / "runs" / "own_data" / "data"
 RUNS = REPO / "runs" / "own_data"
@@ -44,7 +45,46 @@ MACHINES = {  # name -> the task its files are written from; state_ids: the stat
     "register3": dict(task="examples/tasks/register3.json"),
     "swap_s5": dict(task="swap_s5"),
     "s5_ids": dict(task="s5", state_ids=True),
+    # a variable-tracking log as another project's generator writes it (`write_variable_swaps`): final mappings only,
+    # in its own column names; tests at 4x and 16x the training length
+    "var_swap5": dict(writer="variable_swaps", columns={"--operations_column": "history", "--state_column": "state"},
+                      test_lengths=(21, 69, 261)),
 }
+VARIABLES = [f"x{i}" for i in range(5)]
+SWAPS_TRAIN = (11, 16)  # swaps per training record: 5 assignments + 11..16 swaps = 16..21 statements
+
+
+def variable_swap_records(n: int, swaps: tuple[int, int], seed: int) -> list[dict]:
+    """`n` records of a variable-tracking log: `history` the statements, the five initial assignments
+    (``x0 = False`` ... ``x4 = True``, in order) then swaps written as Python tuple assignments (``x2, x4 = x4, x2``,
+    either order), `state` the final values as a mapping of booleans ({"x0": false, ...})."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    records = []
+    for _ in range(n):
+        values = [bool(v) for v in rng.integers(0, 2, len(VARIABLES))]
+        history = [f"{name} = {value}" for name, value in zip(VARIABLES, values)]
+        for _ in range(int(rng.integers(swaps[0], swaps[1] + 1))):
+            a, b = (int(i) for i in rng.choice(len(VARIABLES), 2, replace=False))
+            values[a], values[b] = values[b], values[a]
+            history.append(f"{VARIABLES[a]}, {VARIABLES[b]} = {VARIABLES[b]}, {VARIABLES[a]}")
+        records.append({"history": history, "state": dict(zip(VARIABLES, values))})
+    return records
+
+
+def write_variable_swaps(machine: str) -> None:
+    """The var_swap5 files: 16,000 training records of 16..21 statements (seed 0) and a test file with 1,024 records
+    at each of 21, 69 and 261 statements (5 assignments + 16, 64, 256 swaps; seed 1), JSON Lines."""
+    DATA.mkdir(parents=True, exist_ok=True)
+    with open(data_file(machine, "final"), "w") as f:
+        for record in variable_swap_records(TRAIN_N, SWAPS_TRAIN, seed=0):
+            f.write(json.dumps(record) + "\n")
+    with open(data_file(machine, "test"), "w") as f:
+        for k, length in enumerate(MACHINES[machine]["test_lengths"]):
+            swaps = length - len(VARIABLES)
+            for record in variable_swap_records(TEST_N, (swaps, swaps), seed=1 + k):
+                f.write(json.dumps(record) + "\n")
 
 
 @dataclass(frozen=True)
@@ -70,13 +110,17 @@ ROWS = rows_by_name(
 
 
 def data_file(machine: str, kind: str) -> Path:
-    return DATA / f"{machine}_{kind}.{'jsonl' if kind == 'final' else 'csv'}"
+    jsonl = kind == "final" or MACHINES[machine].get("writer") is not None
+    return DATA / f"{machine}_{kind}.{'jsonl' if jsonl else 'csv'}"
 
 
 def make_data(machines: list[str]) -> None:
     """Train (step states and final only, lengths 1..16, seed 0) and test (seed 1) files per machine."""
     for machine in machines:
         spec = MACHINES[machine]
+        if spec.get("writer") == "variable_swaps":
+            write_variable_swaps(machine)
+            continue
         flags = ["--task", spec["task"], *(["--state_ids"] if spec.get("state_ids") else [])]
         for kind, extra in (("step", []), ("final", ["--final_only"])):
             run_logged(["python", "examples/make_dataset.py", *flags, "--depths", TRAIN_LENGTHS, "--n", str(TRAIN_N),
@@ -94,7 +138,8 @@ def train_row(machine: str, row: str, seed: int, train_n: int) -> dict:
     folder = RUNS / name
     folder.mkdir(parents=True, exist_ok=True)
     data = {"--train_file": repo_relative(data_file(machine, spec.file)),
-            "--test_file": repo_relative(data_file(machine, "test")), "--seed": str(seed)}
+            "--test_file": repo_relative(data_file(machine, "test")), "--seed": str(seed),
+            **MACHINES[machine].get("columns", {})}
     if train_n != TRAIN_N:
         data["--max_train_samples"] = str(train_n)
     started = time.time()
@@ -230,8 +275,9 @@ def results_table(folder: Path) -> str:
     order = {m: i for i, m in enumerate(MACHINES)}
     rows = {r: i for i, r in enumerate(ROWS)}
     for (machine, row, n), members in sorted(groups.items(), key=lambda x: (order[x[0][0]], -x[0][2], rows[x[0][1]])):
+        depths = MACHINES[machine].get("test_lengths", (16, 64, 256))  # in range, 4x, 16x
         cells = [mean_sd([next((d["accuracy"] for d in m["per_depth"] if d["depth"] == depth), float("nan"))
-                          for m in members], digits=2) for depth in (16, 64, 256)]
+                          for m in members], digits=2) for depth in depths]
         seconds = np.mean([m["train_seconds"] or 0 for m in members])
         seeds = ",".join(str(m["seed"]) for m in sorted(members, key=lambda m: m["seed"]))
         steps = "/".join(sorted({str(m["steps"]) for m in members}))
@@ -242,13 +288,13 @@ def results_table(folder: Path) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--make_data", action="store_true")
+    parser.add_argument("--make_data", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--machine", choices=list(MACHINES))
     parser.add_argument("--row", choices=list(ROWS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train_n", type=int, default=TRAIN_N, choices=TRAIN_SIZES)
-    parser.add_argument("--extract", action="store_true")
-    parser.add_argument("--collect", action="store_true")
+    parser.add_argument("--extract", type=true_or_false, nargs="?", const=True, default=False)
+    parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False)
     args = parser.parse_args(argv)
     if args.make_data:
         make_data([args.machine] if args.machine else list(MACHINES))

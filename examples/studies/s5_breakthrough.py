@@ -56,6 +56,7 @@ from par_studies import (
     train_segment,
 )
 from state_tracking.evaluation import repo_relative
+from state_tracking.flag_modes import true_or_false  # noqa: E402
 
 OUT = REPO / "results" / "s5_a5_cpu" / "study"
 RUN_DIR = REPO / "runs" / "s5_breakthrough"
@@ -391,9 +392,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", choices=list(ROWS), metavar="ROW", help="train (or resume) and record one row")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--collect", action="store_true", help="README.md table and plot from the records")
-    parser.add_argument("--list", action="store_true", help="the rows and their flags")
-    parser.add_argument("--tiny", action="store_true", help="every row shrunk to seconds, in runs/s5_breakthrough_tiny")
+    parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False, help="README.md table and plot from the records")
+    parser.add_argument("--list", type=true_or_false, nargs="?", const=True, default=False, help="the rows and their flags")
+    parser.add_argument("--tiny", type=true_or_false, nargs="?", const=True, default=False, help="every row shrunk to seconds, in runs/s5_breakthrough_tiny")
     args = parser.parse_args(argv)
     if args.list:
         print(describe())

@@ -1,0 +1,135 @@
+"""The records package's contracts: pure maps (datasets' cache and num_proc give the same records), column roles
+resolved once, the validation split made from the training file, and one delimiter rule everywhere."""
+
+import csv
+import json
+
+import datasets
+import numpy as np
+import pytest
+
+from modeling_par.record_format import RecordFormat
+from state_tracking.records import (
+    Normalizer,
+    ReadOptions,
+    RecordColumns,
+    RecordError,
+    load_record_files,
+    read_record_splits,
+)
+
+
+def register_rows(n, seed, lo=1, hi=12):
+    """A 3-bit register no code of this package wrote: set / clear / flip a bit; the state is the bits."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        bits, ops, states = [0, 0, 0], [], []
+        for _ in range(int(rng.integers(lo, hi + 1))):
+            verb, bit = ["set", "clear", "flip"][int(rng.integers(3))], int(rng.integers(3))
+            bits[bit] = 1 if verb == "set" else 0 if verb == "clear" else 1 - bits[bit]
+            ops.append(f"{verb} {bit}")
+            states.append("b" + "".join(map(str, bits)))
+        rows.append((ops, states))
+    return rows
+
+
+def write(path, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["events", "observed"])
+        for ops, states in rows:
+            writer.writerow([";".join(ops), ";".join(states)])
+    return str(path)
+
+
+COLUMNS = RecordColumns(operations="events", step_states="observed", delimiter=";")
+
+
+def table_of(dataset):
+    return {k: dataset[k] for k in dataset.column_names}
+
+
+def test_a_second_read_comes_from_datasets_cache_and_overwrite_cache_reads_again(tmp_path, monkeypatch):
+    path = write(tmp_path / "log.csv", register_rows(300, 0))
+    datasets.enable_caching()
+    options = ReadOptions(cache_dir=str(tmp_path / "cache"))
+    first = load_record_files(path, COLUMNS, options=options)
+
+    def never(self, *args):
+        raise AssertionError("the map ran again although its cache holds the result")
+
+    monkeypatch.setattr(Normalizer, "__call__", never)
+    again = load_record_files(path, COLUMNS, options=options)
+    assert table_of(again.dataset) == table_of(first.dataset)
+    assert again.dataset.cache_files and again.dataset.cache_files[0]["filename"].startswith(str(tmp_path / "cache"))
+    with pytest.raises(AssertionError, match="the map ran again"):
+        load_record_files(path, COLUMNS, options=ReadOptions(cache_dir=str(tmp_path / "cache"), overwrite_cache=True))
+
+
+def test_preprocessing_workers_give_the_same_records_and_the_same_skips(tmp_path):
+    rows = register_rows(4100, 1)
+    rows[5] = (["set 0", "flip 9"], ["b100", "b100"])  # an operation only this record has (kept: it is training data)
+    rows[4003] = (["set 0", "set 1"], ["b100"])  # 1 step state for 2 operations: skipped
+    path = write(tmp_path / "log.csv", rows)
+    one = read_record_splits(COLUMNS, path, skip_bad_records=True, validation_split_percentage=0)
+    two = read_record_splits(COLUMNS, path, skip_bad_records=True, validation_split_percentage=0,
+                             options=ReadOptions(num_proc=2))
+    assert len(one.encoded) == 4099 and table_of(two.encoded) == table_of(one.encoded)
+    assert one.skipped == two.skipped and len(one.skipped["train"]) == 1 and "record 4003 (0-based)" in \
+        one.skipped["train"][0]
+
+
+def test_a_validation_split_is_cut_from_the_training_file_when_none_is_given(tmp_path):
+    path = write(tmp_path / "log.csv", register_rows(400, 2))
+    records = read_record_splits(COLUMNS, path, validation_split_percentage=10, seed=3)
+    train, (validation, encoded) = records.train, records.splits["validation"]
+    assert len(train.dataset) == 360 and len(validation.dataset) == 40 == len(encoded)
+    assert not set(train.dataset["record"]) & set(validation.dataset["record"])  # never trained on
+    assert set(train.dataset["record"]) | set(validation.dataset["record"]) == set(range(400))
+    assert "40 records (10%) of the training file" in records.notes[0]
+    # the same seed cuts the same split; --max_train_samples counts training records after the cut (as
+    # transformers' scripts); --max_eval_samples the validation records
+    again = read_record_splits(COLUMNS, path, validation_split_percentage=10, seed=3, max_train_samples=100,
+                               max_eval_samples=7)
+    assert sorted(again.splits["validation"][0].dataset["record"]) == sorted(validation.dataset["record"][:7])
+    assert len(again.encoded) == 100 and len(again.splits["validation"][1]) == 7
+    given = read_record_splits(COLUMNS, path, validation_file=path, validation_split_percentage=10)
+    assert len(given.encoded) == 400 and not given.notes  # a validation file given: nothing is cut
+    for bad in (100, -1, "5"):
+        with pytest.raises(RecordError, match="--validation_split_percentage must be a number in \\[0, 100\\)"):
+            read_record_splits(COLUMNS, path, validation_split_percentage=bad)
+    with pytest.raises(RecordError, match="--max_eval_samples must be an integer >= 1"):
+        read_record_splits(COLUMNS, path, max_eval_samples=0)
+
+
+def test_a_column_takes_one_role(tmp_path):
+    """The word-problem layout `seed,input,target`: `target` named as the step states is also the final state (its
+    last element); the conventional name `target` of a final-state column never selects it a second time."""
+    rng = np.random.default_rng(0)
+    with open(tmp_path / "words.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["seed", "input", "target"])
+        for seed in range(50):
+            ops = rng.integers(0, 5, int(rng.integers(1, 8)))
+            writer.writerow([seed, " ".join(map(str, ops)), " ".join(str(int(v)) for v in np.cumsum(ops) % 5)])
+    columns = RecordColumns(operations="input", step_states="target")
+    loaded = load_record_files(str(tmp_path / "words.csv"), columns)
+    assert loaded.columns.state is None and loaded.columns.step_states == "target"
+    assert len(loaded.dataset) == 50
+    with pytest.raises(RecordError, match="--state_column and --step_states_column both name the column 'target'"):
+        load_record_files(str(tmp_path / "words.csv"), RecordColumns(operations="input", state="target",
+                                                                       step_states="target"))
+
+
+@pytest.mark.parametrize("delimiter, message", [
+    ("(;|,)", "has a capturing group"), ("x*", "matches the empty string"), ("(", "is not a valid regular expression")])
+def test_one_delimiter_rule_for_the_reader_and_the_checkpoint_format(delimiter, message):
+    with pytest.raises(RecordError, match=message):
+        RecordColumns(operations="ops", state="s", delimiter=delimiter)
+    with pytest.raises(ValueError, match=f"prompt_format.delimiter must be None.*{message}"):
+        RecordFormat(query_names=("state",), candidates=("a",), operations=("x",), delimiter=delimiter)
+    spec = {"rendering": "records", "query_names": ["state"], "candidates": ["a"], "operations": ["x"],
+            "delimiter": delimiter}
+    with pytest.raises(ValueError, match=message):  # a checkpoint's config is read by the same rule
+        RecordFormat.from_dict(json.loads(json.dumps(spec)))
