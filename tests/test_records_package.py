@@ -133,3 +133,29 @@ def test_one_delimiter_rule_for_the_reader_and_the_checkpoint_format(delimiter, 
             "delimiter": delimiter}
     with pytest.raises(ValueError, match=message):  # a checkpoint's config is read by the same rule
         RecordFormat.from_dict(json.loads(json.dumps(spec)))
+
+
+def test_a_records_run_stops_once_its_validation_split_is_exact(tmp_path):
+    """The last operation sets the state (a machine learned in a few dozen steps): probes of the held-out validation
+    split every 10 steps; two exact probes in a row stop training long before --max_steps."""
+    from tests.conftest import load_example
+
+    train_par = load_example("examples/train_par.py")
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(400):
+        ops = [["go", "stop"][int(i)] for i in rng.integers(0, 2, int(rng.integers(1, 4)))]
+        rows.append((ops, ["moving" if op == "go" else "still" for op in ops]))
+    path = write(tmp_path / "log.csv", rows)
+    tiny = ["--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2",
+            "--num_key_value_heads", "2", "--per_device_train_batch_size", "16", "--disable_tqdm", "true",
+            "--use_cpu", "true", "--max_iterations", "8", "--compile_core", "false", "--learning_rate", "3e-3",
+            "--train_file", path, "--operations_column", "events", "--step_states_column", "observed",
+            "--operation_delimiter", ";", "--max_steps", "400", "--probe_every_steps", "10", "--logging_steps", "10"]
+    summary = train_par.main(tiny + ["--output_dir", str(tmp_path / "stop")])
+    probes = [p["accuracy"] for p in summary["probe"]]
+    assert summary["probe_stopped_at"] is not None and summary["steps"] == summary["probe_stopped_at"] < 400
+    assert probes[-2:] == [1.0, 1.0] and min(probes) < 1.0  # it stopped because it learned, not from the start
+    full = train_par.main(tiny + ["--output_dir", str(tmp_path / "full"), "--stop_when_validation_exact", "false",
+                                  "--max_steps", "60"])
+    assert full["steps"] == 60 and full["probe_stopped_at"] is None and len(full["probe"]) == 6
