@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-KINDS = {"par": "examples/train_par.py", "rnn": "examples/baselines/rnn.py", "cot": "examples/baselines/cot_trl.py"}
+KINDS = {"par": "examples/train_par.py", "rnn": "examples/baselines/rnn.py", "cot": "examples/baselines/cot_trl.py",
+         "automata": "examples/baselines/automata.py"}
 
 
 @dataclass(frozen=True)

@@ -159,3 +159,59 @@ def test_a_records_run_stops_once_its_validation_split_is_exact(tmp_path):
     full = train_par.main(tiny + ["--output_dir", str(tmp_path / "full"), "--stop_when_validation_exact", "false",
                                   "--max_steps", "60"])
     assert full["steps"] == 60 and full["probe_stopped_at"] is None and len(full["probe"]) == 6
+
+
+def test_the_word_problem_layout_trains_and_its_machine_is_extracted(tmp_path):
+    """A CSV `seed,input,target` as word-problem generators write it: `input` space-separated S5 element ids,
+    `target` the running product after each step (one of 120 labels). `--step_states_column target` trains (no
+    second selection of `target` as the final state), and extract_machine.py reads a machine from the checkpoint."""
+    import itertools
+
+    from tests.conftest import load_example
+
+    train_par = load_example("examples/train_par.py")
+    extract_machine = load_example("examples/extract_machine.py")
+    elements = list(itertools.permutations(range(5)))
+    index = {p: i for i, p in enumerate(elements)}
+    rng = np.random.default_rng(0)
+    with open(tmp_path / "s5.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["seed", "input", "target"])
+        for seed in range(200):
+            ids = [int(i) for i in rng.integers(0, 120, int(rng.integers(1, 5)))]
+            state, states = tuple(range(5)), []
+            for i in ids:
+                state = tuple(state[j] for j in elements[i])
+                states.append(index[state])
+            writer.writerow([seed, " ".join(map(str, ids)), " ".join(map(str, states))])
+    run = tmp_path / "run"
+    summary = train_par.main([
+        "--train_file", str(tmp_path / "s5.csv"), "--operations_column", "input", "--step_states_column", "target",
+        "--max_steps", "4", "--output_dir", str(run), "--hidden_size", "32", "--intermediate_size", "64",
+        "--num_attention_heads", "2", "--num_key_value_heads", "2", "--per_device_train_batch_size", "8",
+        "--max_iterations", "8", "--disable_tqdm", "true", "--use_cpu", "true", "--compile_core", "false"])
+    assert summary["records"]["training_mode"].startswith("progress-aligned targets")
+    assert summary["records"]["operations"] <= 120 and summary["records"]["labels"] <= 120
+    out = extract_machine.main(["--model", str(run), "--out", str(tmp_path / "m.json"), "--max_states", "4",
+                                "--agreement_depth", "4", "--agreement_n", "8", "--device", "cpu"])
+    assert 1 <= out["num_states"] <= 4 and json.loads((tmp_path / "m.json").read_text()) == out
+
+
+def test_assignment_then_swap_logs_read_as_boolean_mappings_from_json_lines_and_parquet(tmp_path):
+    """The variable-tracking layout: `history` (assignments, then tuple swaps), `state` a mapping of booleans."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.conftest import load_example
+
+    records = load_example("examples/studies/own_data.py").variable_swap_records(30, (2, 4), seed=0)
+    with open(tmp_path / "vars.jsonl", "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "vars.parquet")
+    columns = RecordColumns(operations="history", state="state")
+    for name in ("vars.jsonl", "vars.parquet"):
+        loaded = load_record_files(str(tmp_path / name), columns)
+        assert loaded.query_names == ["x0", "x1", "x2", "x3", "x4"]
+        assert loaded.dataset["operations"] == [r["history"] for r in records]
+        assert [row[-1] for row in loaded.dataset["labels"]] == [
+            [str(r["state"][q]).lower() for q in loaded.query_names] for r in records]

@@ -106,6 +106,11 @@ ROWS = rows_by_name(
     OwnDataRow.of("lstm_final", "LSTM 288, final states only", LSTM, kind="rnn", file="final"),
     OwnDataRow.of("gru_step", "GRU 336, step states", GRU, kind="rnn", file="step"),
     OwnDataRow.of("gru_final", "GRU 336, final states only", GRU, kind="rnn", file="final"),
+    OwnDataRow.of("rpni_step", "RPNI (AALpy), step states", {"--algorithm": "rpni"}, kind="automata", file="step"),
+    OwnDataRow.of("rpni_final", "RPNI (AALpy), final states only", {"--algorithm": "rpni"}, kind="automata",
+                  file="final"),
+    OwnDataRow.of("gsm_final", "GSM (AALpy), final states only", {"--algorithm": "gsm"}, kind="automata",
+                  file="final"),
 )
 
 
@@ -152,6 +157,15 @@ def train_row(machine: str, row: str, seed: int, train_n: int) -> dict:
         record = dict(steps=summary["steps"], train_seconds=summary["train_seconds"], curve=summary["curve"],
                       training_mode=summary["records"]["training_mode"], per_depth=[
                           {k: r[k] for k in ("depth", "n", "accuracy")} for r in evaluation["per_depth"]])
+    elif spec.kind == "automata":
+        results = folder / "automata.json"
+        command = ["python", spec.script, *argv(combine(row, data, spec.flags, {
+            "--results_json": repo_relative(results)}))]
+        run_logged(command, folder / "train.log")
+        out = json.loads(results.read_text())
+        record = dict(steps=None, train_seconds=out["train_seconds"], curve=None, num_states=out["num_states"],
+                      training_mode=f"{out['method']} on {out['labels']} states",
+                      per_depth=[{k: r[k] for k in ("depth", "n", "accuracy")} for r in out["per_depth"]])
     else:
         results = folder / "rnn.json"
         command = ["python", spec.script, *argv(combine(row, data, spec.flags, {
@@ -280,7 +294,7 @@ def results_table(folder: Path) -> str:
                           for m in members], digits=2) for depth in depths]
         seconds = np.mean([m["train_seconds"] or 0 for m in members])
         seeds = ",".join(str(m["seed"]) for m in sorted(members, key=lambda m: m["seed"]))
-        steps = "/".join(sorted({str(m["steps"]) for m in members}))
+        steps = "/".join(sorted({"–" if m["steps"] is None else str(m["steps"]) for m in members}))
         lines.append(f"| {machine} | {ROWS[row].label} | {n} | {seeds} | {steps} | " + " | ".join(cells)
                      + f" | {seconds:.0f} |")
     return "\n".join(lines) + "\n"
