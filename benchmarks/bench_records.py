@@ -32,11 +32,18 @@ def main(argv=None) -> dict:
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--formats", default="csv,jsonl")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--workers", type=int, default=None, help="--preprocessing_num_workers (datasets' num_proc)")
     args = parser.parse_args(argv)
     import datasets
     import torch
 
     from state_tracking.records import RecordColumns, read_record_splits
+
+    try:  # the records package (with ReadOptions) or an earlier commit's module
+        from state_tracking.records import ReadOptions
+        extra = {"options": ReadOptions(num_proc=args.workers, overwrite_cache=True)}
+    except ImportError:
+        extra = {}
 
     torch.set_num_threads(1)
     datasets.disable_caching()
@@ -49,14 +56,15 @@ def main(argv=None) -> dict:
             subprocess.run([sys.executable, "examples/make_dataset.py", "--task", "examples/tasks/register3.json",
                             "--depths", "1-16", "--n", str(args.n), "--out", str(path)], cwd=REPO, check=True)
         started = time.time()
-        records = read_record_splits(RecordColumns(), str(path))
+        records = read_record_splits(RecordColumns(), str(path), **extra)
         seconds = time.time() - started
         rows.append({"format": fmt, "records": len(records.encoded), "file_mb": round(path.stat().st_size / 2**20, 1),
                      "seconds": round(seconds, 1), "seconds_per_100k": round(seconds * 1e5 / len(records.encoded), 2)})
         print(rows[-1], flush=True)
     result = {"rows": rows, "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
               "command": "python benchmarks/bench_records.py " + " ".join(sys.argv[1:] if argv is None else argv),
-              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, one thread",
+              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, one thread"
+                         + (f", {args.workers} reading processes" if args.workers else ""),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     print(json.dumps(result, indent=2))
     if args.out:

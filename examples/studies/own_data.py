@@ -48,10 +48,13 @@ MACHINES = {  # name -> the task its files are written from; state_ids: the stat
     # a variable-tracking log as another project's generator writes it (`write_variable_swaps`): final mappings only,
     # in its own column names; tests at 4x and 16x the training length
     "var_swap5": dict(writer="variable_swaps", columns={"--operations_column": "history", "--state_column": "state"},
-                      test_lengths=(21, 69, 261)),
+                      test_lengths=(21, 69, 261), swaps=(1, 16)),
+    # the same log with every training record 16..21 statements long, as issue 38's file (no short record)
+    "var_swap5_long": dict(writer="variable_swaps", columns={"--operations_column": "history",
+                                                             "--state_column": "state"},
+                           test_lengths=(21, 69, 261), swaps=(11, 16)),
 }
 VARIABLES = [f"x{i}" for i in range(5)]
-SWAPS_TRAIN = (11, 16)  # swaps per training record: 5 assignments + 11..16 swaps = 16..21 statements
 
 
 def variable_swap_records(n: int, swaps: tuple[int, int], seed: int) -> list[dict]:
@@ -74,11 +77,12 @@ def variable_swap_records(n: int, swaps: tuple[int, int], seed: int) -> list[dic
 
 
 def write_variable_swaps(machine: str) -> None:
-    """The var_swap5 files: 16,000 training records of 16..21 statements (seed 0) and a test file with 1,024 records
-    at each of 21, 69 and 261 statements (5 assignments + 16, 64, 256 swaps; seed 1), JSON Lines."""
+    """A variable-swap machine's files: 16,000 training records of 5 assignments + `swaps` swaps (var_swap5: 6..21
+    statements; var_swap5_long: 16..21; seed 0) and a test file with 1,024 records at each of 21, 69 and 261
+    statements (5 assignments + 16, 64, 256 swaps; seeds 1, 2, 3), JSON Lines."""
     DATA.mkdir(parents=True, exist_ok=True)
     with open(data_file(machine, "final"), "w") as f:
-        for record in variable_swap_records(TRAIN_N, SWAPS_TRAIN, seed=0):
+        for record in variable_swap_records(TRAIN_N, MACHINES[machine]["swaps"], seed=0):
             f.write(json.dumps(record) + "\n")
     with open(data_file(machine, "test"), "w") as f:
         for k, length in enumerate(MACHINES[machine]["test_lengths"]):
