@@ -33,7 +33,8 @@ FLAG_MODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "rnn.py": (
         ("task", "train_size", "eval_depths", "eval_n"),
-        ("validation_file", "test_file", *_READ_RECORDS, "max_train_samples", "validation_split_percentage"),
+        ("validation_file", "test_file", *_READ_RECORDS, "max_train_samples", "validation_split_percentage",
+         "stop_when_validation_exact", "probe_n", "probe_every_steps", "probe_stop_patience"),
     ),
 }
 

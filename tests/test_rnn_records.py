@@ -152,3 +152,21 @@ def test_test_lengths_are_counted_right(files):
     with open(files / "test.csv") as handle:
         lengths = Counter(len(row["ops"].split()) for row in csv.DictReader(handle))
     assert dict(lengths) == TEST_LENGTHS
+
+
+def test_rnn_stops_once_the_validation_split_is_exact(files, tmp_path):
+    """train_par.py's stop rule: the validation split (5% of the training file here) probed every --probe_every_steps
+    steps; two exact probes in a row end training before --max_steps, and `steps` says where. With
+    --stop_when_validation_exact false the probes are logged and the run goes to --max_steps."""
+    flags = ["--hidden", "16", "--max_steps", "600", "--batch_size", "16", "--curriculum_every_steps", "5",
+             "--logging_steps", "50", "--learning_rate", "1e-2", "--probe_every_steps", "25",
+             "--train_file", str(files / "train.csv"), "--test_file", str(files / "test.csv")]
+    stopped = rnn.main(flags)
+    probes = [row for row in stopped["curve"] if "probe_accuracy" in row]
+    assert stopped["max_steps"] == 600 and stopped["steps"] < 600
+    assert stopped["steps"] == probes[-1]["step"] and [p["probe_accuracy"] for p in probes[-2:]] == [1.0, 1.0]
+    assert all(p["probe_n"] == 10 and p["probe_split"] == "validation" for p in probes)
+    assert all(a < 1.0 or b < 1.0 for a, b in zip([p["probe_accuracy"] for p in probes[:-2]],
+                                                    [p["probe_accuracy"] for p in probes[1:-1]]))
+    full = rnn.main(flags[:3] + ["200"] + flags[4:] + ["--stop_when_validation_exact", "false"])
+    assert full["steps"] == 200 and len([row for row in full["curve"] if "probe_accuracy" in row]) == 8

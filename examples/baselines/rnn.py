@@ -74,6 +74,9 @@ GENERATED_DEFAULTS = {"task": "swap_s5", "min_train_depth": 1, "max_train_depth"
 # what describes generated data (refused with records) and what needs --train_file / --dataset_name: the table train_par.py
 # and evaluate_par.py share (state_tracking.flag_modes)
 GENERATED_ONLY, RECORD_FLAGS = FLAG_MODES["rnn.py"]
+# the validation probe's defaults with records (train_par.py's: --probe_n, --probe_every_steps, --probe_stop_patience)
+PROBE_DEFAULTS = {"stop_when_validation_exact": True, "probe_n": 256, "probe_every_steps": 250,
+                  "probe_stop_patience": 2}
 
 
 class RNNStateTracker(nn.Module):
@@ -147,6 +150,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     data.add_argument("--validation_split_percentage", type=float, default=None,
                       help="with no --validation_file: this percent of the training records, chosen at random with "
                            "--seed, is held out as the validation split (default 5; 0: none), as train_par.py does")
+    data.add_argument("--stop_when_validation_exact", type=true_or_false, nargs="?", const=True, default=None,
+                      help="probe the validation split (its first --probe_n records) every --probe_every_steps steps "
+                           "and stop once the last --probe_stop_patience probes were all exact, as train_par.py does "
+                           "(default true with a validation split; false: probe and log only)")
+    data.add_argument("--probe_n", type=int, default=None, help="validation probe: records (default 256)")
+    data.add_argument("--probe_every_steps", type=int, default=None, help="validation probe: steps between probes "
+                      "(default 250)")
+    data.add_argument("--probe_stop_patience", type=int, default=None, help="validation probe: consecutive exact "
+                      "probes that stop training (default 2)")
     args = parser.parse_args(argv)
     args.records = args.train_file is not None or args.dataset_name is not None
     if args.records:
@@ -166,6 +178,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         if record_flags:
             parser.error(f"{', '.join(record_flags)} {'needs' if len(record_flags) == 1 else 'need'} --train_file or "
                          "--dataset_name (recorded data); without them the data is generated from --task")
+    if args.records:
+        for name, value in PROBE_DEFAULTS.items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
     # which data-dependent flags were given (records fill the others from the lengths present, in main)
     args.given = {name for name in GENERATED_DEFAULTS if getattr(args, name) is not None}
     if not args.records:
@@ -173,7 +189,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             if getattr(args, name) is None:
                 setattr(args, name, value)
     for name in ("hidden", "layers", "max_steps", "batch_size", "eval_n", "eval_batch_size", "logging_steps",
-                 "threads", "min_train_depth"):
+                 "threads", "min_train_depth", "probe_n", "probe_every_steps", "probe_stop_patience"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name} must be an integer >= 1; got {getattr(args, name)}")
     if args.min_train_depth is not None and args.max_train_depth is not None and (
@@ -225,7 +241,7 @@ def final_readout(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return batch["operation_ends"][rows, batch["depth"]][:, None], batch["step_labels"][rows, batch["depth"]]
 
 
-def evaluate_encoded(model, encoded, pad_token_id: int, batch_size: int) -> list[dict]:
+def evaluate_encoded(model, encoded, pad_token_id: int, batch_size: int, quiet: bool = False) -> list[dict]:
     """Overall state accuracy of the final readout on encoded records (`encode_records`), per sequence length present
     (every length: the records are the test, no stop rule)."""
     collate = StateTrackingCollator(pad_token_id)
@@ -243,7 +259,8 @@ def evaluate_encoded(model, encoded, pad_token_id: int, batch_size: int) -> list
                 targets.append(final.numpy())
         accuracy = overall_state_accuracy(np.concatenate(answers), np.concatenate(targets))
         rows.append({"depth": int(depth), "accuracy": accuracy, "n": int(len(index))})
-        print(f"  d = {depth}: {accuracy:.4f} (n = {len(index)})", flush=True)
+        if not quiet:
+            print(f"  d = {depth}: {accuracy:.4f} (n = {len(index)})", flush=True)
     return rows
 
 
@@ -287,12 +304,21 @@ def prepare_records(args: argparse.Namespace) -> dict:
             "splits": splits, "skipped": records.skipped, "mode": mode}
 
 
-def train_model(args, model, data, sampler, collate) -> tuple[list[dict], float]:
+def probe_accuracy(model, encoded, pad_token_id: int, batch_size: int) -> float:
+    """Overall state accuracy of the final readout over every record of `encoded` (all lengths together)."""
+    rows = evaluate_encoded(model, encoded, pad_token_id, batch_size, quiet=True)
+    return sum(r["accuracy"] * r["n"] for r in rows) / sum(r["n"] for r in rows)
+
+
+def train_model(args, model, data, sampler, collate, probe=None) -> tuple[list[dict], float]:
     """The training loop (step labels z_1..z_d, or z_d with --labels final; unrecorded targets, -100, are left out of
-    the loss and the mean) -> the loss curve and the seconds it took."""
+    the loss and the mean) -> the loss curve and the seconds it took. `probe` (records with a validation split): the
+    encoded validation records probed every --probe_every_steps steps, logged as {"step", "probe_accuracy",
+    "seconds"}; with --stop_when_validation_exact training stops once the last --probe_stop_patience probes were all
+    1.0 (train_par.py's `RecordsProbeCallback` rule)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 100))  # 100-step warm-up
-    curve, losses = [], []
+    curve, losses, probes = [], [], []
     started = time.time()
     model.train()
     for step, rows in enumerate(sampler, start=1):
@@ -313,6 +339,18 @@ def train_model(args, model, data, sampler, collate) -> tuple[list[dict], float]
                           if args.labels == "step" else None, "seconds": round(time.time() - started, 1)})
             losses = []
             print(f"step {step}: loss {curve[-1]['loss']:.4f}", flush=True)
+        if probe is not None and step % args.probe_every_steps == 0:
+            accuracy = probe_accuracy(model, probe, collate.pad_token_id, args.eval_batch_size)
+            model.train()
+            probes.append(accuracy)
+            curve.append({"step": step, "probe_accuracy": accuracy, "probe_split": "validation",
+                          "probe_n": len(probe), "seconds": round(time.time() - started, 1)})
+            print(curve[-1], flush=True)
+            if (args.stop_when_validation_exact and len(probes) >= args.probe_stop_patience
+                    and all(a == 1.0 for a in probes[-args.probe_stop_patience:])):
+                print(f"stopping at step {step}: the last {args.probe_stop_patience} validation probes were exact "
+                      "(--stop_when_validation_exact)", flush=True)
+                break
     return curve, time.time() - started
 
 
@@ -343,7 +381,12 @@ def main(argv=None) -> dict:
     torch.manual_seed(args.seed)
     model = RNNStateTracker(args.cell, vocab_size, args.hidden, args.layers, num_queries, num_candidates)
     data_seconds = time.time() - started
-    curve, train_seconds = train_model(args, model, data, sampler, collate)
+    probe = None
+    if records is not None and "validation" in records["splits"]:
+        encoded_validation = records["splits"]["validation"][1]
+        probe = encoded_validation.select(range(min(args.probe_n, len(encoded_validation))))
+    curve, train_seconds = train_model(args, model, data, sampler, collate, probe)
+    steps = max((row["step"] for row in curve), default=0)
     started = time.time()
     if records is None:
         per_depth = evaluate(model, task, tokenizer, args.depths, args.eval_n, args.seed, args.eval_batch_size)
@@ -362,7 +405,7 @@ def main(argv=None) -> dict:
         "task": task.name if records is None else record_format.task_name, "seed": args.seed, "cell": args.cell,
         "hidden": args.hidden, "layers": args.layers, "labels": args.labels,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "steps": args.max_steps, "batch_size": args.batch_size, "max_train_depth": args.max_train_depth,
+        "steps": steps, "max_steps": args.max_steps, "batch_size": args.batch_size, "max_train_depth": args.max_train_depth,
         "curriculum": {"start": args.curriculum_start_depth, "every_steps": args.curriculum_every_steps},
         "data_seconds": round(data_seconds, 1), "train_seconds": round(train_seconds, 1),
         "eval_seconds": round(time.time() - started, 1), "threads": args.threads,
