@@ -218,6 +218,11 @@ class DataArguments:
         "help": "the Hub token for a private --dataset_name (default: the one `hf auth login` stored)"})
     trust_remote_code: bool = field(default=False, metadata={
         "help": "let --dataset_name run the loading script its repository holds"})
+    operation_tokens: str = field(default="words", metadata={
+        "help": "how an operation is read: 'words' (its words, one token each: an operation training never held can "
+                "be read from the words of trained ones) or 'whole' (one token per distinct operation, as an RNN's "
+                "embedding reads a symbol: fewer tokens per record, no untrained operation)",
+        "choices": ["words", "whole"]})
     stop_when_validation_exact: bool = field(default=True, metadata={
         "help": "records: probe the validation split (its first --probe_n records) every --probe_every_steps steps "
                 "and stop training once the last --probe_stop_patience probes were all exact, instead of running to "
@@ -522,7 +527,8 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
             columns, data_args.train_file, data_args.validation_file, data_args.test_file, data_args.dataset_name,
             data_args.dataset_config_name, data_args.skip_bad_records, data_args.max_train_samples,
             data_args.data_name, max_eval_samples=data_args.max_eval_samples,
-            validation_split_percentage=data_args.validation_split_percentage, seed=train_args.seed, options=options)
+            validation_split_percentage=data_args.validation_split_percentage, seed=train_args.seed, options=options,
+            operation_tokens=data_args.operation_tokens)
     for note in records.notes:
         logger.warning("records: %s", note)
     check_record_lengths(records, model_args.max_iterations, model_args.step_size, data_args.skip_bad_records)

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 # the records' reading flags, the same in every script that reads records
 _READ_RECORDS = ("dataset_config_name", "operations_column", "state_column", "step_states_column",
                  "initial_state_column", "operation_delimiter", "skip_bad_records")
+# how a training script's record tokenizer reads an operation (evaluate_par.py reads the checkpoint's own)
+_TOKENIZE_RECORDS = ("operation_tokens",)
 # how train_par.py reads its record splits (DataArguments)
 _READ_SPLITS = ("max_eval_samples", "validation_split_percentage", "preprocessing_num_workers", "overwrite_cache",
                 "cache_dir", "dataset_revision", "token", "trust_remote_code")
@@ -24,7 +26,7 @@ FLAG_MODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("task", "task_file", "rendering", "random_initial", "train_size", "eval_depths", "probe_depth", "probe_seed",
          "probe_stop_accuracy"),
         ("validation_file", "test_file", *_READ_RECORDS, "max_train_samples", "data_name", *_READ_SPLITS,
-         "stop_when_validation_exact"),
+         *_TOKENIZE_RECORDS, "stop_when_validation_exact"),
     ),
     "evaluate_par.py": (
         ("task", "depths", "rendering", "random_initial", "phrasing", "seed", "step_size", "fixed_iterations",
@@ -34,7 +36,7 @@ FLAG_MODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "rnn.py": (
         ("task", "train_size", "eval_depths", "eval_n"),
         ("validation_file", "test_file", *_READ_RECORDS, "max_train_samples", "validation_split_percentage",
-         "stop_when_validation_exact", "probe_n", "probe_every_steps", "probe_stop_patience"),
+         *_TOKENIZE_RECORDS, "stop_when_validation_exact", "probe_n", "probe_every_steps", "probe_stop_patience"),
     ),
 }
 

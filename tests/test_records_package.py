@@ -215,3 +215,41 @@ def test_assignment_then_swap_logs_read_as_boolean_mappings_from_json_lines_and_
         assert loaded.dataset["operations"] == [r["history"] for r in records]
         assert [row[-1] for row in loaded.dataset["labels"]] == [
             [str(r["state"][q]).lower() for q in loaded.query_names] for r in records]
+
+
+def test_operation_tokens_whole_reads_each_statement_as_one_token_and_the_checkpoint_keeps_it(tmp_path):
+    """`--operation_tokens whole`: one token per distinct operation (a statement `x2, x4 = x4, x2` is one token, not
+    seven words); the checkpoint's tokenizer keeps it, so the pipeline reads a record the same way, and a statement
+    training never held is refused."""
+    from transformers import pipeline
+
+    from state_tracking.records import build_record_tokenizer, discover_format
+    from tests.conftest import load_example
+
+    records = load_example("examples/studies/own_data.py").variable_swap_records(60, (1, 3), seed=0)
+    path = tmp_path / "vars.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    loaded = load_record_files(str(path), RecordColumns(operations="history", state="state"))
+    fmt = discover_format(loaded)
+    words, whole = build_record_tokenizer(fmt), build_record_tokenizer(fmt, "whole")
+    swap = next(op for op in fmt.operations if "," in op)
+    assert len(fmt.operation_tokens(words, fmt.operations.index(swap))) == 7
+    ids = [fmt.operation_tokens(whole, i) for i in range(len(fmt.operations))]
+    assert all(len(t) == 1 for t in ids) and len({t[0] for t in ids}) == len(fmt.operations)
+    assert whole.convert_ids_to_tokens(fmt.operation_tokens(whole, fmt.operations.index(swap))) == [swap]
+    with pytest.raises(RecordError, match=r"--operation_tokens must be one of \['words', 'whole'\]"):
+        build_record_tokenizer(fmt, "chars")
+    train_par = load_example("examples/train_par.py")
+    run = tmp_path / "run"
+    summary = train_par.main([
+        "--train_file", str(path), "--operations_column", "history", "--state_column", "state",
+        "--operation_tokens", "whole", "--max_steps", "3", "--output_dir", str(run), "--hidden_size", "32",
+        "--intermediate_size", "64", "--num_attention_heads", "2", "--num_key_value_heads", "2",
+        "--per_device_train_batch_size", "8", "--disable_tqdm", "true", "--use_cpu", "true", "--compile_core", "false"])
+    assert "--operation_tokens whole" in summary["command"]
+    assert summary["records"]["operations"] == len(fmt.operations)
+    tracker = pipeline("state-tracking", model=str(run), trust_remote_code=True)
+    record = records[0]["history"]
+    assert set(tracker({"history": record})["answers"]) == {f"x{i}" for i in range(5)}
+    with pytest.raises(ValueError, match="'x9 = True' never occurs in the training data"):  # the remote code's
+        tracker({"history": record + ["x9 = True"]})  # PromptFormatError

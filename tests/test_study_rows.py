@@ -15,6 +15,7 @@ from tests.fixtures.study_rows_snapshot import FIXTURE, effective, snapshot, sta
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOT_MACHINES = ("batch_process", "register3", "swap_s5", "s5_ids")  # own_data.py's machines at 6ca0968
+OWN_DATA_ROWS_SINCE = ("par_final_fast", "par_final_whole", "par_final_whole_fast")  # own_data.py rows added later
 SCRIPTS = ["examples/reproduce/paper_protocol.py", "examples/reproduce/swap_s5.py",
            "examples/reproduce/batch_process_text.py", "examples/studies/comparisons.py",
            "examples/studies/length_generalization.py", "examples/studies/s5_breakthrough.py",
@@ -85,8 +86,8 @@ def rows_today(root: Path, load, fresh):
         if machine not in SNAPSHOT_MACHINES:
             continue  # a machine added after the fixture's commit: its rows have no earlier command to equal
         for row in own.ROWS:
-            if own.ROWS[row].kind == "automata":
-                continue  # rows added after the fixture's commit (AALpy baselines)
+            if own.ROWS[row].kind == "automata" or row in OWN_DATA_ROWS_SINCE:
+                continue  # rows added after the fixture's commit
             for train_n in (own.TRAIN_N, 250):
                 fresh()
                 yield (f"own_data.py --machine {machine} --row {row} --train_n {train_n}", own.train_row,

@@ -16,7 +16,8 @@ consecutive depths under 2% end the grid).
 Recorded data (`state_tracking.records`), with `train_par.py`'s data flags and their meaning: `--train_file` (or
 `--dataset_name`) holds the training records (CSV / JSON Lines / Parquet; `--operations_column`, `--state_column`,
 `--step_states_column`, `--initial_state_column`, `--operation_delimiter`, `--skip_bad_records`,
-`--max_train_samples`), read with the vocabulary PAR learns from them (`discover_format`, `build_record_tokenizer`).
+`--max_train_samples`, `--operation_tokens`), read with the vocabulary PAR learns from them (`discover_format`,
+`build_record_tokenizer`).
 The batches are `DepthBatchSampler`'s over the lengths present (the training range defaults to the shortest..longest
 record, the curriculum start is clamped into it); the step labels are the recorded states (a final-states-only record
 trains on its final state: unrecorded targets are masked out of the loss). `--test_file` (and `--validation_file`)
@@ -58,6 +59,7 @@ from state_tracking.data import LABEL_PAD_ID  # noqa: E402
 from state_tracking.evaluation import STOP_BELOW, command_line, draw_test_problems, repo_relative  # noqa: E402
 from state_tracking.flag_modes import FLAG_MODES, run_cli, true_or_false  # noqa: E402
 from state_tracking.records import (  # noqa: E402
+    OPERATION_TOKENS,
     RecordColumns,
     has_step_states,
     read_record_splits,
@@ -147,6 +149,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                       help="drop records that cannot be read and report how many (as train_par.py: the flag alone or "
                       "with true / false; off: the first one is an error)")
     data.add_argument("--max_train_samples", type=int, default=None, help="use only the first N training records")
+    data.add_argument("--operation_tokens", default=None, choices=OPERATION_TOKENS,
+                      help="how an operation is read, as train_par.py: 'words' (default: its words, one token each) "
+                           "or 'whole' (one token per distinct operation)")
     data.add_argument("--validation_split_percentage", type=float, default=None,
                       help="with no --validation_file: this percent of the training records, chosen at random with "
                            "--seed, is held out as the validation split (default 5; 0: none), as train_par.py does")
@@ -272,7 +277,8 @@ def prepare_records(args: argparse.Namespace) -> dict:
     records = read_record_splits(columns, args.train_file, args.validation_file, args.test_file, args.dataset_name,
                                  args.dataset_config_name, args.skip_bad_records, args.max_train_samples,
                                  validation_split_percentage=5 if args.validation_split_percentage is None else
-                                 args.validation_split_percentage, seed=args.seed)
+                                 args.validation_split_percentage, seed=args.seed,
+                                 operation_tokens=args.operation_tokens or "words")
     train, encoded, record_format, splits = records.train, records.encoded, records.record_format, records.splits
     for split, bad in records.skipped.items():
         if bad:

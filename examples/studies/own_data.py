@@ -12,8 +12,10 @@ file's state, no factorisation into boxes). Each machine has a step-states file 
     python examples/studies/own_data.py --collect                                  # results/own_data_cpu/
 
 Rows (`ROWS`): PAR with step states (`par_step`), PAR with final states only in its two modes (`par_final`:
-final-answer training over the lengths present, `par_final_sd`: label-free prefix self-distillation), and LSTM / GRU
-of PAR's size on either file. PAR rows run `train_par.py` with only the data flags (its default recipe and budget);
+final-answer training over the lengths present, `par_final_sd`: label-free prefix self-distillation), final-answer
+training with one flag changed (`par_final_fast`: a faster mastery curriculum, `FAST_CURRICULUM`; `par_final_whole`:
+one token per distinct statement, `--operation_tokens whole`; `par_final_whole_fast`: both), and LSTM / GRU of PAR's
+size on either file. PAR rows run `train_par.py` with only the data flags (its default recipe and budget) and theirs;
 RNN rows run `examples/baselines/rnn.py` with the same files. Each run writes one JSON under
 results/own_data_cpu/runs/ (command, seed, steps, wall time, curve, accuracy per length); `--collect` writes the tables.
 One thread per run.
@@ -102,10 +104,18 @@ class OwnDataRow(Row):
 # (results/paper_protocol_cpu: the same sizes at the paper's protocol). PAR rows: train_par.py with only the data flags
 # (its default recipe and budget).
 LSTM, GRU = {"--cell": "lstm", "--hidden": "288"}, {"--cell": "gru", "--hidden": "336"}
+# the mastery test on the last 5 batches at d_max (not 20) and at least 20 steps apart (not 50): at a cap of 16 only
+# one batch in ~16 has depth d_max, so the default window of 20 such batches holds d_max ~300 steps after mastery
+FAST_CURRICULUM = {"--curriculum_window": "5", "--curriculum_every_steps": "20"}
+WHOLE = {"--operation_tokens": "whole"}  # one token per distinct statement instead of its words
 ROWS = rows_by_name(
     OwnDataRow.of("par_step", "PAR, step states", file="step"),
     OwnDataRow.of("par_final", "PAR, final states only (final-answer training)", file="final"),
     OwnDataRow.of("par_final_sd", "PAR, final states only (prefix self-distillation)", SELF_DISTILL, file="final"),
+    OwnDataRow.of("par_final_fast", "PAR, final states only, fast mastery curriculum", FAST_CURRICULUM, file="final"),
+    OwnDataRow.of("par_final_whole", "PAR, final states only, one token per statement", WHOLE, file="final"),
+    OwnDataRow.of("par_final_whole_fast", "PAR, final states only, one token per statement, fast curriculum",
+                  {**WHOLE, **FAST_CURRICULUM}, file="final"),
     OwnDataRow.of("lstm_step", "LSTM 288, step states", LSTM, kind="rnn", file="step"),
     OwnDataRow.of("lstm_final", "LSTM 288, final states only", LSTM, kind="rnn", file="final"),
     OwnDataRow.of("gru_step", "GRU 336, step states", GRU, kind="rnn", file="step"),

@@ -24,6 +24,7 @@ Today's tasks are one producer of records: `task_records` writes a task's proble
 
 from .encode import (
     ENCODED,
+    OPERATION_TOKENS,
     Encoder,
     build_record_tokenizer,
     check_distinct_encodings,
@@ -58,7 +59,7 @@ from .splits import (
 )
 
 __all__ = [
-    "COLUMN_NAMES", "ENCODED", "EXTENSIONS", "NORMALIZED", "SCALAR_QUERY", "Encoder", "LoadedRecords", "Normalizer",
+    "COLUMN_NAMES", "ENCODED", "EXTENSIONS", "NORMALIZED", "OPERATION_TOKENS", "SCALAR_QUERY", "Encoder", "LoadedRecords", "Normalizer",
     "ReadOptions", "RecordColumns", "RecordError", "RecordSplits", "build_record_tokenizer", "check_delimiter",
     "check_distinct_encodings", "check_record_lengths", "dataset_split_names", "discover_format", "encode_records",
     "evaluate_records", "find_query_names", "has_step_states", "load_record_files", "normalize", "read_file",

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, Features, List, Value
-from tokenizers import Tokenizer
+from tokenizers import AddedToken, Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 from transformers import PreTrainedTokenizerFast
@@ -66,20 +66,46 @@ def discover_format(train, name: str = "records") -> RecordFormat:
                         task_name=name, columns=tuple(sorted(columns.items())))
 
 
-def build_record_tokenizer(record_format: RecordFormat) -> PreTrainedTokenizerFast:
+OPERATION_TOKENS = ("words", "whole")  # how a record tokenizer reads an operation (`build_record_tokenizer`)
+
+
+def check_operation_tokens(value) -> None:
+    """`--operation_tokens` is one of `OPERATION_TOKENS`, or one error naming the flag."""
+    if value not in OPERATION_TOKENS:
+        raise RecordError(f"--operation_tokens must be one of {list(OPERATION_TOKENS)} (words: an operation's words; "
+                          f"whole: one token per distinct operation); got {value!r}.")
+
+
+def build_record_tokenizer(record_format: RecordFormat, operation_tokens: str = "words") -> PreTrainedTokenizerFast:
     """A word-level tokenizer for a `RecordFormat`: ``<pad> <unk> <bos>``, the query tokens, ``Yes No``, one token
-    per label (``<=label>``, placed by id only), then the words of the operations (whitespace and punctuation split,
-    as `tokenizers`' Whitespace pre-tokenizer) in order of first appearance."""
+    per label (``<=label>``, placed by id only), then
+
+    - ``operation_tokens="words"``: the words of the operations (whitespace and punctuation split, as `tokenizers`'
+      Whitespace pre-tokenizer) in order of first appearance: ``x2, x4 = x4, x2`` is 7 tokens, and an operation
+      training never held can be read from the words of trained ones;
+    - ``"whole"``: one token per distinct operation (its whole text, an added token), as an RNN's embedding table
+      reads a symbol: one token per operation whatever its wording (fewer tokens per record, so cheaper steps), and no
+      untrained operation can be read."""
+    check_operation_tokens(operation_tokens)
     queries = [query_token(j) for j in range(len(record_format.query_names))]
     labels = [candidate_token(c) for c in record_format.candidates]
     vocab = [PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, *queries, YES_TOKEN, NO_TOKEN, *labels]
     pre_tokenizer = Whitespace()
-    for op in record_format.operations:
-        vocab += [word for word, _ in pre_tokenizer.pre_tokenize_str(op)]
+    if operation_tokens == "whole":
+        clash = sorted(set(record_format.operations) & set(vocab))
+        if clash:
+            raise RecordError(f"--operation_tokens whole: operations {clash[:3]} are written as the records tokens "
+                              "of the same name; rename them in the data, or use --operation_tokens words.")
+        vocab += list(record_format.operations)
+    else:
+        for op in record_format.operations:
+            vocab += [word for word, _ in pre_tokenizer.pre_tokenize_str(op)]
     vocab = list(dict.fromkeys(vocab))
     backend = Tokenizer(WordLevel({token: i for i, token in enumerate(vocab)}, unk_token=UNK_TOKEN))
     backend.pre_tokenizer = pre_tokenizer
     backend.add_special_tokens([PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, *queries, *labels])
+    if operation_tokens == "whole":  # matched on an operation's whole (normalized) text, longest first
+        backend.add_tokens([AddedToken(op, normalized=False) for op in record_format.operations])
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=BOS_TOKEN, pad_token=PAD_TOKEN,
                                    unk_token=UNK_TOKEN, extra_special_tokens=queries, padding_side="right",
                                    model_max_length=1_000_000)

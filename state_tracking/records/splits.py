@@ -18,7 +18,13 @@ from datasets import Dataset, concatenate_datasets
 
 from modeling_par.record_format import RecordFormat
 
-from .encode import build_record_tokenizer, check_distinct_encodings, discover_format, encode_records
+from .encode import (
+    build_record_tokenizer,
+    check_distinct_encodings,
+    check_operation_tokens,
+    discover_format,
+    encode_records,
+)
 from .io import RecordColumns, RecordError, dataset_split_names, file_stem, load_raw, resolve_columns
 from .normalize import check_likely_delimiter, find_query_names, keep_rows, normalize
 
@@ -186,13 +192,15 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
                        skip_bad_records: bool = False, max_train_samples: int | None = None,
                        name: str | None = None, max_eval_samples: int | None = None,
                        validation_split_percentage: float | None = None, seed: int = 0,
-                       options: ReadOptions = ReadOptions()) -> RecordSplits:
+                       options: ReadOptions = ReadOptions(), operation_tokens: str = "words") -> RecordSplits:
     """What `train_par.py --train_file` and the RNN baseline read: the training records (files or the train split of
     `dataset_name`), their vocabulary (`discover_format`, named `name` or the first file's stem) and tokenizer, and
     the validation / test splits (the files given, else the dataset's own splits where it has them, else for
     validation `validation_split_percentage` percent of the training records) encoded with that vocabulary;
-    `max_eval_samples` keeps the first N validation records."""
+    `max_eval_samples` keeps the first N validation records; `operation_tokens` how the tokenizer reads an operation
+    (`build_record_tokenizer`: its words, or one token per distinct operation)."""
     started = time.time()
+    check_operation_tokens(operation_tokens)
     _check_count(max_eval_samples, "--max_eval_samples")
     if validation_split_percentage is not None and (isinstance(validation_split_percentage, bool) or not isinstance(
             validation_split_percentage, (int, float)) or not 0 <= validation_split_percentage < 100):
@@ -218,7 +226,7 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
                      f"training file, not trained on (--validation_split_percentage; seed {seed})")
     name = name or (file_stem(train.sources[0]) if train_file else dataset_name)
     record_format = discover_format(train, name=name.replace("/", "_"))
-    tokenizer = build_record_tokenizer(record_format)
+    tokenizer = build_record_tokenizer(record_format, operation_tokens)
     check_distinct_encodings(record_format, tokenizer, train.columns)
     load_cache = not options.overwrite_cache
     encoded, bad = encode_records(train, record_format, tokenizer, skip_bad_records, options.num_proc, load_cache)
