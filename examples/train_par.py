@@ -60,6 +60,7 @@ from state_tracking.evaluation import (  # noqa: E402
 )
 from state_tracking.flag_modes import check_flags, run_cli  # noqa: E402
 from state_tracking.records import (  # noqa: E402
+    OPERATION_TOKENS,
     ReadOptions,
     RecordColumns,
     RecordSplits,
@@ -222,7 +223,7 @@ class DataArguments:
         "help": "how an operation is read: 'words' (its words, one token each: an operation training never held can "
                 "be read from the words of trained ones) or 'whole' (one token per distinct operation, as an RNN's "
                 "embedding reads a symbol: fewer tokens per record, no untrained operation)",
-        "choices": ["words", "whole"]})
+        "choices": list(OPERATION_TOKENS)})
     stop_when_validation_exact: bool = field(default=True, metadata={
         "help": "records: probe the validation split (its first --probe_n records) every --probe_every_steps steps "
                 "and stop training once the last --probe_stop_patience probes were all exact, instead of running to "
