@@ -235,8 +235,10 @@ local = sum(p.to_local().numel() for p in model.parameters())
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 optimizer.step()
 state = sum(v.to_local().numel() for s in optimizer.state.values() for v in s.values() if v.dim() > 0)
-print("FSDP " + json.dumps({"rank": rank, "worst": worst, "local": local, "total": total, "state": state,
-                            "sharded": type(next(model.parameters())).__name__}), flush=True)
+# one file per rank: the two processes' stdout lines can interleave on one line under torch.distributed.run
+with open(f"{sys.argv[3]}/rank{rank}.json", "w") as f:
+    json.dump({"rank": rank, "worst": worst, "local": local, "total": total, "state": state,
+               "sharded": type(next(model.parameters())).__name__}, f)
 dist.barrier()
 dist.destroy_process_group()
 '''
@@ -257,9 +259,9 @@ def test_fsdp2_shards_the_retrofitted_model_on_two_cpu_processes(tmp_path):
     worker.write_text(FSDP_WORKER)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
-                           str(worker), unit, str(fsdp["fsdp_reshard_after_forward"])], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                           str(worker), unit, str(fsdp["fsdp_reshard_after_forward"]), str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("FSDP ")]
+    rows = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert sorted(r["rank"] for r in rows) == [0, 1]
     for row in rows:
         assert row["sharded"] == "DTensor" and row["worst"] < 1e-4
