@@ -312,6 +312,13 @@ def parse_all_args(argv=None):
     return model_args, task_args, data_args, train_args, given
 
 
+def curriculum_done(trainer, train_args):
+    """The records stop rule's gate: step -> whether the depth curriculum has reached the longest training length
+    (d_max(step) = max_train_depth). Validation records longer than the cap are often exact before the cap gets there,
+    and a run stopped then has never trained on its longest records (measured: results/own_data_cpu/README.md)."""
+    return lambda step: trainer.curriculum_cap(step) >= train_args.max_train_depth
+
+
 def is_compiler_error(error: BaseException) -> bool:
     """Whether `error` is torch.compile failing to compile a graph (inductor / a dynamo backend), not the model."""
     from torch._dynamo.exc import BackendCompilerFailed
@@ -671,7 +678,7 @@ def main(argv=None):
             records.splits["validation"][1], token_ids["pad_token_id"], n=task_args.probe_n,
             every_steps=task_args.probe_every_steps, batch_size=task_args.eval_batch_size,
             stop_accuracy=1.0 if data_args.stop_when_validation_exact else None,
-            stop_patience=task_args.probe_stop_patience))
+            stop_patience=task_args.probe_stop_patience, stop_after=curriculum_done(trainer, train_args)))
     trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)
     train_seconds = time.time() - started
     if not trainer.is_world_process_zero():

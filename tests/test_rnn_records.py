@@ -168,5 +168,8 @@ def test_rnn_stops_once_the_validation_split_is_exact(files, tmp_path):
     assert all(p["probe_n"] == 10 and p["probe_split"] == "validation" for p in probes)
     assert all(a < 1.0 or b < 1.0 for a, b in zip([p["probe_accuracy"] for p in probes[:-2]],
                                                     [p["probe_accuracy"] for p in probes[1:-1]]))
+    # not before the curriculum (start 2, +1 every 100 steps) reaches the longest training length, 6, at step 400
+    gated = rnn.main([f if f != "5" else "100" for f in flags])
+    assert 400 <= gated["steps"] < 600 and gated["steps"] % 25 == 0
     full = rnn.main(flags[:3] + ["200"] + flags[4:] + ["--stop_when_validation_exact", "false"])
     assert full["steps"] == 200 and len([row for row in full["curve"] if "probe_accuracy" in row]) == 8

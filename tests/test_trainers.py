@@ -620,11 +620,11 @@ def test_state_accuracy_probe_early_stop_after_patience_probes_and_across_a_resu
             self.step = state.global_step
             super()._probe(state, model)
 
-    def train(folder, resume=None):
+    def train(folder, resume=None, stop_after=None):
         args = tiny_args(folder, max_steps=14, save_strategy="steps", save_steps=2)
         trainer = ParTrainer(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
         trainer.add_callback(Scripted(TOKENIZER, TASK, 2, n=4, every_steps=2, seed=0, stop_accuracy=0.99,
-                                      stop_patience=2))
+                                      stop_patience=2, stop_after=stop_after))
         trainer.train(resume_from_checkpoint=resume)
         return trainer
 
@@ -634,6 +634,10 @@ def test_state_accuracy_probe_early_stop_after_patience_probes_and_across_a_resu
     assert (tmp_path / "a" / "out" / "checkpoint-10").is_dir()
     resumed = train(tmp_path / "b", resume=str(tmp_path / "a" / "out" / "checkpoint-8"))  # holds 0.999 at step 8
     assert resumed.state.global_step == 10
+    # stop_after (the records rule: the curriculum has reached the longest length) holds the stop back to step 12
+    gated = train(tmp_path / "c", stop_after=lambda step: step >= 11)
+    assert gated.state.global_step == 12
+    assert [e["step"] for e in gated.state.log_history if "probe_stop" in e] == [12]
     for bad, field in ((dict(stop_accuracy=0.0), "stop_accuracy"), (dict(stop_accuracy=1.5), "stop_accuracy"),
                        (dict(stop_accuracy=0.9, stop_patience=0), "stop_patience")):
         with pytest.raises(ValueError, match=f"{field} must be"):

@@ -6,6 +6,7 @@ import inspect
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +101,7 @@ class StateAccuracyProbeCallback(TrainerCallback):
     def __init__(self, tokenizer, task, depth: int, n: int = 256, every_steps: int = 250, seed: int = 0,
                  rendering: str = "symbolic", random_initial: bool = False, batch_size: int = 256,
                  fixed_iterations: int | None = None, at_start: bool = True, stop_accuracy: float | None = None,
-                 stop_patience: int = 2):
+                 stop_patience: int = 2, stop_after: Callable[[int], bool] | None = None):
         for name, value in (("depth", depth), ("n", n), ("every_steps", every_steps), ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"StateAccuracyProbeCallback.{name} must be an integer >= 1; got {value!r}.")
@@ -112,7 +113,7 @@ class StateAccuracyProbeCallback(TrainerCallback):
                              f"{stop_accuracy!r}.")
         if isinstance(stop_patience, bool) or not isinstance(stop_patience, int) or stop_patience < 1:
             raise ValueError(f"StateAccuracyProbeCallback.stop_patience must be an integer >= 1; got {stop_patience!r}.")
-        self.stop_accuracy, self.stop_patience = stop_accuracy, stop_patience
+        self.stop_accuracy, self.stop_patience, self.stop_after = stop_accuracy, stop_patience, stop_after
         self.depth, self.n, self.every_steps, self.seed = depth, n, every_steps, seed
         self.batch_size, self.fixed_iterations, self.at_start = batch_size, fixed_iterations, at_start
         ops, initial = draw_test_problems(task, depth, n, seed, random_initial)  # (n, d), (n, Q) or None
@@ -151,10 +152,12 @@ class StateAccuracyProbeCallback(TrainerCallback):
         state.log_history.append(entry)
         print(entry, flush=True)
 
-    def should_stop(self, log_history: list[dict]) -> bool:
+    def should_stop(self, log_history: list[dict], step: int | None = None) -> bool:
         """True when the last `stop_patience` probes in `log_history` all reached `stop_accuracy` (never without it;
-        the step-0 probe counts like any other)."""
-        if self.stop_accuracy is None:
+        the step-0 probe counts like any other) and, with `stop_after`, `stop_after(step)` holds (the curriculum has
+        reached the longest training length: a probe exact on lengths not yet trained does not end training)."""
+        if self.stop_accuracy is None or (self.stop_after is not None and step is not None
+                                          and not self.stop_after(step)):
             return False
         probes = [row["probe_accuracy"] for row in log_history if "probe_accuracy" in row]
         return len(probes) >= self.stop_patience and min(probes[-self.stop_patience:]) >= self.stop_accuracy
@@ -170,7 +173,8 @@ class StateAccuracyProbeCallback(TrainerCallback):
         if self.stop_accuracy is None:
             return control
         # only rank 0 probes, so only it can say stop
-        if any_rank(state.is_world_process_zero and self.should_stop(state.log_history), args.device):
+        if any_rank(state.is_world_process_zero and self.should_stop(state.log_history, state.global_step),
+                   args.device):
             if state.is_world_process_zero:
                 state.log_history.append({"step": state.global_step, "probe_stop": self.stop_accuracy})
                 print(f"probe: the last {self.stop_patience} probes reached {self.stop_accuracy}: stopping at step "
@@ -189,7 +193,7 @@ class RecordsProbeCallback(StateAccuracyProbeCallback):
 
     def __init__(self, encoded, pad_token_id: int, split: str = "validation", n: int = 256, every_steps: int = 250,
                  batch_size: int = 256, at_start: bool = False, stop_accuracy: float | None = None,
-                 stop_patience: int = 2):
+                 stop_patience: int = 2, stop_after: Callable[[int], bool] | None = None):
         for name, value in (("n", n), ("every_steps", every_steps), ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"RecordsProbeCallback.{name} must be an integer >= 1; got {value!r}.")
@@ -202,7 +206,7 @@ class RecordsProbeCallback(StateAccuracyProbeCallback):
         part = encoded.select(range(min(n, len(encoded))))
         self.split, self.n, self.every_steps, self.batch_size, self.at_start = split, len(part), every_steps, \
             batch_size, at_start
-        self.stop_accuracy, self.stop_patience = stop_accuracy, stop_patience
+        self.stop_accuracy, self.stop_patience, self.stop_after = stop_accuracy, stop_patience, stop_after
         depth = np.asarray(part["depth"], dtype=np.int64)
         labels = part["step_labels"]
         columns = {k: part[k] for k in ("input_ids", "query_positions", "operation_ends")}

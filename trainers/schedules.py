@@ -159,10 +159,13 @@ class DepthBatchSampler(Sampler[list[int]]):
                 f"(smallest {self.available[0]})."
             )
 
+    def cap_at(self, step: int) -> int:
+        """d_max at optimizer step `step` (the mastery curriculum's, else the fixed pace's)."""
+        return (self.mastery.max_depth_at(step) if self.mastery is not None
+                else curriculum_max_depth(step, *self.curriculum, self.max_depth))
+
     def depth_at(self, batch_index: int, rng: np.random.Generator) -> int:
-        step = batch_index // self.accumulation
-        cap = (self.mastery.max_depth_at(step) if self.mastery is not None
-               else curriculum_max_depth(step, *self.curriculum, self.max_depth))
+        cap = self.cap_at(batch_index // self.accumulation)
         return int(rng.choice(self.available[self.available <= cap]))
 
     def _shuffled(self, depth: int, epoch: int) -> np.ndarray:

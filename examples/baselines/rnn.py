@@ -321,7 +321,7 @@ def train_model(args, model, data, sampler, collate, probe=None) -> tuple[list[d
     the loss and the mean) -> the loss curve and the seconds it took. `probe` (records with a validation split): the
     encoded validation records probed every --probe_every_steps steps, logged as {"step", "probe_accuracy",
     "seconds"}; with --stop_when_validation_exact training stops once the last --probe_stop_patience probes were all
-    1.0 (train_par.py's `RecordsProbeCallback` rule)."""
+    1.0 and the curriculum has reached the longest training length (train_par.py's `RecordsProbeCallback` rule)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 100))  # 100-step warm-up
     curve, losses, probes = [], [], []
@@ -353,9 +353,11 @@ def train_model(args, model, data, sampler, collate, probe=None) -> tuple[list[d
                           "probe_n": len(probe), "seconds": round(time.time() - started, 1)})
             print(curve[-1], flush=True)
             if (args.stop_when_validation_exact and len(probes) >= args.probe_stop_patience
-                    and all(a == 1.0 for a in probes[-args.probe_stop_patience:])):
+                    and all(a == 1.0 for a in probes[-args.probe_stop_patience:])
+                    and sampler.cap_at(step) >= sampler.max_depth):
                 print(f"stopping at step {step}: the last {args.probe_stop_patience} validation probes were exact "
-                      "(--stop_when_validation_exact)", flush=True)
+                      "and the curriculum has reached the longest training length (--stop_when_validation_exact)",
+                      flush=True)
                 break
     return curve, time.time() - started
 
