@@ -1,0 +1,153 @@
+"""What one training step costs: PAR's recipe against the LSTM / GRU baselines on the same records batch.
+
+One optimizer step (forward, backward, AdamW) on a batch of 64 records of one length d, one thread, as
+`train_par.py --train_file` and `examples/baselines/rnn.py` run it: PAR with the local view, its gradient window
+(readouts at the last min(d, 8) iterations), eager (no torch.compile); the RNN reads every token and is read at the last operation.
+Printed per model and length: seconds per step (median of `--repeats` timed steps after 3 warm-up steps), FLOPs per step
+(PAR: `torch.utils.flop_counter.FlopCounterMode`, matrix products and attention; the RNNs: `rnn_step_flops`, their
+matrix products), and the achieved GFLOP/s.
+
+    python benchmarks/bench_records_step.py [--lengths 8,16] [--repeats 20] [--out results/own_data_cpu/step_cost.json]
+
+The records are `examples/studies/own_data.py --make_data`'s register3 final-states file (written if missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+FILE = REPO / "runs" / "own_data" / "data" / "register3_final.jsonl"
+MODELS = {  # name -> builder arguments (PAR: hidden, intermediate, prelude / core / coda layers; RNN: cell, hidden)
+    "PAR h128 1+2+1 (the records default)": ("par", dict(hidden=128, intermediate=256, layers=(1, 2, 1))),
+    "PAR h64 1+2+1": ("par", dict(hidden=64, intermediate=128, layers=(1, 2, 1))),
+    "PAR h64 1+1+1": ("par", dict(hidden=64, intermediate=128, layers=(1, 1, 1))),
+    "LSTM 288": ("rnn", dict(cell="lstm", hidden=288)),
+    "GRU 336": ("rnn", dict(cell="gru", hidden=336)),
+}
+
+
+def par_model(token_ids: dict, hidden: int, intermediate: int, layers: tuple[int, int, int]):
+    from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking
+
+    config = ParLoopedQwenConfig(
+        vocab_size=token_ids["vocab_size"], pad_token_id=token_ids["pad_token_id"], hidden_size=hidden,
+        intermediate_size=intermediate, num_attention_heads=4, num_key_value_heads=4, prelude_layers=layers[0],
+        core_layers=layers[1], coda_layers=layers[2], max_position_embeddings=4096,
+        answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"],
+        loop_view="local", progress_positions=True, bidirectional_queries=True, grad_window=8)
+    return ParLoopedQwenForStateTracking(config).train()
+
+
+def rnn_step_flops(cell: str, hidden: int, shape) -> int:
+    """Matrix-product FLOPs of an RNN training step (FlopCounterMode does not see inside the fused LSTM op): per token,
+    gates × (input + hidden) × hidden multiply-adds, forward once and backward twice (input and weight gradients)."""
+    gates = {"lstm": 4, "gru": 3}[cell]
+    batch, tokens = shape
+    return 3 * 2 * gates * (hidden + hidden) * hidden * batch * tokens
+
+
+def step_function(kind: str, model, batch: dict, depth: int):
+    """One optimizer step's closure: the loss each training script computes on this batch, backward, AdamW."""
+    import torch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rows = torch.arange(batch["input_ids"].shape[0])
+    final = batch["step_labels"][rows, depth]  # (b, Q)
+
+    def step():
+        if kind == "par":
+            reads = list(range(max(1, depth - model.config.grad_window + 1), depth + 1))
+            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                        query_positions=batch["query_positions"], num_iterations=depth, readout_iterations=reads,
+                        operation_ends=batch["operation_ends"])
+            logits = out.answer_logits[-1]  # (b, Q, C): the final answer, as final-answer training on these records
+        else:
+            logits = model(batch["input_ids"], batch["operation_ends"][rows, depth][:, None])[:, 0]
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, -2), final.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", default="8,16")
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    import numpy as np
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from par_studies import repo_module
+    from state_tracking import StateTrackingCollator
+    from state_tracking.records import RecordColumns, read_record_splits, record_token_ids
+
+    torch.set_num_threads(1)
+    if not FILE.exists():
+        import subprocess
+
+        subprocess.run([sys.executable, "examples/studies/own_data.py", "--make_data", "--machine", "register3"],
+                       cwd=REPO, check=True)
+    records = read_record_splits(RecordColumns(), str(FILE), validation_split_percentage=0)
+    token_ids = record_token_ids(records.tokenizer, records.record_format)
+    encoded = records.encoded
+    depths = np.asarray(encoded["depth"])
+    collate = StateTrackingCollator(records.tokenizer.pad_token_id, padding_side="right")
+    num_queries, num_candidates = len(records.record_format.query_names), len(records.record_format.candidates)
+    rows = []
+    for name, (kind, spec) in MODELS.items():
+        torch.manual_seed(0)
+        if kind == "par":
+            model = par_model(token_ids, **spec)
+        else:
+            model = repo_module("examples.baselines.rnn").RNNStateTracker(spec["cell"], token_ids["vocab_size"], spec["hidden"], 1,
+                                                 num_queries, num_candidates).train()
+        parameters = sum(p.numel() for p in model.parameters())
+        for depth in (int(d) for d in args.lengths.split(",")):
+            batch = collate([encoded[int(i)] for i in np.flatnonzero(depths == depth)[:args.batch_size]])
+            step = step_function(kind, model, batch, depth)
+            for _ in range(3):
+                step()
+            times = []
+            for _ in range(args.repeats):
+                started = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - started)
+            if kind == "par":
+                with FlopCounterMode(display=False) as counter:
+                    step()
+                flops, source = counter.get_total_flops(), "FlopCounterMode"
+            else:
+                flops, source = rnn_step_flops(spec["cell"], spec["hidden"], batch["input_ids"].shape), "analytic"
+            seconds = statistics.median(times)
+            rows.append({"model": name, "parameters": parameters, "depth": depth, "seconds_per_step": round(seconds, 5),
+                         "gflops_per_step": round(flops / 1e9, 3), "flops_counted_by": source,
+                         "gflops_per_second": round(flops / seconds / 1e9, 1)})
+            print(json.dumps(rows[-1]), flush=True)
+    result = {"command": "python benchmarks/bench_records_step.py " + " ".join(argv or sys.argv[1:]),
+              "batch_size": args.batch_size, "repeats": args.repeats, "threads": 1, "rows": rows,
+              "torch": torch.__version__, "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.processor()})",
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
