@@ -229,6 +229,10 @@ class DataArguments:
                 "and stop training once the last --probe_stop_patience probes were all exact, instead of running to "
                 "--max_steps / --max_train_seconds (false: probe and log only)"})
 
+    restore_best_probe: bool = field(default=True, metadata={
+        "help": "records: end training with the weights of the most accurate validation probe when the final weights "
+                "score lower (a late collapse, or a time budget ending mid-spike); false: keep the final weights"})
+
     @property
     def given(self) -> bool:
         return self.train_file is not None or self.dataset_name is not None
@@ -678,7 +682,8 @@ def main(argv=None):
             records.splits["validation"][1], token_ids["pad_token_id"], n=task_args.probe_n,
             every_steps=task_args.probe_every_steps, batch_size=task_args.eval_batch_size,
             stop_accuracy=1.0 if data_args.stop_when_validation_exact else None,
-            stop_patience=task_args.probe_stop_patience, stop_after=curriculum_done(trainer, train_args)))
+            stop_patience=task_args.probe_stop_patience, stop_after=curriculum_done(trainer, train_args),
+            keep_best=data_args.restore_best_probe))
     trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)
     train_seconds = time.time() - started
     if not trainer.is_world_process_zero():
@@ -717,6 +722,8 @@ def main(argv=None):
         "probe": [{"step": row["step"], "accuracy": row["probe_accuracy"]} for row in trainer.state.log_history
                   if "probe_accuracy" in row],
         "probe_stopped_at": next((row["step"] for row in trainer.state.log_history if "probe_stop" in row), None),
+        "probe_restored_step": next((row["probe_restored_step"] for row in trainer.state.log_history
+                                     if "probe_restored_step" in row), None),
         "environment": next(iter(results.values()))["environment"] if results else environment_info(model.device),
         "command": command_line(sys.argv[0] if argv is None else __file__, sys.argv[1:] if argv is None else argv),
     }

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import transformers
 
 from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking
 from state_tracking import StateTrackingCollator, build_dataset, build_tokenizer, get_task, model_token_ids
@@ -602,6 +603,57 @@ def test_state_accuracy_probe_logs_every_n_steps_on_fixed_problems_and_survives_
     assert torch.equal([ids for rows, ids, _ in resumed_calls if rows == n][0], scored[0])  # drawn again, the same
     with pytest.raises(ValueError, match="every_steps must be an integer >= 1"):
         StateAccuracyProbeCallback(TOKENIZER, TASK, depth, every_steps=0)
+
+
+def test_records_probe_restores_the_weights_of_its_best_probe_when_the_final_ones_score_lower(tmp_path):
+    """keep_best: probes every 2 steps score 0.2, 0.9, 0.4 (steps 2, 4, 6) and the final weights (step 7, probed at the
+    end) 0.3: the run ends with exactly the weights it had at step 4, and says so in the log. Without keep_best, or when
+    the final probe is the best, the final weights stay."""
+    from trainers import RecordsProbeCallback
+
+    class Scripted(RecordsProbeCallback):
+        script = {2: 0.2, 4: 0.9, 6: 0.4, 7: 0.3}
+
+        def evaluate(self, model):
+            return self.script[self.step]
+
+        def _probe(self, state, model):
+            self.step = state.global_step
+            super()._probe(state, model)
+
+    class Snapshots(transformers.TrainerCallback):  # the weights after every step
+        def __init__(self):
+            self.at = {}
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            self.at[state.global_step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def train(folder, keep_best, script=None):
+        trainer = ParTrainer(model=tiny_model(), args=tiny_args(folder, max_steps=7), train_dataset=DATASET,
+                             data_collator=COLLATOR)
+        probe = Scripted(DATASET.select(range(8)), IDS["pad_token_id"], every_steps=2, keep_best=keep_best)
+        if script:
+            probe.script = script
+        snapshots = Snapshots()
+        trainer.add_callback(snapshots)
+        trainer.add_callback(probe)
+        trainer.train()
+        return trainer, snapshots.at
+
+    def same(a, b):
+        return all(torch.equal(a[k], b[k]) for k in a)
+
+    trainer, at = train(tmp_path / "a", keep_best=True)
+    final = trainer.model.state_dict()
+    assert same(final, at[4]) and not same(final, at[7])
+    assert [row for row in trainer.state.log_history if "probe_restored_step" in row] == [
+        {"step": 7, "probe_restored_step": 4, "probe_restored_accuracy": 0.9}]
+    assert [row["step"] for row in trainer.state.log_history if "probe_accuracy" in row] == [2, 4, 6, 7]
+    trainer, at = train(tmp_path / "b", keep_best=False)
+    assert same(trainer.model.state_dict(), at[7])
+    trainer, at = train(tmp_path / "c", keep_best=True, script={2: 0.2, 4: 0.9, 6: 0.4, 7: 0.95})
+    assert same(trainer.model.state_dict(), at[7])
+    assert not any("probe_restored_step" in row for row in trainer.state.log_history)
 
 
 def test_state_accuracy_probe_early_stop_after_patience_probes_and_across_a_resume(tmp_path):

@@ -189,11 +189,13 @@ class RecordsProbeCallback(StateAccuracyProbeCallback):
     first `n` records of an encoded split (`state_tracking.records.encode_records` output, the validation split),
     every `every_steps` optimizer steps; logged as {"step", "probe_accuracy", "probe_split", "probe_n"}. Early stop
     as the task probe's: training stops once the last `stop_patience` probes reached `stop_accuracy` (a run whose
-    held-out validation records are exact stops instead of running to its step cap)."""
+    held-out validation records are exact stops instead of running to its step cap). `keep_best`: the run ends with
+    the weights of its best probe (`on_train_end`)."""
 
     def __init__(self, encoded, pad_token_id: int, split: str = "validation", n: int = 256, every_steps: int = 250,
                  batch_size: int = 256, at_start: bool = False, stop_accuracy: float | None = None,
-                 stop_patience: int = 2, stop_after: Callable[[int], bool] | None = None):
+                 stop_patience: int = 2, stop_after: Callable[[int], bool] | None = None, keep_best: bool = False):
+        self.keep_best, self.best = keep_best, None  # best: (accuracy, step, the weights then), in memory
         for name, value in (("n", n), ("every_steps", every_steps), ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"RecordsProbeCallback.{name} must be an integer >= 1; got {value!r}.")
@@ -245,3 +247,27 @@ class RecordsProbeCallback(StateAccuracyProbeCallback):
                  "probe_n": self.n}
         state.log_history.append(entry)
         print(entry, flush=True)
+        if self.keep_best and (self.best is None or entry["probe_accuracy"] > self.best[0]):
+            self.best = (entry["probe_accuracy"], entry["step"],
+                         {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        """With `keep_best`: probe the final weights (unless the last probe was at this step) and, if an earlier probe
+        was more accurate, load the weights of the best probe (the first of equals) — a run that collapses late, or
+        whose time budget ends mid-spike, keeps the model its validation split liked best. Logged as {"step",
+        "probe_restored_step", "probe_restored_accuracy"}. Only the main process probes and restores (the saved model
+        and the evaluation are its); the best weights live in memory, so a resumed run compares its own probes only."""
+        if not self.keep_best or not state.is_world_process_zero or model is None:
+            return control
+        last = next((row for row in reversed(state.log_history) if "probe_accuracy" in row), None)
+        if last is None or last["step"] != state.global_step:
+            self._probe(state, model)
+            last = state.log_history[-1]
+        if self.best is not None and self.best[0] > last["probe_accuracy"]:
+            accuracy, step, weights = self.best
+            model.load_state_dict(weights)
+            state.log_history.append({"step": state.global_step, "probe_restored_step": step,
+                                      "probe_restored_accuracy": accuracy})
+            print(f"probe: the final weights scored {last['probe_accuracy']:.4f} on the {self.split} split, below the "
+                  f"probe at step {step} ({accuracy:.4f}): its weights are restored", flush=True)
+        return control
