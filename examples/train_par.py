@@ -225,7 +225,7 @@ class DataArguments:
                 "embedding reads a symbol: fewer tokens per record, no untrained operation)",
         "choices": list(OPERATION_TOKENS)})
     stop_when_validation_exact: bool = field(default=True, metadata={
-        "help": "records: probe the validation split (its first --probe_n records) every --probe_every_steps steps "
+        "help": "records: probe the validation split (its --probe_n longest records) every --probe_every_steps steps "
                 "and stop training once the last --probe_stop_patience probes were all exact, instead of running to "
                 "--max_steps / --max_train_seconds (false: probe and log only)"})
 

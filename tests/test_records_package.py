@@ -253,3 +253,24 @@ def test_operation_tokens_whole_reads_each_statement_as_one_token_and_the_checkp
     assert set(tracker({"history": record})["answers"]) == {f"x{i}" for i in range(5)}
     with pytest.raises(ValueError, match="'x9 = True' never occurs in the training data"):  # the remote code's
         tracker({"history": record + ["x9 = True"]})  # PromptFormatError
+
+
+def test_the_validation_probe_scores_the_longest_records():
+    """`longest_records`: the n longest of a split, the earlier of equal lengths first, in file order — the records the
+    probe (train_par.py and rnn.py's stop rule) scores; RecordsProbeCallback holds exactly those."""
+    from datasets import Dataset
+
+    from state_tracking.records import longest_records
+    from trainers import RecordsProbeCallback
+
+    depths = [3, 9, 1, 9, 4, 7, 9, 2]
+    split = Dataset.from_dict({"depth": depths, "tag": list(range(len(depths))),
+                               "input_ids": [[1] * (d + 2) for d in depths],
+                               "query_positions": [[d + 1] for d in depths],
+                               "operation_ends": [list(range(d + 1)) for d in depths],
+                               "step_labels": [[[0]] * (d + 1) for d in depths]})
+    assert longest_records(split, 4)["tag"] == [1, 3, 5, 6]  # the three 9s and the 7, in file order
+    assert longest_records(split, 2)["tag"] == [1, 3]  # of equal lengths, the earlier
+    assert longest_records(split, 100)["tag"] == list(range(len(depths)))
+    probe = RecordsProbeCallback(split, pad_token_id=0, n=4)
+    assert probe.n == 4 and [int(d) for d, _, _ in probe.groups] == [7, 9]

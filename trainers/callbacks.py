@@ -17,6 +17,7 @@ from transformers.trainer_callback import ExportableState
 
 from state_tracking import StateTrackingCollator, encode_batch, model_token_ids, overall_state_accuracy
 from state_tracking.evaluation import draw_test_problems
+from state_tracking.records import longest_records
 
 from .distributed import distributed_running
 
@@ -186,7 +187,7 @@ class StateAccuracyProbeCallback(TrainerCallback):
 
 class RecordsProbeCallback(StateAccuracyProbeCallback):
     """The probe on recorded data: overall state accuracy of the final answer (forced R = ⌈d / c⌉ per record) on the
-    first `n` records of an encoded split (`state_tracking.records.encode_records` output, the validation split),
+    `n` longest records of an encoded split (`longest_records`) (`state_tracking.records.encode_records` output, the validation split),
     every `every_steps` optimizer steps; logged as {"step", "probe_accuracy", "probe_split", "probe_n"}. Early stop
     as the task probe's: training stops once the last `stop_patience` probes reached `stop_accuracy` (a run whose
     held-out validation records are exact stops instead of running to its step cap). `keep_best`: the run ends with
@@ -205,7 +206,7 @@ class RecordsProbeCallback(StateAccuracyProbeCallback):
             raise ValueError(f"RecordsProbeCallback.stop_patience must be an integer >= 1; got {stop_patience!r}.")
         if len(encoded) == 0:
             raise ValueError("RecordsProbeCallback: the split to probe holds no record.")
-        part = encoded.select(range(min(n, len(encoded))))
+        part = longest_records(encoded, n)
         self.split, self.n, self.every_steps, self.batch_size, self.at_start = split, len(part), every_steps, \
             batch_size, at_start
         self.stop_accuracy, self.stop_patience, self.stop_after = stop_accuracy, stop_patience, stop_after

@@ -62,6 +62,7 @@ from state_tracking.records import (  # noqa: E402
     OPERATION_TOKENS,
     RecordColumns,
     has_step_states,
+    longest_records,
     read_record_splits,
     record_token_ids,
 )
@@ -156,7 +157,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                       help="with no --validation_file: this percent of the training records, chosen at random with "
                            "--seed, is held out as the validation split (default 5; 0: none), as train_par.py does")
     data.add_argument("--stop_when_validation_exact", type=true_or_false, nargs="?", const=True, default=None,
-                      help="probe the validation split (its first --probe_n records) every --probe_every_steps steps "
+                      help="probe the validation split (its --probe_n longest records) every --probe_every_steps steps "
                            "and stop once the last --probe_stop_patience probes were all exact, as train_par.py does "
                            "(default true with a validation split; false: probe and log only)")
     data.add_argument("--probe_n", type=int, default=None, help="validation probe: records (default 256)")
@@ -392,7 +393,7 @@ def main(argv=None) -> dict:
     probe = None
     if records is not None and "validation" in records["splits"]:
         encoded_validation = records["splits"]["validation"][1]
-        probe = encoded_validation.select(range(min(args.probe_n, len(encoded_validation))))
+        probe = longest_records(encoded_validation, args.probe_n)
     curve, train_seconds = train_model(args, model, data, sampler, collate, probe)
     steps = max((row["step"] for row in curve), default=0)
     started = time.time()

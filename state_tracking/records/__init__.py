@@ -54,6 +54,7 @@ from .splits import (
     RecordSplits,
     check_record_lengths,
     load_record_files,
+    longest_records,
     read_record_splits,
     within_reach,
 )
@@ -62,7 +63,7 @@ __all__ = [
     "COLUMN_NAMES", "ENCODED", "EXTENSIONS", "NORMALIZED", "OPERATION_TOKENS", "SCALAR_QUERY", "Encoder",
     "LoadedRecords", "Normalizer", "ReadOptions", "RecordColumns", "RecordError", "RecordSplits", "build_record_tokenizer", "check_delimiter",
     "check_distinct_encodings", "check_record_lengths", "dataset_split_names", "discover_format", "encode_records",
-    "evaluate_records", "find_query_names", "has_step_states", "load_record_files", "normalize", "read_file",
+    "evaluate_records", "find_query_names", "has_step_states", "load_record_files", "longest_records", "normalize", "read_file",
     "read_record_splits", "record_token_ids", "records_progress_profile", "resolve_columns", "resolve_files",
     "task_records", "within_reach",
 ]
