@@ -270,6 +270,7 @@ def test_the_validation_probe_scores_the_longest_records():
                                "operation_ends": [list(range(d + 1)) for d in depths],
                                "step_labels": [[[0]] * (d + 1) for d in depths]})
     assert longest_records(split, 4)["tag"] == [1, 3, 5, 6]  # the three 9s and the 7, in file order
+    assert longest_records(split, 4).data.table.num_rows == 4  # a flat table: readers of .data see only these rows
     assert longest_records(split, 2)["tag"] == [1, 3]  # of equal lengths, the earlier
     assert longest_records(split, 100)["tag"] == list(range(len(depths)))
     probe = RecordsProbeCallback(split, pad_token_id=0, n=4)

@@ -143,7 +143,7 @@ def longest_records(encoded: Dataset, n: int) -> Dataset:
 
     depth = np.asarray(encoded["depth"], dtype=np.int64)
     chosen = np.sort(np.argsort(-depth, kind="stable")[:n])
-    return encoded.select(chosen.tolist())
+    return encoded.select(chosen.tolist()).flatten_indices()  # its own table: readers of .data see only these rows
 
 
 def within_reach(split: str, loaded: LoadedRecords, encoded: Dataset, longest: int, why: str,
