@@ -31,7 +31,7 @@ from .objectives import (
     progress_targets,
     readout_accuracy,
 )
-from .schedules import DepthBatchSampler, MasteryCurriculum, curriculum_max_depth, stretch_max_scale
+from .schedules import DepthBatchSampler, MasteryCurriculum, curriculum_cap, stretch_max_scale
 
 DEPTH_SCHEDULES = ("forced", "hold", "fixed", "random")
 HOLD_TAILS = ("additive", "pareto")
@@ -286,10 +286,8 @@ class ParTrainer(Trainer):
     def curriculum_cap(self, step: int) -> int:
         """The largest depth sampled at optimizer step `step` (fixed pace or mastery)."""
         a = self.args
-        if self.mastery is not None:
-            return self.mastery.max_depth_at(step)
-        return curriculum_max_depth(step, a.curriculum_start_depth, a.curriculum_every_steps, a.curriculum_increment,
-                                    a.max_train_depth)
+        return curriculum_cap(step, a.max_train_depth, a.curriculum_start_depth, a.curriculum_every_steps,
+                              a.curriculum_increment, mastery=self.mastery)
 
     def get_train_dataloader(self) -> DataLoader:
         if self.train_dataset is None or "depth" not in self.train_dataset.column_names:

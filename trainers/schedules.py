@@ -41,6 +41,15 @@ def mastery_max_depth(step: int, start_depth: int, increment: int, max_depth: in
     return _cap_at(mastery_levels(start_depth, increment, max_depth, lengths), advances, step)
 
 
+def curriculum_cap(step: int, max_depth: int, start_depth: int | None, every_steps: int, increment: int,
+                   mastery: MasteryCurriculum | None = None) -> int:
+    """d_max at optimizer step `step`: the mastery curriculum's cap (`MasteryCurriculum.max_depth_at`) when there is
+    one, else the fixed pace's (`curriculum_max_depth`). The batch sampler and the trainer read the cap here."""
+    if mastery is not None:
+        return mastery.max_depth_at(step)
+    return curriculum_max_depth(step, start_depth, every_steps, increment, max_depth)
+
+
 def _cap_at(levels: list[int], advances: list[int], step: int) -> int:
     """c_n, n = #{a ∈ advances : a ≤ step} (the last cap once every growth has applied)."""
     return levels[min(len(levels) - 1, sum(1 for a in advances if a <= step))]
@@ -161,8 +170,7 @@ class DepthBatchSampler(Sampler[list[int]]):
 
     def cap_at(self, step: int) -> int:
         """d_max at optimizer step `step` (the mastery curriculum's, else the fixed pace's)."""
-        return (self.mastery.max_depth_at(step) if self.mastery is not None
-                else curriculum_max_depth(step, *self.curriculum, self.max_depth))
+        return curriculum_cap(step, self.max_depth, *self.curriculum, mastery=self.mastery)
 
     def depth_at(self, batch_index: int, rng: np.random.Generator) -> int:
         cap = self.cap_at(batch_index // self.accumulation)
