@@ -2,8 +2,9 @@
 
 One optimizer step (forward, backward, AdamW) on a batch of 64 records of one length d, one thread, as
 `train_par.py --train_file` and `examples/baselines/rnn.py` run it: PAR with the local view, its gradient window
-(readouts at the last min(d, 8) iterations), eager (no torch.compile); the RNN reads every token and is read at the last operation.
-Printed per model and length: seconds per step (median of `--repeats` timed steps after 3 warm-up steps), FLOPs per step
+(readouts at the last min(d, 8) iterations), eager (no torch.compile); the RNN reads every token and is read at the
+last operation. Printed per model and length: seconds per step (median of `--repeats` timed steps after 3 warm-up
+steps), FLOPs per step
 (PAR: `torch.utils.flop_counter.FlopCounterMode`, matrix products and attention; the RNNs: `rnn_step_flops`, their
 matrix products), and the achieved GFLOP/s.
 
@@ -116,8 +117,8 @@ def main(argv=None) -> dict:
         if kind == "par":
             model = par_model(token_ids, **spec)
         else:
-            model = repo_module("examples.baselines.rnn").RNNStateTracker(spec["cell"], token_ids["vocab_size"], spec["hidden"], 1,
-                                                 num_queries, num_candidates).train()
+            tracker = repo_module("examples.baselines.rnn").RNNStateTracker
+            model = tracker(spec["cell"], token_ids["vocab_size"], spec["hidden"], 1, num_queries, num_candidates).train()
         parameters = sum(p.numel() for p in model.parameters())
         for depth in (int(d) for d in args.lengths.split(",")):
             batch = collate([encoded[int(i)] for i in np.flatnonzero(depths == depth)[:args.batch_size]])

@@ -251,7 +251,7 @@ def evaluate_encoded(model, encoded, pad_token_id: int, batch_size: int, quiet: 
     """Overall state accuracy of the final readout on encoded records (`encode_records`), per sequence length present
     (every length: the records are the test, no stop rule)."""
     collate = StateTrackingCollator(pad_token_id)
-    lengths = np.asarray(encoded["depth"], dtype=np.int64)  # a selection's own rows (not its parent table's)
+    lengths = np.asarray(encoded.data.table.column("depth").to_numpy(), dtype=np.int64)
     rows = []
     model.eval()
     for depth in np.unique(lengths).tolist():

@@ -116,8 +116,8 @@ ROWS = rows_by_name(
     OwnDataRow.of("par_final_whole", "PAR, final states only, one token per statement", WHOLE, file="final"),
     OwnDataRow.of("par_final_whole_fast", "PAR, final states only, one token per statement, fast curriculum",
                   {**WHOLE, **FAST_CURRICULUM}, file="final"),
-    # the default budget's 840 s were set on a day this machine ran a step in half today's time (LSTM at d = 8: 0.015
-    # s then, 0.029 s on 2026-12-04, benchmarks/bench_records_step.py): the same 6,000-step cap, twice the seconds
+    # the same 6,000-step cap with twice the default 840 s: the budget was set on a day this machine ran steps about
+    # twice as fast (results/own_data_cpu/README.md)
     OwnDataRow.of("par_final_whole_fast_2x", "PAR, final states only, one token per statement, fast curriculum, "
                   "1,680 s", {**WHOLE, **FAST_CURRICULUM, "--max_train_seconds": "1680"}, file="final"),
     OwnDataRow.of("lstm_step", "LSTM 288, step states", LSTM, kind="rnn", file="step"),
