@@ -58,7 +58,7 @@ from state_tracking.evaluation import (  # noqa: E402
     environment_info,
     repo_relative,
 )
-from state_tracking.flag_modes import check_flags, run_cli  # noqa: E402
+from state_tracking.flag_modes import accept_none, check_flags, run_cli  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     OPERATION_TOKENS,
     ReadOptions,
@@ -300,20 +300,36 @@ def parse_all_args(argv=None):
     distill = bool(values.get("self_distillation")) if values is not None else _wants_self_distillation(argv)
     training_cls = SelfDistillationArguments if distill else ParTrainingArguments
     parser = HfArgumentParser((ModelArguments, TaskArguments, DataArguments, training_cls), allow_abbrev=False)
+    accept_none(parser, (ModelArguments, TaskArguments, DataArguments, training_cls))
     if values is not None:
         given = set(yaml.safe_load(Path(argv[0]).read_text()))
         if given & {"train_file", "dataset_name"}:
             values = {**DEFAULT_TRAINING, **DATA_TRAINING, **yaml.safe_load(Path(argv[0]).read_text())}
+        values.update(_start_at_min_depth(given, values.get("min_train_depth")))
         model_args, task_args, data_args, train_args = parser.parse_dict(values)
     else:
         given = {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
         parser.set_defaults(**{**DEFAULT_TRAINING, **(DATA_TRAINING if given & {"train_file", "dataset_name"} else {})})
+        if "min_train_depth" in given:
+            import argparse
+
+            first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+            first.add_argument("--min_train_depth", "--min-train-depth", type=int)
+            parser.set_defaults(**_start_at_min_depth(given, first.parse_known_args(argv)[0].min_train_depth))
         model_args, task_args, data_args, train_args = parser.parse_args_into_dataclasses(args=argv)
     if model_args.init_from_qwen2:  # the paper's fine-tuning schedule unless the user set one
         for name, value in RETROFIT_TRAINING.items():
             if name not in given:
                 setattr(train_args, name, value)
     return model_args, task_args, data_args, train_args, given
+
+
+def _start_at_min_depth(given: set[str], min_train_depth: int | None) -> dict:
+    """The default curriculum's first cap when the command gives --min_train_depth and not --curriculum_start_depth:
+    the curriculum starts at the smallest depth trained (not below it, which is refused as a contradiction)."""
+    if "curriculum_start_depth" in given or min_train_depth is None:
+        return {}
+    return {"curriculum_start_depth": max(DEFAULT_TRAINING["curriculum_start_depth"], min_train_depth)}
 
 
 def curriculum_done(trainer, train_args):
@@ -554,8 +570,8 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
     if "max_train_depth" not in given:
         train_args.max_train_depth = int(lengths.max())
     if "curriculum_start_depth" not in given and train_args.curriculum_start_depth is not None:
-        train_args.curriculum_start_depth = int(min(max(train_args.curriculum_start_depth, lengths.min()),
-                                                    train_args.max_train_depth))
+        train_args.curriculum_start_depth = int(min(max(train_args.curriculum_start_depth, lengths.min(),
+                                                        train_args.min_train_depth), train_args.max_train_depth))
     start = train_args.curriculum_start_depth
     if start is not None and not train_args.min_train_depth <= start <= train_args.max_train_depth:
         raise ValueError(f"--curriculum_start_depth {start} lies outside the training range "

@@ -71,6 +71,39 @@ def run_cli(main, argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
 
 
+NONE_VALUES = ("none", "None", "null")
+
+
+def accept_none(parser: argparse.ArgumentParser, dataclass_types: Iterable[type]) -> None:
+    """Let every optional number field of `dataclass_types` (a ``float | None`` or ``int | None`` whose None means
+    "off", such as ``curriculum_advance_accuracy``) take ``none`` (also ``None``, ``null``) on the command line, as a
+    YAML / JSON config's ``null`` does: `HfArgumentParser` types such a flag as the number alone, so without this a
+    default that is set can never be unset from the command line. Other values parse as before."""
+    import dataclasses
+    import types
+    import typing
+
+    optional = set()
+    for cls in dataclass_types:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            args = typing.get_args(hints.get(f.name))
+            if (typing.get_origin(hints.get(f.name)) in (typing.Union, types.UnionType) and type(None) in args
+                    and {a for a in args if a is not type(None)} <= {int, float}):
+                optional.add(f.name)
+
+    def nullable(convert):
+        def parse(value: str):
+            return None if value in NONE_VALUES else convert(value)
+        parse.__name__ = getattr(convert, "__name__", "value")  # argparse names it in "invalid <name> value"
+        return parse
+
+    for action in parser._actions:
+        if action.dest in optional and action.type is not None:
+            action.type = nullable(action.type)
+            action.help = f"{action.help or ''} (none: unset)".strip()
+
+
 def given_flags(argv: Iterable[str]) -> set[str]:
     """The flag names a command line gives (`--name value`, `--name=value`, hyphen aliases read as underscores)."""
     return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if isinstance(a, str) and a.startswith("--")}
@@ -96,4 +129,4 @@ def check_flags(script: str, records: bool, given: Iterable[str]) -> None:
                              "are generated from the task).")
 
 
-__all__ = ["FLAG_MODES", "check_flags", "given_flags", "run_cli", "true_or_false"]
+__all__ = ["FLAG_MODES", "accept_none", "check_flags", "given_flags", "run_cli", "true_or_false"]

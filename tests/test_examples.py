@@ -78,6 +78,42 @@ def test_train_par_lora_and_bad_flags(tmp_path):
         train_par.main(TINY + ["--output_dir", str(tmp_path / "y"), "--objective", "nope"])
 
 
+def test_a_set_optional_number_is_unset_by_none_on_the_command_line():
+    """With records the mastery curriculum is on by default (curriculum_advance_accuracy 0.9); `none` selects the
+    fixed pace from the command line as a config's null does, and a bad value is still argparse's error."""
+    records = ["--train_file", "records.jsonl", "--output_dir", "x"]
+    _, _, _, args, _ = train_par.parse_all_args(records)
+    assert args.curriculum_advance_accuracy == 0.9
+    for none in ("none", "None", "null"):
+        _, _, _, args, given = train_par.parse_all_args(records + ["--curriculum_advance_accuracy", none])
+        assert args.curriculum_advance_accuracy is None and "curriculum_advance_accuracy" in given
+    _, _, _, args, _ = train_par.parse_all_args(records + ["--curriculum_advance_accuracy=none", "--max_grad_norm",
+                                                           "0.5"])
+    assert args.curriculum_advance_accuracy is None and args.max_grad_norm == 0.5
+    _, _, _, args, _ = train_par.parse_all_args(records + ["--curriculum_advance_accuracy", "0.8"])
+    assert args.curriculum_advance_accuracy == 0.8
+    with pytest.raises(SystemExit):
+        train_par.parse_all_args(records + ["--curriculum_advance_accuracy", "nope"])
+    with pytest.raises(SystemExit):  # a number that cannot be None still refuses none
+        train_par.parse_all_args(records + ["--learning_rate", "none"])
+
+
+def test_the_default_curriculum_starts_at_a_given_min_train_depth(tmp_path):
+    """--min_train_depth 4 alone moves the default curriculum's first cap (2) to 4 instead of refusing a start the
+    command never gave; a start given below it is still one error naming the field."""
+    for argv in (["--train_file", "records.jsonl"], ["--task", "swap_s5"]):
+        _, _, _, args, _ = train_par.parse_all_args(argv + ["--min_train_depth", "4"])
+        assert (args.min_train_depth, args.curriculum_start_depth) == (4, 4)
+        _, _, _, args, _ = train_par.parse_all_args(argv + ["--min_train_depth", "4", "--curriculum_start_depth", "6"])
+        assert args.curriculum_start_depth == 6
+        with pytest.raises(ValueError, match="curriculum_start_depth must be None or within"):
+            train_par.parse_all_args(argv + ["--min_train_depth", "4", "--curriculum_start_depth", "3"])
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"task": "swap_s5", "min_train_depth": 3}))
+    _, _, _, args, _ = train_par.parse_all_args([str(config)])
+    assert args.curriculum_start_depth == 3
+
+
 def test_train_par_fine_tunes_a_par_checkpoint(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
     train_par.main(TINY + ["--output_dir", str(first), "--max_steps", "2"])
