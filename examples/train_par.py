@@ -58,7 +58,7 @@ from state_tracking.evaluation import (  # noqa: E402
     environment_info,
     repo_relative,
 )
-from state_tracking.flag_modes import accept_none, check_flags, run_cli  # noqa: E402
+from state_tracking.flag_modes import NONE_VALUES, accept_none, check_flags, run_cli  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     OPERATION_TOKENS,
     ReadOptions,
@@ -305,17 +305,19 @@ def parse_all_args(argv=None):
         given = set(yaml.safe_load(Path(argv[0]).read_text()))
         if given & {"train_file", "dataset_name"}:
             values = {**DEFAULT_TRAINING, **DATA_TRAINING, **yaml.safe_load(Path(argv[0]).read_text())}
-        values.update(_start_at_min_depth(given, values.get("min_train_depth")))
+        values.update(_curriculum_defaults(given, values))
         model_args, task_args, data_args, train_args = parser.parse_dict(values)
     else:
         given = {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
         parser.set_defaults(**{**DEFAULT_TRAINING, **(DATA_TRAINING if given & {"train_file", "dataset_name"} else {})})
-        if "min_train_depth" in given:
+        if given & {"min_train_depth", "curriculum_start_depth"}:
             import argparse
 
             first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
             first.add_argument("--min_train_depth", "--min-train-depth", type=int)
-            parser.set_defaults(**_start_at_min_depth(given, first.parse_known_args(argv)[0].min_train_depth))
+            first.add_argument("--curriculum_start_depth", "--curriculum-start-depth",
+                               type=lambda v: None if v in NONE_VALUES else int(v))
+            parser.set_defaults(**_curriculum_defaults(given, vars(first.parse_known_args(argv)[0])))
         model_args, task_args, data_args, train_args = parser.parse_args_into_dataclasses(args=argv)
     if model_args.init_from_qwen2:  # the paper's fine-tuning schedule unless the user set one
         for name, value in RETROFIT_TRAINING.items():
@@ -324,12 +326,18 @@ def parse_all_args(argv=None):
     return model_args, task_args, data_args, train_args, given
 
 
-def _start_at_min_depth(given: set[str], min_train_depth: int | None) -> dict:
-    """The default curriculum's first cap when the command gives --min_train_depth and not --curriculum_start_depth:
-    the curriculum starts at the smallest depth trained (not below it, which is refused as a contradiction)."""
-    if "curriculum_start_depth" in given or min_train_depth is None:
-        return {}
-    return {"curriculum_start_depth": max(DEFAULT_TRAINING["curriculum_start_depth"], min_train_depth)}
+def _curriculum_defaults(given: set[str], values: dict) -> dict:
+    """The defaults of the curriculum that follow from what the command gives (`values`: the given values):
+    --min_train_depth without --curriculum_start_depth starts the default curriculum at the smallest depth trained
+    (a start below it is refused as a contradiction); --curriculum_start_depth none (no curriculum) without
+    --curriculum_advance_accuracy drops the mastery test the records default adds (it has no curriculum to advance)."""
+    defaults = {}
+    if "curriculum_start_depth" not in given and values.get("min_train_depth") is not None:
+        defaults["curriculum_start_depth"] = max(DEFAULT_TRAINING["curriculum_start_depth"], values["min_train_depth"])
+    if ("curriculum_start_depth" in given and values.get("curriculum_start_depth") is None
+            and "curriculum_advance_accuracy" not in given):
+        defaults["curriculum_advance_accuracy"] = None
+    return defaults
 
 
 def curriculum_done(trainer, train_args):

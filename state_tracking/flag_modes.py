@@ -129,4 +129,4 @@ def check_flags(script: str, records: bool, given: Iterable[str]) -> None:
                              "are generated from the task).")
 
 
-__all__ = ["FLAG_MODES", "accept_none", "check_flags", "given_flags", "run_cli", "true_or_false"]
+__all__ = ["FLAG_MODES", "NONE_VALUES", "accept_none", "check_flags", "given_flags", "run_cli", "true_or_false"]

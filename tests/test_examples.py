@@ -112,6 +112,15 @@ def test_the_default_curriculum_starts_at_a_given_min_train_depth(tmp_path):
     config.write_text(json.dumps({"task": "swap_s5", "min_train_depth": 3}))
     _, _, _, args, _ = train_par.parse_all_args([str(config)])
     assert args.curriculum_start_depth == 3
+    # no curriculum: the records' default mastery test goes with it, unless given (then one error naming it)
+    records = ["--train_file", "records.jsonl"]
+    _, _, _, args, _ = train_par.parse_all_args(records + ["--curriculum_start_depth", "none"])
+    assert args.curriculum_start_depth is None and args.curriculum_advance_accuracy is None
+    config.write_text(json.dumps({"train_file": "records.jsonl", "curriculum_start_depth": None}))
+    _, _, _, args, _ = train_par.parse_all_args([str(config)])
+    assert args.curriculum_start_depth is None and args.curriculum_advance_accuracy is None
+    with pytest.raises(ValueError, match="curriculum_advance_accuracy must be None without a curriculum"):
+        train_par.parse_all_args(records + ["--curriculum_start_depth", "none", "--curriculum_advance_accuracy", "0.9"])
 
 
 def test_train_par_fine_tunes_a_par_checkpoint(tmp_path):

@@ -107,6 +107,8 @@ LSTM, GRU = {"--cell": "lstm", "--hidden": "288"}, {"--cell": "gru", "--hidden":
 # the mastery test on the last 5 batches at d_max (not 20) and at least 20 steps apart (not 50): at a cap of 16 only
 # one batch in ~16 has depth d_max, so the default window of 20 such batches holds d_max ~300 steps after mastery
 FAST_CURRICULUM = {"--curriculum_window": "5", "--curriculum_every_steps": "20"}
+SMALL = {"--hidden_size": "64", "--intermediate_size": "128", "--prelude_layers": "1", "--core_layers": "1",
+         "--coda_layers": "1"}
 WHOLE = {"--operation_tokens": "whole"}  # one token per distinct statement instead of its words
 ROWS = rows_by_name(
     OwnDataRow.of("par_step", "PAR, step states", file="step"),
@@ -126,6 +128,10 @@ ROWS = rows_by_name(
                   "curriculum, 1,680 s, learning rate 5e-4",
                   {**WHOLE, **FAST_CURRICULUM, "--max_train_seconds": "1680", "--learning_rate": "5e-4"},
                   file="final"),
+    # a quarter of the parameters (hidden 64, 1 + 1 + 1 layers): a step costs about what the LSTM 288's step costs
+    # (benchmarks/bench_records_step.py), so time to result is a question of steps
+    OwnDataRow.of("par_final_small_fast", "PAR h64 1+1+1, final states only, fast mastery curriculum",
+                  {**SMALL, **FAST_CURRICULUM}, file="final"),
     OwnDataRow.of("lstm_step", "LSTM 288, step states", LSTM, kind="rnn", file="step"),
     OwnDataRow.of("lstm_final", "LSTM 288, final states only", LSTM, kind="rnn", file="final"),
     OwnDataRow.of("gru_step", "GRU 336, step states", GRU, kind="rnn", file="step"),
