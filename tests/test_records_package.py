@@ -275,3 +275,33 @@ def test_the_validation_probe_scores_the_longest_records():
     assert longest_records(split, 100)["tag"] == list(range(len(depths)))
     probe = RecordsProbeCallback(split, pad_token_id=0, n=4)
     assert probe.n == 4 and [int(d) for d, _, _ in probe.groups] == [7, 9]
+
+
+def test_own_data_time_table_divides_the_mean_time_of_seeds_at_the_goal_by_the_lstms(tmp_path):
+    """own_data.py --collect's time-to-result table: per row, the seeds reaching 99% at 16× and their mean training
+    seconds over the LSTM row's (a seed under the goal is listed but not timed; no ratio where the LSTM misses)."""
+    from tests.conftest import load_example
+
+    own = load_example("examples/studies/own_data.py")
+
+    def run(machine, row, seed, seconds, acc_16x, train_n=own.TRAIN_N):
+        per_depth = [{"depth": d, "n": 8, "accuracy": 1.0} for d in (16, 64)] + [
+            {"depth": 256, "n": 8, "accuracy": acc_16x}]
+        record = dict(machine=machine, row=row, seed=seed, train_n=train_n, steps=100 * seed + 100,
+                      train_seconds=seconds, per_depth=per_depth, date="2026-12-04T12:00:00+00:00")
+        (tmp_path / f"{machine}_{row}_{seed}_{train_n}.json").write_text(json.dumps(record))
+
+    run("register3", "lstm_final", 0, 50.0, 1.0)
+    run("register3", "lstm_final", 1, 70.0, 1.0)
+    run("register3", "par_final_fast", 0, 100.0, 0.995)
+    run("register3", "par_final_fast", 1, 140.0, 1.0)
+    run("register3", "par_final_fast", 2, 999.0, 0.97)  # under the goal: not in the mean
+    run("register3", "par_final_fast", 0, 5.0, 1.0, train_n=1000)  # another training size: not in this table
+    run("batch_process", "par_final_fast", 0, 80.0, 1.0)  # no LSTM row: no ratio
+    lines = {line.split(" | ")[0][2:] + "/" + line.split(" | ")[1]: line.split(" | ")
+             for line in own.time_table(tmp_path).splitlines()[2:]}
+    par = lines["register3/" + own.ROWS["par_final_fast"].label]
+    assert par[2:] == ["0,1,2", "2026-12-04", "100/200/300", "100 / 140 / 999", "99.50 / 100.00 / 97.00", "2 of 3",
+                       "120", "2.0× |"]
+    assert lines["register3/" + own.ROWS["lstm_final"].label][-2:] == ["60", "– |"]
+    assert lines["batch_process/" + own.ROWS["par_final_fast"].label][-2:] == ["80", "– |"]

@@ -137,10 +137,20 @@ ROWS = rows_by_name(
                   {**WHOLE, **FAST_CURRICULUM, "--max_train_seconds": "1680", "--adam_beta2": "0.95"}, file="final"),
     OwnDataRow.of("par_final_small_fast", "PAR h64 1+1+1, final states only, fast mastery curriculum",
                   {**SMALL, **FAST_CURRICULUM}, file="final"),
+    # the same two without torch.compile: --compile_core auto compiles a records run (6,000 steps, 840 s), and a
+    # run that stops after ~2,000 steps may spend more time compiling (one graph per length) than it saves
+    OwnDataRow.of("par_final_fast_eager", "PAR, final states only, fast mastery curriculum, eager",
+                  {**FAST_CURRICULUM, "--compile_core": "false"}, file="final"),
+    OwnDataRow.of("par_final_small_fast_eager", "PAR h64 1+1+1, final states only, fast mastery curriculum, eager",
+                  {**SMALL, **FAST_CURRICULUM, "--compile_core": "false"}, file="final"),
     OwnDataRow.of("lstm_step", "LSTM 288, step states", LSTM, kind="rnn", file="step"),
     OwnDataRow.of("lstm_final", "LSTM 288, final states only", LSTM, kind="rnn", file="final"),
     OwnDataRow.of("gru_step", "GRU 336, step states", GRU, kind="rnn", file="step"),
     OwnDataRow.of("gru_final", "GRU 336, final states only", GRU, kind="rnn", file="final"),
+    OwnDataRow.of("lstm_final_whole", "LSTM 288, final states only, one token per statement", {**LSTM, **WHOLE},
+                  kind="rnn", file="final"),
+    OwnDataRow.of("gru_final_whole", "GRU 336, final states only, one token per statement", {**GRU, **WHOLE},
+                  kind="rnn", file="final"),
     OwnDataRow.of("rpni_step", "RPNI (AALpy), step states", {"--algorithm": "rpni"}, kind="automata", file="step"),
     OwnDataRow.of("rpni_final", "RPNI (AALpy), final states only", {"--algorithm": "rpni"}, kind="automata",
                   file="final"),
@@ -294,6 +304,7 @@ def collect() -> str:
     train_par.py's earlier 3,000-step default), and machines.md (the extractions)."""
     table = results_table(RESULTS / "runs")
     (RESULTS / "table.md").write_text(table)
+    (RESULTS / "time_to_result.md").write_text(time_table(RESULTS / "runs"))
     if (RESULTS / "runs_3000_steps").is_dir():
         (RESULTS / "table_3000_steps.md").write_text(results_table(RESULTS / "runs_3000_steps"))
     machines = []
@@ -332,6 +343,43 @@ def results_table(folder: Path) -> str:
         steps = "/".join(sorted({"–" if m["steps"] is None else str(m["steps"]) for m in members}))
         lines.append(f"| {machine} | {ROWS[row].label} | {n} | {seeds} | {steps} | " + " | ".join(cells)
                      + f" | {seconds:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def time_table(folder: Path, goal: float = 0.99, baseline: str = "lstm_final") -> str:
+    """Time to result at the full training size: per machine and row, each seed's training seconds and whether it
+    reached `goal` at 16×; the mean seconds of the seeds that did, and that mean over the `baseline` row's (its seeds
+    at the goal) — the PAR / LSTM time ratio, where both get there. Seconds depend on the day's machine load (the
+    `run on` column): compare rows run on the same day."""
+    import numpy as np
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in load_records(folder):
+        if r["train_n"] == TRAIN_N and r["train_seconds"] is not None:
+            groups.setdefault((r["machine"], r["row"]), []).append(r)
+
+    def at_16x(r: dict) -> float:
+        longest = MACHINES[r["machine"]].get("test_lengths", (16, 64, 256))[-1]
+        return next((d["accuracy"] for d in r["per_depth"] if d["depth"] == longest), float("nan"))
+
+    def mean_reached(members: list[dict]) -> float | None:
+        reached = [m["train_seconds"] for m in members if at_16x(m) >= goal]
+        return float(np.mean(reached)) if reached else None
+
+    lines = [f"| machine | row | seeds | run on | steps | train s per seed | 16× % per seed | seeds ≥ {100 * goal:g}% | "
+             f"mean s (those) | / {ROWS[baseline].label} |", "|---|---|---|---|---|---|---|---|---|---|"]
+    order, rows = {m: i for i, m in enumerate(MACHINES)}, {r: i for i, r in enumerate(ROWS)}
+    for (machine, row), members in sorted(groups.items(), key=lambda x: (order[x[0][0]], rows[x[0][1]])):
+        members = sorted(members, key=lambda m: m["seed"])
+        mean, base = mean_reached(members), mean_reached(groups.get((machine, baseline), []))
+        ratio = f"{mean / base:.1f}×" if mean is not None and base and row != baseline else "–"
+        lines.append(" | ".join([
+            f"| {machine}", ROWS[row].label, ",".join(str(m["seed"]) for m in members),
+            ", ".join(sorted({m["date"][:10] for m in members})),
+            "/".join("–" if m["steps"] is None else str(m["steps"]) for m in members), " / ".join(f"{m['train_seconds']:.0f}" for m in members),
+            " / ".join(f"{100 * at_16x(m):.2f}" for m in members),
+            f"{sum(at_16x(m) >= goal for m in members)} of {len(members)}",
+            "–" if mean is None else f"{mean:.0f}", ratio]) + " |")
     return "\n".join(lines) + "\n"
 
 
