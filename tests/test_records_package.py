@@ -285,8 +285,9 @@ def test_own_data_time_table_divides_the_mean_time_of_seeds_at_the_goal_by_the_l
     own = load_example("examples/studies/own_data.py")
 
     def run(machine, row, seed, seconds, acc_16x, train_n=own.TRAIN_N):
-        per_depth = [{"depth": d, "n": 8, "accuracy": 1.0} for d in (16, 64)] + [
-            {"depth": 256, "n": 8, "accuracy": acc_16x}]
+        lengths = own.MACHINES[machine].get("test_lengths", (16, 64, 256))  # var_swap5: 21, 69, 261 statements
+        per_depth = [{"depth": d, "n": 8, "accuracy": 1.0} for d in lengths[:2]] + [
+            {"depth": lengths[2], "n": 8, "accuracy": acc_16x}]
         record = dict(machine=machine, row=row, seed=seed, train_n=train_n, steps=100 * seed + 100,
                       train_seconds=seconds, per_depth=per_depth, date="2026-12-04T12:00:00+00:00")
         (tmp_path / f"{machine}_{row}_{seed}_{train_n}.json").write_text(json.dumps(record))
@@ -297,7 +298,11 @@ def test_own_data_time_table_divides_the_mean_time_of_seeds_at_the_goal_by_the_l
     run("register3", "par_final_fast", 1, 140.0, 1.0)
     run("register3", "par_final_fast", 2, 999.0, 0.97)  # under the goal: not in the mean
     run("register3", "par_final_fast", 0, 5.0, 1.0, train_n=1000)  # another training size: not in this table
-    run("batch_process", "par_final_fast", 0, 80.0, 1.0)  # no LSTM row: no ratio
+    run("batch_process", "par_final_fast", 0, 80.0, 1.0)  # no LSTM row at the goal: no ratio
+    run("batch_process", "lstm_final", 0, 10.0, 0.5)
+    run("var_swap5", "par_final_fast", 0, 300.0, 1.0)  # the faster LSTM row is the baseline
+    run("var_swap5", "lstm_final", 0, 200.0, 1.0)
+    run("var_swap5", "lstm_final_whole", 0, 100.0, 1.0)
     lines = {line.split(" | ")[0][2:] + "/" + line.split(" | ")[1]: line.split(" | ")
              for line in own.time_table(tmp_path).splitlines()[2:]}
     par = lines["register3/" + own.ROWS["par_final_fast"].label]
@@ -305,3 +310,4 @@ def test_own_data_time_table_divides_the_mean_time_of_seeds_at_the_goal_by_the_l
                        "120", "2.0× |"]
     assert lines["register3/" + own.ROWS["lstm_final"].label][-2:] == ["60", "– |"]
     assert lines["batch_process/" + own.ROWS["par_final_fast"].label][-2:] == ["80", "– |"]
+    assert lines["var_swap5/" + own.ROWS["par_final_fast"].label][-1] == "3.0× |"
