@@ -143,6 +143,12 @@ ROWS = rows_by_name(
                   {**FAST_CURRICULUM, "--compile_core": "false"}, file="final"),
     OwnDataRow.of("par_final_small_fast_eager", "PAR h64 1+1+1, final states only, fast mastery curriculum, eager",
                   {**SMALL, **FAST_CURRICULUM, "--compile_core": "false"}, file="final"),
+    # the best of the third pass's explorations at 1,000 register3 records: a smaller core, the gradient through the
+    # whole record, more weight decay, the LSTM's fixed-pace curriculum (results/own_data_cpu/README.md)
+    OwnDataRow.of("par_final_small_reg", "PAR h64, final states only, grad window 16, weight decay 0.1, fixed pace",
+                  {"--hidden_size": "64", "--intermediate_size": "128", "--grad_window": "16", "--weight_decay": "0.1",
+                   "--curriculum_advance_accuracy": "none", "--curriculum_every_steps": "100", "--max_steps": "4000",
+                   "--compile_core": "false"}, file="final"),
     OwnDataRow.of("lstm_step", "LSTM 288, step states", LSTM, kind="rnn", file="step"),
     OwnDataRow.of("lstm_final", "LSTM 288, final states only", LSTM, kind="rnn", file="final"),
     OwnDataRow.of("gru_step", "GRU 336, step states", GRU, kind="rnn", file="step"),
