@@ -58,7 +58,7 @@ from state_tracking.evaluation import (  # noqa: E402
     environment_info,
     repo_relative,
 )
-from state_tracking.flag_modes import NONE_VALUES, accept_none, check_flags, run_cli  # noqa: E402
+from state_tracking.flag_modes import accept_none, check_flags, none_or, run_cli  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     OPERATION_TOKENS,
     ReadOptions,
@@ -316,7 +316,7 @@ def parse_all_args(argv=None):
             first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
             first.add_argument("--min_train_depth", "--min-train-depth", type=int)
             first.add_argument("--curriculum_start_depth", "--curriculum-start-depth",
-                               type=lambda v: None if v in NONE_VALUES else int(v))
+                               type=none_or(int))
             parser.set_defaults(**_curriculum_defaults(given, vars(first.parse_known_args(argv)[0])))
         model_args, task_args, data_args, train_args = parser.parse_args_into_dataclasses(args=argv)
     if model_args.init_from_qwen2:  # the paper's fine-tuning schedule unless the user set one
@@ -578,8 +578,8 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
     if "max_train_depth" not in given:
         train_args.max_train_depth = int(lengths.max())
     if "curriculum_start_depth" not in given and train_args.curriculum_start_depth is not None:
-        train_args.curriculum_start_depth = int(min(max(train_args.curriculum_start_depth, lengths.min(),
-                                                        train_args.min_train_depth), train_args.max_train_depth))
+        train_args.curriculum_start_depth = int(min(max(train_args.curriculum_start_depth, lengths.min()),
+                                                    train_args.max_train_depth))
     start = train_args.curriculum_start_depth
     if start is not None and not train_args.min_train_depth <= start <= train_args.max_train_depth:
         raise ValueError(f"--curriculum_start_depth {start} lies outside the training range "

@@ -74,6 +74,14 @@ def run_cli(main, argv: list[str] | None = None) -> None:
 NONE_VALUES = ("none", "None", "null")
 
 
+def none_or(convert):
+    """An argparse `type` that reads ``none`` (also ``None``, ``null``) as None and any other value with `convert`."""
+    def parse(value: str):
+        return None if value in NONE_VALUES else convert(value)
+    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names it in "invalid <name> value"
+    return parse
+
+
 def accept_none(parser: argparse.ArgumentParser, dataclass_types: Iterable[type]) -> None:
     """Let every optional number field of `dataclass_types` (a ``float | None`` or ``int | None`` whose None means
     "off", such as ``curriculum_advance_accuracy``) take ``none`` (also ``None``, ``null``) on the command line, as a
@@ -92,15 +100,9 @@ def accept_none(parser: argparse.ArgumentParser, dataclass_types: Iterable[type]
                     and {a for a in args if a is not type(None)} <= {int, float}):
                 optional.add(f.name)
 
-    def nullable(convert):
-        def parse(value: str):
-            return None if value in NONE_VALUES else convert(value)
-        parse.__name__ = getattr(convert, "__name__", "value")  # argparse names it in "invalid <name> value"
-        return parse
-
     for action in parser._actions:
         if action.dest in optional and action.type is not None:
-            action.type = nullable(action.type)
+            action.type = none_or(action.type)
             action.help = f"{action.help or ''} (none: unset)".strip()
 
 
@@ -129,4 +131,4 @@ def check_flags(script: str, records: bool, given: Iterable[str]) -> None:
                              "are generated from the task).")
 
 
-__all__ = ["FLAG_MODES", "NONE_VALUES", "accept_none", "check_flags", "given_flags", "run_cli", "true_or_false"]
+__all__ = ["FLAG_MODES", "NONE_VALUES", "accept_none", "check_flags", "given_flags", "none_or", "run_cli", "true_or_false"]

@@ -107,8 +107,8 @@ LSTM, GRU = {"--cell": "lstm", "--hidden": "288"}, {"--cell": "gru", "--hidden":
 # the mastery test on the last 5 batches at d_max (not 20) and at least 20 steps apart (not 50): at a cap of 16 only
 # one batch in ~16 has depth d_max, so the default window of 20 such batches holds d_max ~300 steps after mastery
 FAST_CURRICULUM = {"--curriculum_window": "5", "--curriculum_every_steps": "20"}
-SMALL = {"--hidden_size": "64", "--intermediate_size": "128", "--prelude_layers": "1", "--core_layers": "1",
-         "--coda_layers": "1"}
+H64 = {"--hidden_size": "64", "--intermediate_size": "128"}
+SMALL = {**H64, "--prelude_layers": "1", "--core_layers": "1", "--coda_layers": "1"}  # a quarter of the parameters
 WHOLE = {"--operation_tokens": "whole"}  # one token per distinct statement instead of its words
 ROWS = rows_by_name(
     OwnDataRow.of("par_step", "PAR, step states", file="step"),
@@ -128,13 +128,13 @@ ROWS = rows_by_name(
                   "curriculum, 1,680 s, learning rate 5e-4",
                   {**WHOLE, **FAST_CURRICULUM, "--max_train_seconds": "1680", "--learning_rate": "5e-4"},
                   file="final"),
-    # a quarter of the parameters (hidden 64, 1 + 1 + 1 layers): a step costs about what the LSTM 288's step costs
-    # (benchmarks/bench_records_step.py), so time to result is a question of steps
     # the same with Adam's second-moment decay 0.95 (not 0.999): the collapse is a spike when longer records arrive
     # after a stretch of tiny gradients; a faster-tracking second moment is the usual remedy
     OwnDataRow.of("par_final_whole_fast_2x_b95", "PAR, final states only, one token per statement, fast "
                   "curriculum, 1,680 s, Adam beta2 0.95",
                   {**WHOLE, **FAST_CURRICULUM, "--max_train_seconds": "1680", "--adam_beta2": "0.95"}, file="final"),
+    # a quarter of the parameters (hidden 64, 1 + 1 + 1 layers): a step costs about what the LSTM 288's step costs
+    # (benchmarks/bench_records_step.py), so time to result is a question of steps
     OwnDataRow.of("par_final_small_fast", "PAR h64 1+1+1, final states only, fast mastery curriculum",
                   {**SMALL, **FAST_CURRICULUM}, file="final"),
     # the same two without torch.compile: --compile_core auto compiles a records run (6,000 steps, 840 s), and a
@@ -146,9 +146,8 @@ ROWS = rows_by_name(
     # the best of the third pass's explorations at 1,000 register3 records: a smaller core, the gradient through the
     # whole record, more weight decay, the LSTM's fixed-pace curriculum (results/own_data_cpu/README.md)
     OwnDataRow.of("par_final_small_reg", "PAR h64, final states only, grad window 16, weight decay 0.1, fixed pace",
-                  {"--hidden_size": "64", "--intermediate_size": "128", "--grad_window": "16", "--weight_decay": "0.1",
-                   "--curriculum_advance_accuracy": "none", "--curriculum_every_steps": "100", "--max_steps": "4000",
-                   "--compile_core": "false"}, file="final"),
+                  {**H64, "--grad_window": "16", "--weight_decay": "0.1", "--curriculum_advance_accuracy": "none",
+                   "--curriculum_every_steps": "100", "--max_steps": "4000", "--compile_core": "false"}, file="final"),
     OwnDataRow.of("lstm_step", "LSTM 288, step states", LSTM, kind="rnn", file="step"),
     OwnDataRow.of("lstm_final", "LSTM 288, final states only", LSTM, kind="rnn", file="final"),
     OwnDataRow.of("gru_step", "GRU 336, step states", GRU, kind="rnn", file="step"),
@@ -328,6 +327,12 @@ def collect() -> str:
     return table
 
 
+def accuracy_at(record: dict, which: int) -> float:
+    """A run's accuracy at its machine's test length `which` (0: in range, 1: 4×, 2: 16×); NaN if not tested."""
+    depth = MACHINES[record["machine"]].get("test_lengths", (16, 64, 256))[which]
+    return next((d["accuracy"] for d in record["per_depth"] if d["depth"] == depth), float("nan"))
+
+
 def results_table(folder: Path) -> str:
     """Accuracy (%) at 16 / 64 / 256 per machine, row and training size: mean ± sd over seeds (the seeds listed)."""
     import numpy as np
@@ -341,9 +346,7 @@ def results_table(folder: Path) -> str:
     order = {m: i for i, m in enumerate(MACHINES)}
     rows = {r: i for i, r in enumerate(ROWS)}
     for (machine, row, n), members in sorted(groups.items(), key=lambda x: (order[x[0][0]], -x[0][2], rows[x[0][1]])):
-        depths = MACHINES[machine].get("test_lengths", (16, 64, 256))  # in range, 4x, 16x
-        cells = [mean_sd([next((d["accuracy"] for d in m["per_depth"] if d["depth"] == depth), float("nan"))
-                          for m in members], digits=2) for depth in depths]
+        cells = [mean_sd([accuracy_at(m, which) for m in members], digits=2) for which in range(3)]
         seconds = np.mean([m["train_seconds"] or 0 for m in members])
         seeds = ",".join(str(m["seed"]) for m in sorted(members, key=lambda m: m["seed"]))
         steps = "/".join(sorted({"–" if m["steps"] is None else str(m["steps"]) for m in members}))
@@ -367,8 +370,7 @@ def time_table(folder: Path, goal: float = 0.99, baselines: tuple[str, ...] = ("
             groups.setdefault((r["machine"], r["row"]), []).append(r)
 
     def at_16x(r: dict) -> float:
-        longest = MACHINES[r["machine"]].get("test_lengths", (16, 64, 256))[-1]
-        return next((d["accuracy"] for d in r["per_depth"] if d["depth"] == longest), float("nan"))
+        return accuracy_at(r, 2)
 
     def mean_reached(members: list[dict]) -> float | None:
         reached = [m["train_seconds"] for m in members if at_16x(m) >= goal]
@@ -386,7 +388,8 @@ def time_table(folder: Path, goal: float = 0.99, baselines: tuple[str, ...] = ("
         lines.append(" | ".join([
             f"| {machine}", ROWS[row].label, ",".join(str(m["seed"]) for m in members),
             ", ".join(sorted({m["date"][:10] for m in members})),
-            "/".join("–" if m["steps"] is None else str(m["steps"]) for m in members), " / ".join(f"{m['train_seconds']:.0f}" for m in members),
+            "/".join("–" if m["steps"] is None else str(m["steps"]) for m in members),
+            " / ".join(f"{m['train_seconds']:.0f}" for m in members),
             " / ".join(f"{100 * at_16x(m):.2f}" for m in members),
             f"{sum(at_16x(m) >= goal for m in members)} of {len(members)}",
             "–" if mean is None else f"{mean:.0f}", ratio]) + " |")
