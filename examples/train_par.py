@@ -118,6 +118,9 @@ class ModelArguments:
     step_size: int = field(default=1, metadata={"help": "c: operations per iteration"})
     norm_anchoring: bool = field(default=True, metadata={"help": "state-norm anchoring (off: the ablation)"})
     grad_window: int = field(default=8, metadata={"help": "iterations with gradient"})
+    answer_feedback: bool = field(default=False, metadata={
+        "help": "the loop state is the answer: each iteration restarts from e with the previous iteration's soft "
+                "answer written at the queries (config.answer_feedback; for a state the answers name whole)"})
     max_iterations: int = field(default=1100, metadata={"help": "the most iterations a forward may run"})
     checkpoint_core: bool = field(default=False, metadata={"help": "activation checkpointing of the core"})
     loop_view: str | None = field(default=None, metadata={
@@ -442,7 +445,7 @@ def build_model(model_args: ModelArguments, token_ids: dict, train_args=None):
     par_fields = dict(
         step_size=model_args.step_size, norm_anchoring=model_args.norm_anchoring, grad_window=model_args.grad_window,
         max_iterations=model_args.max_iterations, checkpoint_core=model_args.checkpoint_core,
-        **resolve_view(model_args),
+        answer_feedback=model_args.answer_feedback, **resolve_view(model_args),
     )
     if model_args.init_from_par:
         model = ParLoopedQwenForStateTracking.from_pretrained(model_args.init_from_par, dtype=torch.float32)

@@ -299,6 +299,7 @@ BAD_FIELDS = [
     ("max_position_scale", dict(max_position_scale=0.5)),
     ("norm_anchoring", dict(norm_anchoring="yes")),
     ("checkpoint_core", dict(checkpoint_core=1)),
+    ("answer_feedback", dict(answer_feedback="true")),
     ("answer_token_ids", dict(answer_token_ids=[1, VOCAB])),
     ("answer_token_ids", dict(answer_token_ids=[3, 3])),
     ("halt_token_ids", dict(halt_token_ids=(5, 5))),

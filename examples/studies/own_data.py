@@ -148,6 +148,27 @@ ROWS = rows_by_name(
     OwnDataRow.of("par_final_small_reg", "PAR h64, final states only, grad window 16, weight decay 0.1, fixed pace",
                   {**H64, "--grad_window": "16", "--weight_decay": "0.1", "--curriculum_advance_accuracy": "none",
                    "--curriculum_every_steps": "100", "--max_steps": "4000", "--compile_core": "false"}, file="final"),
+    # the same with answer feedback (`--answer_feedback true`): each iteration passes on only its soft answer, a
+    # finite-state bottleneck for a state the answers name whole (config.answer_feedback)
+    OwnDataRow.of("par_final_small_reg_fb", "PAR h64, final states only, grad window 16, weight decay 0.1, fixed pace, "
+                  "answer feedback",
+                  {**H64, "--grad_window": "16", "--weight_decay": "0.1", "--curriculum_advance_accuracy": "none",
+                   "--curriculum_every_steps": "100", "--max_steps": "4000", "--compile_core": "false",
+                   "--answer_feedback": "true"}, file="final"),
+    OwnDataRow.of("par_final_whole_small_reg_fb", "PAR h64, final states only, one token per statement, grad window "
+                  "16, weight decay 0.1, fixed pace, answer feedback",
+                  {**WHOLE, **H64, "--grad_window": "16", "--weight_decay": "0.1",
+                   "--curriculum_advance_accuracy": "none", "--curriculum_every_steps": "100", "--max_steps": "4000",
+                   "--compile_core": "false", "--answer_feedback": "true"}, file="final"),
+    OwnDataRow.of("par_final_fb", "PAR, final states only, answer feedback", {"--answer_feedback": "true"},
+                  file="final"),
+    OwnDataRow.of("par_final_small_fast_eager_fb", "PAR h64 1+1+1, final states only, fast mastery curriculum, eager, "
+                  "answer feedback", {**SMALL, **FAST_CURRICULUM, "--compile_core": "false", "--answer_feedback": "true"},
+                  file="final"),
+    OwnDataRow.of("par_final_whole_fast_2x_b95_fb", "PAR, final states only, one token per statement, fast "
+                  "curriculum, 1,680 s, Adam beta2 0.95, answer feedback",
+                  {**WHOLE, **FAST_CURRICULUM, "--max_train_seconds": "1680", "--adam_beta2": "0.95",
+                   "--answer_feedback": "true"}, file="final"),
     OwnDataRow.of("lstm_step", "LSTM 288, step states", LSTM, kind="rnn", file="step"),
     OwnDataRow.of("lstm_final", "LSTM 288, final states only", LSTM, kind="rnn", file="final"),
     OwnDataRow.of("gru_step", "GRU 336, step states", GRU, kind="rnn", file="step"),
