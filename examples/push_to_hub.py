@@ -147,6 +147,7 @@ def render_card(model, repo_id: str, results_markdown: str | None = None, traini
         "num_parameters": f"{sum(p.numel() for p in model.parameters()):,}",
         "loop_view": c.loop_view, "progress_positions": "on" if c.progress_positions else "off",
         "bidirectional_queries": "on" if c.bidirectional_queries else "off",
+        "answer_feedback": "on" if getattr(c, "answer_feedback", False) else "off",
         "training_data": training_data or "Not stated by the exporter.",
         "results": results_markdown or "No results were attached to this export.",
         "limits": limits or "Trained from the configuration above; see the training data section.",

@@ -192,3 +192,25 @@ def test_the_cli_wiring_of_a_script_exits_2_with_one_error_line(tmp_path):
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "error: --train_file" in done.stderr and "is a folder, not a file" in done.stderr
+
+
+def test_answer_feedback_trains_saves_and_evaluates_as_trained(tmp_path, capsys):
+    """`--answer_feedback true` reaches the config, the checkpoint keeps it, and evaluate_par on the saved checkpoint
+    (its own remote code) gives the numbers training gave, and the pipeline answers through it."""
+    train = write_csv(tmp_path / "train.csv", orders(200, 1, 5, 2))
+    test = write_csv(tmp_path / "test.csv", orders(24, 3, 8, 3))
+    out = tmp_path / "run"
+    train_par.main(TINY + ["--train_file", train, *COLUMNS, "--max_steps", "20", "--output_dir", str(out),
+                           "--test_file", test, "--answer_feedback", "true"])
+    assert json.loads((out / "config.json").read_text())["answer_feedback"] is True
+    result = evaluate_par.main(["--model", str(out), "--test_file", test, "--out", str(tmp_path / "e.json"),
+                                "--device", "cpu", "--disable_tqdm", "true"])
+    trained = json.loads((out / "eval_test.json").read_text())
+    assert [(r["depth"], r["n"], r["accuracy"]) for r in result["per_depth"]] == \
+        [(r["depth"], r["n"], r["accuracy"]) for r in trained["per_depth"]]
+    tracker = pipeline("state-tracking", model=str(out), trust_remote_code=True)
+    assert set(tracker("pay;ship")["answers"]) == {"status"}
+    with pytest.raises(SystemExit) as stop:
+        train_par.main(TINY + ["--train_file", train, *COLUMNS, "--max_steps", "2", "--output_dir",
+                               str(tmp_path / "bad"), "--answer_feedback", "maybe"])
+    assert stop.value.code == 2 and "argument --answer_feedback" in capsys.readouterr().err

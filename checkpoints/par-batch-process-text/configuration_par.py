@@ -70,6 +70,11 @@ class ParLoopedQwenConfig(Qwen2Config):
             used (`PromptFormat.trained`; a records format is itself the training vocabulary): the pipeline refuses any
             other unless called with `allow_untrained=True`; without it (older checkpoints) nothing is refused for
             having been unseen.
+        answer_feedback (`bool`, defaults to `False`): the loop state is the answer: after each iteration the readout
+            runs and the next iteration restarts from the prelude output e with each query's soft answer (softmax over
+            the candidates times their input embeddings) added at its row, so only a distribution over the answers
+            passes between iterations (`answer_feedback_state` in `modeling_par.py`; a finite-state bottleneck for a
+            state that the answers name whole). Off: the paper's loop, whose state is the core's output.
         learned_halting (`bool`, defaults to `False`): the halting readout was trained (`halting_loss_weight` > 0), so
             the pipeline halts by it; otherwise it runs forced depth from the segmentation.
     """
@@ -97,6 +102,7 @@ class ParLoopedQwenConfig(Qwen2Config):
         bidirectional_queries: bool = False,
         prompt_format: dict | None = None,
         learned_halting: bool = False,
+        answer_feedback: bool = False,
         **kwargs,
     ):
         self.prelude_layers = prelude_layers
@@ -118,6 +124,7 @@ class ParLoopedQwenConfig(Qwen2Config):
         self.bidirectional_queries = bidirectional_queries
         self.prompt_format = prompt_format
         self.learned_halting = learned_halting
+        self.answer_feedback = answer_feedback
         kwargs.setdefault("custom_pipelines", {k: dict(v) for k, v in CUSTOM_PIPELINES.items()})
         kwargs.setdefault("num_hidden_layers", prelude_layers + core_layers + coda_layers)
         self._check_layer_split(kwargs["num_hidden_layers"])  # before Qwen2's own layer_types check
@@ -149,7 +156,7 @@ class ParLoopedQwenConfig(Qwen2Config):
         if self.loop_view not in LOOP_VIEWS:
             fail("loop_view", f"one of {LOOP_VIEWS}", self.loop_view)
         for field in ("norm_anchoring", "checkpoint_core", "progress_positions", "bidirectional_queries",
-                      "learned_halting"):
+                      "learned_halting", "answer_feedback"):
             if not isinstance(getattr(self, field), bool):
                 fail(field, "a bool", getattr(self, field))
         if self.bidirectional_queries and self.loop_view == "full" and not self.progress_positions:

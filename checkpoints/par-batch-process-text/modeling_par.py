@@ -87,6 +87,21 @@ def anchor_state_norm(state: torch.Tensor, reference_rms: torch.Tensor) -> torch
     return state * (reference_rms / state_rms(state)).to(state.dtype)
 
 
+def answer_feedback_state(e: torch.Tensor, answer_logits: torch.Tensor, columns: torch.Tensor,
+                          candidate_embeddings: torch.Tensor) -> torch.Tensor:
+    """Answer feedback, the loop state as the answer: the next iteration restarts from the prelude output e, with each
+    readout query's soft answer written into its row,
+
+        s_k ← e + Σ_q 1[row = col_q] · softmax(y_{k,q}) E,   E: the candidates' input embeddings (C, h),
+
+    so all that one iteration passes to the next is a distribution over the answer candidates (a finite-state
+    bottleneck: exact when the answer is the whole state).  # (b, t, h), (b, q, C), (b, q), (C, h) -> (b, t, h)
+    """
+    index = columns[..., None].expand(-1, -1, e.shape[-1])
+    written = answer_logits.float().softmax(-1).to(e.dtype) @ candidate_embeddings.to(e.dtype)  # (b, q, h)
+    return e.scatter(1, index, e.gather(1, index) + written)
+
+
 def adapter_identity_init(hidden_size: int) -> torch.Tensor:
     """The adapter's initial weight W = [0 | I] ∈ R^{h×2h}, so W [e ; s] = s and R = 1 equals the parent."""
     return torch.cat([torch.zeros(hidden_size, hidden_size), torch.eye(hidden_size)], dim=1)
@@ -178,6 +193,9 @@ class ReferenceLoop:
         update = model.run_core(self.parts.core_update, self.e_half, x, view.mask, view.cos, view.sin,
                                 current.reference_rms)
         readout = ReadoutInput(update.state, view.mask, view.cos, view.sin, self.query_positions)
+        if model.config.answer_feedback:  # the next iteration reads the answer alone (`answer_feedback_state`)
+            update = update._replace(state=model.feed_back(self.prelude_out, self.readouts([readout])[0],
+                                                           self.query_positions))
         return [model.loop_step(k, update, current.reference_rms, readout)]
 
     def readouts(self, inputs: list[ReadoutInput]) -> list[Readout]:
@@ -437,6 +455,11 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             reference_rms = update.raw_rms
         return LoopStep(iteration, update.state, update.raw_rms, reference_rms, readout)
 
+    def feed_back(self, e: torch.Tensor, readout: Readout, columns: torch.Tensor) -> torch.Tensor:
+        """`answer_feedback_state` of iteration k's readout: e with the soft answers written at `columns`."""
+        rows = self._candidate_rows(self.model.embed_tokens.weight.device)
+        return answer_feedback_state(e, readout.answer_logits, columns, self.model.embed_tokens.weight[rows.answers])
+
     # ------------------------------------------------------------------------------------------------------- readout
     def readout(self, inputs: list[ReadoutInput]) -> list[Readout]:
         """y_k = Q(s_k) of one or more iterations in one coda call: their inputs (same shapes) stacked along the batch,
@@ -615,7 +638,7 @@ ParLoopedQwenForStateTracking.register_for_auto_class("AutoModel")
 
 __all__ = ["ParLoopedQwenPreTrainedModel", "ParLoopedQwenForStateTracking", "ParLoopedOutput", "ParPrediction",
            "ParRuntimeOptions", "IterationView", "LoopState", "LoopStep", "Readout", "ReadoutInput", "ReferenceLoop",
-           "anchor_state_norm", "adapter_identity_init", "default_compile_options", "grad_window_iterations",
+           "anchor_state_norm", "adapter_identity_init", "answer_feedback_state", "default_compile_options", "grad_window_iterations",
            "halt_confirmed", "halt_iteration", "loop_view_mask", "operations_read", "padded_causal_mask",
            "par_eager_attention", "progress_shift", "token_segments", "positions_from_mask", "small_block_attention",
            "state_rms", "stretch_positions"]

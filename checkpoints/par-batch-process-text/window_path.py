@@ -354,10 +354,12 @@ class WindowLoop:
 
     def advance(self, current: LoopState, last: int) -> list[LoopStep]:
         """The next iteration, or the next K = `runtime.block_iterations` as one unit (`window_block`) when K > 1,
-        without grad, the anchoring reference set (if anchoring) and none of them before `last` to be seen alone."""
+        without grad, the anchoring reference set (if anchoring), none of them before `last` to be seen alone and no
+        answer feedback (which reads out every iteration)."""
         first, count = current.iteration + 1, self.model.runtime.block_iterations
-        if (count > 1 and not torch.is_grad_enabled() and first + count - 1 <= last
-                and (current.reference_rms is not None or not self.model.config.norm_anchoring)):
+        config = self.model.config
+        if (count > 1 and not torch.is_grad_enabled() and first + count - 1 <= last and not config.answer_feedback
+                and (current.reference_rms is not None or not config.norm_anchoring)):
             return self._block(current, first, count)
         view = self.plans.covering(first, 1, current.state).at(first)
         state = current.state.contiguous()  # one stride for the compiled graph whether s came from a block or not
@@ -366,6 +368,9 @@ class WindowLoop:
                                      view.mask, view.cos, view.sin)
         readout = WindowReadoutInput(update.operations, update.state, view.mask, view.cos, view.sin,
                                      self.window.readout_columns)
+        if config.answer_feedback:  # the next iteration reads the answer alone (`answer_feedback_state`)
+            update = update._replace(state=self.model.feed_back(self.window.query_e, self.readouts([readout])[0],
+                                                                self.window.readout_columns))
         return [self.model.loop_step(first, update, current.reference_rms, readout)]
 
     def _block(self, current: LoopState, first: int, count: int) -> list[LoopStep]:
