@@ -21,7 +21,8 @@ OWN_DATA_ROWS_SINCE = ("par_final_fast", "par_final_whole", "par_final_whole_fas
                         "par_final_fast_eager", "par_final_small_fast_eager",
                         "lstm_final_whole", "gru_final_whole", "par_final_small_reg",
                         "par_final_small_reg_fb", "par_final_fb", "par_final_small_fast_eager_fb",
-                        "par_final_whole_fast_2x_b95_fb", "par_final_whole_small_reg_fb")  # own_data.py rows added later
+                        "par_final_whole_fast_2x_b95_fb", "par_final_whole_small_reg_fb",
+                        "par_final_whole_small_fast_b95")  # own_data.py rows added later
 SCRIPTS = ["examples/reproduce/paper_protocol.py", "examples/reproduce/swap_s5.py",
            "examples/reproduce/batch_process_text.py", "examples/studies/comparisons.py",
            "examples/studies/length_generalization.py", "examples/studies/s5_breakthrough.py",

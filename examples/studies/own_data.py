@@ -155,6 +155,11 @@ ROWS = rows_by_name(
                   {**H64, "--grad_window": "16", "--weight_decay": "0.1", "--curriculum_advance_accuracy": "none",
                    "--curriculum_every_steps": "100", "--max_steps": "4000", "--compile_core": "false",
                    "--answer_feedback": "true"}, file="final"),
+    # the quarter-size model on the swap log's stable recipe: one token per statement, fast curriculum, beta2 0.95
+    OwnDataRow.of("par_final_whole_small_fast_b95", "PAR h64 1+1+1, final states only, one token per statement, fast "
+                  "curriculum, Adam beta2 0.95, eager, 1,680 s",
+                  {**SMALL, **WHOLE, **FAST_CURRICULUM, "--adam_beta2": "0.95", "--compile_core": "false",
+                   "--max_train_seconds": "1680"}, file="final"),
     OwnDataRow.of("par_final_whole_small_reg_fb", "PAR h64, final states only, one token per statement, grad window "
                   "16, weight decay 0.1, fixed pace, answer feedback",
                   {**WHOLE, **H64, "--grad_window": "16", "--weight_decay": "0.1",
