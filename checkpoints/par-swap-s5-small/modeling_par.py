@@ -2,6 +2,9 @@
 
     e = P(x),  s_0 = e,  s_k = anchor(C(W [e ; s_{k-1}])),  y_k = Q(s_k)        (k = 1..R)
 
+(with `config.answer_feedback`, the state handed on is the answer alone: s_k ← e + softmax(y_k) E at the queries,
+`answer_feedback_state`; off by default)
+
 P (prelude), C (weight-shared core) and Q (coda) are slices of one Qwen2 decoder stack, built from
 transformers' own `Qwen2Model` so every Qwen2 parameter keeps its name (`model.layers.{i}.…`,
 `model.embed_tokens`, `model.norm`, `lm_head`); the only new parameter is the adapter W (Linear 2h → h,
