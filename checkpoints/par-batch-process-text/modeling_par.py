@@ -641,7 +641,7 @@ ParLoopedQwenForStateTracking.register_for_auto_class("AutoModel")
 
 __all__ = ["ParLoopedQwenPreTrainedModel", "ParLoopedQwenForStateTracking", "ParLoopedOutput", "ParPrediction",
            "ParRuntimeOptions", "IterationView", "LoopState", "LoopStep", "Readout", "ReadoutInput", "ReferenceLoop",
-           "anchor_state_norm", "adapter_identity_init", "answer_feedback_state", "default_compile_options", "grad_window_iterations",
-           "halt_confirmed", "halt_iteration", "loop_view_mask", "operations_read", "padded_causal_mask",
+           "anchor_state_norm", "adapter_identity_init", "answer_feedback_state", "default_compile_options",
+           "grad_window_iterations", "halt_confirmed", "halt_iteration", "loop_view_mask", "operations_read", "padded_causal_mask",
            "par_eager_attention", "progress_shift", "token_segments", "positions_from_mask", "small_block_attention",
            "state_rms", "stretch_positions"]
