@@ -196,10 +196,11 @@ class ReferenceLoop:
         update = model.run_core(self.parts.core_update, self.e_half, x, view.mask, view.cos, view.sin,
                                 current.reference_rms)
         readout = ReadoutInput(update.state, view.mask, view.cos, view.sin, self.query_positions)
+        computed = None
         if model.config.answer_feedback:  # the next iteration reads the answer alone (`answer_feedback_state`)
-            update = update._replace(state=model.feed_back(self.prelude_out, self.readouts([readout])[0],
-                                                           self.query_positions))
-        return [model.loop_step(k, update, current.reference_rms, readout)]
+            computed = self.readouts([readout])[0]
+            update = update._replace(state=model.feed_back(self.prelude_out, computed, self.query_positions))
+        return [model.loop_step(k, update, current.reference_rms, readout, computed)]
 
     def readouts(self, inputs: list[ReadoutInput]) -> list[Readout]:
         return self.model.readout(inputs)  # one view shape for every iteration: one coda call
@@ -452,11 +453,12 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             return checkpoint(update, *args, use_reentrant=False)
         return update(*args)
 
-    def loop_step(self, iteration: int, update: CoreUpdate, reference_rms, readout) -> LoopStep:
+    def loop_step(self, iteration: int, update: CoreUpdate, reference_rms, readout,
+                  computed: Readout | None = None) -> LoopStep:
         """Iteration k as a `LoopStep`; iteration 1 sets the anchoring reference rms(s_1) (with `norm_anchoring`)."""
         if self.config.norm_anchoring and reference_rms is None:
             reference_rms = update.raw_rms
-        return LoopStep(iteration, update.state, update.raw_rms, reference_rms, readout)
+        return LoopStep(iteration, update.state, update.raw_rms, reference_rms, readout, computed)
 
     def feed_back(self, e: torch.Tensor, readout: Readout, columns: torch.Tensor) -> torch.Tensor:
         """`answer_feedback_state` of iteration k's readout: e with the soft answers written at `columns`."""
@@ -531,7 +533,12 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             with torch.set_grad_enabled(grad_allowed and k + 1 >= grad_from):
                 steps = backend.advance(current, last)
             for step in steps:
-                if step.iteration in read_set:  # a readout before the window still trains the coda
+                if (step.iteration in read_set and step.computed is not None
+                        and (step.iteration >= grad_from or not grad_allowed)):  # read in this grad mode already
+                    readouts += backend.readouts(pending) if pending else []  # the earlier reads first, in order
+                    readouts.append(step.computed)
+                    pending = []
+                elif step.iteration in read_set:  # a readout before the window still trains the coda
                     pending.append(step.readout)
                     if len(pending) == self.runtime.readout_batch_iterations or step.iteration == reads[-1]:
                         readouts += backend.readouts(pending)  # one coda call for up to `readout_batch_iterations`
@@ -608,7 +615,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             else:
                 done = target[active] == current.iteration
                 if done.any():
-                    readout = backend.readouts([steps[-1].readout.select(done)])[0]
+                    final = steps[-1]
+                    readout = (final.computed.select(done) if final.computed is not None
+                               else backend.readouts([final.readout.select(done)])[0])
                     record.finish(active[done], readout.answer_logits, current.iteration, halted=True)
             if done.any():  # finished samples leave the batch
                 active, backend, current = active[~done], backend.select(~done), current.select(~done)
@@ -623,7 +632,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         iteration R's answer; one never confirmed by `limit` with its last, halted=False. Returns which of `active`
         halted (they leave the batch)."""
         m, live = self.config.halt_window, torch.ones(active.shape[0], dtype=torch.bool, device=active.device)
-        for step, readout in zip(steps, backend.readouts([s.readout for s in steps])):
+        computed = [s.computed for s in steps]
+        readouts = computed if None not in computed else backend.readouts([s.readout for s in steps])
+        for step, readout in zip(steps, readouts):
             k = step.iteration
             window.push(k, active, readout)
             if k >= m:  # the window R..k with R = k − m + 1 is complete

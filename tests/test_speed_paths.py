@@ -563,3 +563,36 @@ def test_answer_feedback_passes_only_the_answer_between_iterations():
                                    atol=1e-5, rtol=1e-4)
     off, _, _ = states_and_answers(False)
     assert not torch.allclose(off.loop_states[3], off.loop_states[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("local_window", [True, False])
+def test_answer_feedback_runs_the_coda_once_per_iteration(local_window):
+    """The feedback's readout is the iteration's readout: forward (every iteration read, with gradient) and predict
+    (forced depth and learned halting) run the coda once per iteration run, not twice, and give what they gave."""
+    model, tokenizer = task_model(answer_feedback=True, **RECIPE)
+    model.runtime.local_window = local_window
+    batch = window_batch(tokenizer, OPS[:, :6])
+    inputs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
+                  operation_ends=batch["operation_ends"])
+    calls = {"core": 0, "coda": 0}
+
+    def counted(name, function):
+        def call(*args):
+            calls[name] += 1
+            return function(*args)
+        return call
+
+    model._core_block = counted("core", model._core_block)
+    model._coda_block = counted("coda", model._coda_block)
+    out = model(batch["input_ids"], num_iterations=6, readout_iterations=list(range(1, 7)), **inputs)
+    assert calls == {"core": 6, "coda": 6}
+    with torch.no_grad():
+        blocks = readouts(model, tokenizer, OPS[:, :6], iterations=6)
+    torch.testing.assert_close(out.answer_logits.detach(), blocks)
+    calls.update(core=0, coda=0)
+    forced = model.predict(batch["input_ids"], num_iterations=6, **inputs)
+    assert calls == {"core": 6, "coda": 6}
+    torch.testing.assert_close(forced.answer_logits, out.answer_logits[-1].detach())
+    calls.update(core=0, coda=0)
+    model.predict(batch["input_ids"], halting=True, max_iterations=10, **inputs)
+    assert calls["coda"] == calls["core"] > 0

@@ -112,6 +112,10 @@ class Readout(NamedTuple):
     answer_logits: torch.Tensor
     halt_logits: torch.Tensor | None
 
+    def select(self, keep: torch.Tensor) -> Readout:
+        """The readout of the samples `keep` (a (b,) bool mask or index)."""
+        return Readout(self.answer_logits[keep], None if self.halt_logits is None else self.halt_logits[keep])
+
 
 class LoopState(NamedTuple):
     """Where the loop stands after iteration k (k = 0: s_0 = e): s_k and the anchoring reference rms(s_1) (None
@@ -129,13 +133,16 @@ class LoopState(NamedTuple):
 class LoopStep(NamedTuple):
     """Iteration k of the loop: s_k after anchoring (b, rows, h), rms(s_k) before anchoring (b, rows, 1), the
     anchoring reference rms(s_1) (None without anchoring), and its readout's input (a `ReadoutInput` on the whole
-    prompt, a `window_path.WindowReadoutInput` on the local window: only its backend's `readouts` reads it)."""
+    prompt, a `window_path.WindowReadoutInput` on the local window: only its backend's `readouts` reads it).
+    `computed`: that readout itself when the backend already ran it (answer feedback reads out every iteration),
+    under the grad mode the iteration ran in; else None."""
 
     iteration: int
     state: torch.Tensor
     raw_rms: torch.Tensor
     reference_rms: torch.Tensor | None
     readout: tuple
+    computed: Readout | None = None
 
     def loop_state(self) -> LoopState:
         return LoopState(self.iteration, self.state, self.reference_rms)

@@ -368,10 +368,12 @@ class WindowLoop:
                                      view.mask, view.cos, view.sin)
         readout = WindowReadoutInput(update.operations, update.state, view.mask, view.cos, view.sin,
                                      self.window.readout_columns)
+        computed = None
         if config.answer_feedback:  # the next iteration reads the answer alone (`answer_feedback_state`)
-            update = update._replace(state=self.model.feed_back(self.window.query_e, self.readouts([readout])[0],
+            computed = self.readouts([readout])[0]
+            update = update._replace(state=self.model.feed_back(self.window.query_e, computed,
                                                                 self.window.readout_columns))
-        return [self.model.loop_step(first, update, current.reference_rms, readout)]
+        return [self.model.loop_step(first, update, current.reference_rms, readout, computed)]
 
     def _block(self, current: LoopState, first: int, count: int) -> list[LoopStep]:
         """Iterations first..first+K−1 in one `window_block` call, as K `LoopStep`s: what K single steps give."""
