@@ -110,6 +110,11 @@ FAST_CURRICULUM = {"--curriculum_window": "5", "--curriculum_every_steps": "20"}
 H64 = {"--hidden_size": "64", "--intermediate_size": "128"}
 SMALL = {**H64, "--prelude_layers": "1", "--core_layers": "1", "--coda_layers": "1"}  # a quarter of the parameters
 WHOLE = {"--operation_tokens": "whole"}  # one token per distinct statement instead of its words
+# the third pass's best recipe at 1,000 register3 records: a smaller core, the gradient through the whole record, more
+# weight decay, the LSTM's fixed-pace curriculum, 4,000 steps, eager (results/own_data_cpu/README.md)
+SMALL_REG = {**H64, "--grad_window": "16", "--weight_decay": "0.1", "--curriculum_advance_accuracy": "none",
+             "--curriculum_every_steps": "100", "--max_steps": "4000", "--compile_core": "false"}
+FEEDBACK = {"--answer_feedback": "true"}  # each iteration passes on only its soft answer (config.answer_feedback)
 ROWS = rows_by_name(
     OwnDataRow.of("par_step", "PAR, step states", file="step"),
     OwnDataRow.of("par_final", "PAR, final states only (final-answer training)", file="final"),
@@ -143,18 +148,12 @@ ROWS = rows_by_name(
                   {**FAST_CURRICULUM, "--compile_core": "false"}, file="final"),
     OwnDataRow.of("par_final_small_fast_eager", "PAR h64 1+1+1, final states only, fast mastery curriculum, eager",
                   {**SMALL, **FAST_CURRICULUM, "--compile_core": "false"}, file="final"),
-    # the best of the third pass's explorations at 1,000 register3 records: a smaller core, the gradient through the
-    # whole record, more weight decay, the LSTM's fixed-pace curriculum (results/own_data_cpu/README.md)
     OwnDataRow.of("par_final_small_reg", "PAR h64, final states only, grad window 16, weight decay 0.1, fixed pace",
-                  {**H64, "--grad_window": "16", "--weight_decay": "0.1", "--curriculum_advance_accuracy": "none",
-                   "--curriculum_every_steps": "100", "--max_steps": "4000", "--compile_core": "false"}, file="final"),
-    # the same with answer feedback (`--answer_feedback true`): each iteration passes on only its soft answer, a
-    # finite-state bottleneck for a state the answers name whole (config.answer_feedback)
+                  SMALL_REG, file="final"),
+    # the same with answer feedback: a finite-state bottleneck for a state the answers name whole
     OwnDataRow.of("par_final_small_reg_fb", "PAR h64, final states only, grad window 16, weight decay 0.1, fixed pace, "
                   "answer feedback",
-                  {**H64, "--grad_window": "16", "--weight_decay": "0.1", "--curriculum_advance_accuracy": "none",
-                   "--curriculum_every_steps": "100", "--max_steps": "4000", "--compile_core": "false",
-                   "--answer_feedback": "true"}, file="final"),
+                  {**SMALL_REG, **FEEDBACK}, file="final"),
     # the quarter-size model on the swap log's stable recipe: one token per statement, fast curriculum, beta2 0.95
     OwnDataRow.of("par_final_whole_small_fast_b95", "PAR h64 1+1+1, final states only, one token per statement, fast "
                   "curriculum, Adam beta2 0.95, eager, 1,680 s",
@@ -162,18 +161,15 @@ ROWS = rows_by_name(
                    "--max_train_seconds": "1680"}, file="final"),
     OwnDataRow.of("par_final_whole_small_reg_fb", "PAR h64, final states only, one token per statement, grad window "
                   "16, weight decay 0.1, fixed pace, answer feedback",
-                  {**WHOLE, **H64, "--grad_window": "16", "--weight_decay": "0.1",
-                   "--curriculum_advance_accuracy": "none", "--curriculum_every_steps": "100", "--max_steps": "4000",
-                   "--compile_core": "false", "--answer_feedback": "true"}, file="final"),
-    OwnDataRow.of("par_final_fb", "PAR, final states only, answer feedback", {"--answer_feedback": "true"},
-                  file="final"),
+                  {**WHOLE, **SMALL_REG, **FEEDBACK}, file="final"),
+    OwnDataRow.of("par_final_fb", "PAR, final states only, answer feedback", FEEDBACK, file="final"),
     OwnDataRow.of("par_final_small_fast_eager_fb", "PAR h64 1+1+1, final states only, fast mastery curriculum, eager, "
-                  "answer feedback", {**SMALL, **FAST_CURRICULUM, "--compile_core": "false", "--answer_feedback": "true"},
+                  "answer feedback", {**SMALL, **FAST_CURRICULUM, "--compile_core": "false", **FEEDBACK},
                   file="final"),
     OwnDataRow.of("par_final_whole_fast_2x_b95_fb", "PAR, final states only, one token per statement, fast "
                   "curriculum, 1,680 s, Adam beta2 0.95, answer feedback",
-                  {**WHOLE, **FAST_CURRICULUM, "--max_train_seconds": "1680", "--adam_beta2": "0.95",
-                   "--answer_feedback": "true"}, file="final"),
+                  {**WHOLE, **FAST_CURRICULUM, "--max_train_seconds": "1680", "--adam_beta2": "0.95", **FEEDBACK},
+                  file="final"),
     OwnDataRow.of("lstm_step", "LSTM 288, step states", LSTM, kind="rnn", file="step"),
     OwnDataRow.of("lstm_final", "LSTM 288, final states only", LSTM, kind="rnn", file="final"),
     OwnDataRow.of("gru_step", "GRU 336, step states", GRU, kind="rnn", file="step"),

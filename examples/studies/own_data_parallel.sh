@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run many own_data.py rows at once, one thread each, on a host with more cores than ours (the device machine's
-# 16-core host; results/own_data_host16/README.md). Each line of JOBS is the arguments of one own_data.py row; the
-# rows' JSONs (results/own_data_cpu/runs/<name>.json as own_data.py writes them) and train logs are packed, with
+# 16-core host; results/own_data_cpu/README.md, "Fourth pass"). Each line of JOBS is the arguments of one own_data.py
+# row; the rows' JSONs (results/own_data_cpu/runs/<name>.json as own_data.py writes them) and train logs are packed, with
 # each job's log, into $OUT/rows.tar.gz. Usage (repository root, .whl/ from ../shared/gpu/wheels.sh carried along):
 #   bash examples/studies/own_data_parallel.sh JOBS PARALLEL TIMEOUT_S
 set -uo pipefail
