@@ -206,3 +206,78 @@ def test_pretrained_study_rows_parse_and_hold_out_one_slot_at_a_time(monkeypatch
     assert any(q in prompt for q in seen_queries[0]) and not prompt.startswith("Initially")
     prompt = text_prompt(study.slot_task("question"), np.arange(8), None, "held_out", rng)[0]
     assert prompt.endswith(held_queries[0][0] + " ?") and not any(options[0] in prompt for options in held_ops)
+
+
+def _snapshot(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _unchanged(model, before: dict, layers: int) -> None:
+    after = model.state_dict()
+    assert len(model.model.layers) == layers and model.config.num_hidden_layers == layers
+    assert set(after) == set(before)
+    for key, value in before.items():
+        assert after[key].dtype == value.dtype and torch.equal(after[key], value), key
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "llama"])
+def test_load_parent_honours_dtype_names_and_never_changes_the_model_passed_in(architecture, tiny_llama):
+    """dtype given by name casts a model passed in as a torch.dtype does; neither a cast nor num_layers changes the
+    caller's model (its dtype, weights or layers): the parent that comes back is a new model."""
+    source = qwen2_from_llama(tiny_llama) if architecture == "qwen2" else tiny_llama
+    before = _snapshot(source)
+    input_ids, _ = random_batch(seq=12)
+    for dtype in ("bfloat16", torch.bfloat16, "torch.bfloat16"):
+        parent = load_parent(source, dtype=dtype)
+        assert isinstance(parent, Qwen2ForCausalLM) and parent is not source
+        assert {p.dtype for p in parent.parameters()} == {torch.bfloat16}
+        _unchanged(source, before, 6)
+    cut = load_parent(source, num_layers=2)
+    assert len(cut.model.layers) == 2 and cut.config.num_hidden_layers == 2 and cut is not source
+    _unchanged(source, before, 6)
+    torch.testing.assert_close(cut.model.layers[1].mlp.up_proj.weight, source.model.layers[1].mlp.up_proj.weight)
+    short = LlamaForCausalLM(tiny_llama_config(num_hidden_layers=2)).eval()
+    short.load_state_dict(tiny_llama.state_dict(), strict=False)
+    with torch.no_grad():  # the cut copy computes what a 2-layer parent with those weights computes
+        torch.testing.assert_close(cut(input_ids).logits, short(input_ids).logits, atol=1e-5, rtol=0)
+    if architecture == "qwen2":  # nothing asked: the model itself, not a copy
+        assert load_parent(source) is source and load_parent(source, dtype=torch.float32, num_layers=6) is source
+    with pytest.raises(ValueError, match=r"dtype must be a floating torch.dtype, one of \['float32', 'bfloat16'"):
+        load_parent(source, dtype="half-ish")
+    with pytest.raises(ValueError, match=r"num_layers must be an integer in \[1, 6\]"):
+        load_parent(source, num_layers=7)
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "llama"])
+def test_from_qwen2_casts_its_own_copy_never_the_model_passed_in(architecture, tiny_llama):
+    """from_qwen2(model, dtype="bfloat16") gives a bfloat16 PAR model (the name was ignored for a model passed in),
+    and neither a torch.dtype nor truncate=True casts or cuts the caller's model."""
+    source = qwen2_from_llama(tiny_llama) if architecture == "qwen2" else tiny_llama
+    before = _snapshot(source)
+    for dtype in ("bfloat16", torch.bfloat16):
+        model = ParLoopedQwenForStateTracking.from_qwen2(source, 1, 1, 1, answer_token_ids=ANSWER_IDS, dtype=dtype,
+                                                         truncate=True)
+        assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+        assert model.config.num_hidden_layers == 3
+        torch.testing.assert_close(model.model.layers[2].mlp.up_proj.weight,
+                                   before["model.layers.2.mlp.up_proj.weight"].to(torch.bfloat16), atol=0, rtol=0)
+        _unchanged(source, before, 6)
+    model = ParLoopedQwenForStateTracking.from_qwen2(source, 2, 2, 2, answer_token_ids=ANSWER_IDS)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # default: the parent's dtype
+    _unchanged(source, before, 6)
+
+
+def test_load_parent_names_a_missing_folder_or_gguf_file(tmp_path):
+    """A parent path from_pretrained cannot read is one ValueError naming it (was: a traceback about a Hub repo id or
+    a Hub URL for a local folder)."""
+    with pytest.raises(ValueError, match="parent /nonexistent/parent: no such folder, and not a Hub id"):
+        load_parent("/nonexistent/parent")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="the folder has no config.json"):
+        load_parent(tmp_path / "empty")
+    (tmp_path / "empty" / "other.gguf").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"gguf_file 'missing.gguf': no such file in .*\['other.gguf'\]"):
+        load_parent(tmp_path / "empty", gguf_file="missing.gguf")
+    with pytest.raises(ValueError, match="gguf_file 'missing.gguf': no such file"):
+        ParLoopedQwenForStateTracking.from_qwen2(str(tmp_path / "empty"), 1, 1, 1, answer_token_ids=ANSWER_IDS,
+                                                 gguf_file="missing.gguf")

@@ -66,7 +66,7 @@ from .loop_views import (
     whole_prompt_view,
 )
 from .par_attention import par_eager_attention, small_block_attention
-from .parents import load_parent
+from .parents import load_parent, parent_dtype
 from .pipeline_par import StateTrackingPipeline  # noqa: F401  (imported so save_pretrained copies the pipeline code)
 from .runtime_options import RUNTIME_OPTION_NAMES, ParRuntimeOptions
 from .window_path import WindowLoop
@@ -308,15 +308,20 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         unchanged and only the adapter is new (W = [0 | I]), so with R = 1 (and the full view) the answer logits equal
         the parent's logits at the candidate rows. P + C + Q must equal the parent's layer count, or, with
         `truncate=True`, be at most it: only the parent's first P + C + Q layers are read (a truncated parent, whose
-        final norm and LM head read layer P + C + Q; R = 1 equals that truncated parent; a model passed in is not
-        changed).
+        final norm and LM head read layer P + C + Q; R = 1 equals that truncated parent).
+
+        `dtype` (a `torch.dtype`, its name such as "bfloat16", or "auto": as saved) is the new model's; default the
+        parent's. A model passed in is only read: its weights are copied, never cast or cut.
         """
         if not isinstance(model_or_path, (str, os.PathLike, Qwen2ForCausalLM, LlamaForCausalLM)):
             raise ValueError(
                 "from_qwen2: model_or_path must be a Hub id, a local path, a Qwen2ForCausalLM or a LlamaForCausalLM; "
                 f"got {type(model_or_path).__name__}."
             )
-        parent = load_parent(model_or_path, gguf_file=gguf_file, dtype=dtype)
+        dtype = parent_dtype(dtype)
+        from_path = isinstance(model_or_path, (str, os.PathLike))
+        # a model passed in is read as is (a Llama: converted into a new one); the copy below casts its weights
+        parent = load_parent(model_or_path, gguf_file=gguf_file, dtype=dtype if from_path else None)
         layers = prelude_layers + core_layers + coda_layers
         if truncate and layers > parent.config.num_hidden_layers:
             raise ValueError(f"from_qwen2(truncate=True): prelude_layers + core_layers + coda_layers = {layers} exceeds "
@@ -339,7 +344,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                                      answer_token_ids=answer_token_ids, halt_token_ids=halt_token_ids, **par_kwargs,
                                      **parent_config)
         config._attn_implementation = parent.config._attn_implementation
-        model = cls(config).to(dtype=next(parent.parameters()).dtype, device=next(parent.parameters()).device)
+        weight = next(parent.parameters())
+        model = cls(config).to(dtype=dtype if isinstance(dtype, torch.dtype) else weight.dtype, device=weight.device)
         weights = {k: v for k, v in parent.state_dict().items()
                    if not (k.startswith("model.layers.") and int(k.split(".")[2]) >= layers)}
         missing, unexpected = model.load_state_dict(weights, strict=False)
