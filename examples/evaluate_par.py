@@ -38,14 +38,13 @@ from state_tracking import (
     TASK_FILE_NAME,
     evaluate_length_generalization,
     format_profile,
-    get_task,
-    load_task,
     load_task_from_dir,
     plot_accuracy_vs_depth,
     plot_progress_profile,
     progress_profile,
     save_results,
 )
+from state_tracking.cli import require_checkpoint, require_task, run_cli
 from state_tracking.evaluation import (
     ATTN_IMPLEMENTATIONS,
     MODES,
@@ -54,7 +53,8 @@ from state_tracking.evaluation import (
     default_workers,
     repo_relative,
 )
-from state_tracking.flag_modes import check_flags, given_flags, run_cli, true_or_false
+from state_tracking.flag_modes import check_flags, given_flags
+from state_tracking.flag_values import true_or_false
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -67,7 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "Parquet); accuracy per length present")
     parser.add_argument("--dataset_name", default=None, help="records checkpoint: a datasets.load_dataset name instead")
     parser.add_argument("--dataset_config_name", default=None)
-    parser.add_argument("--split", default="test", help="with --dataset_name: the split scored")
+    parser.add_argument("--split", default="test", help="with --dataset_name: the split scored (a --test_file is "
+                                                         "scored as the test split)")
     for role in ("operations", "state", "step_states", "initial_state"):
         parser.add_argument(f"--{role}_column", default=None, help=f"records: the {role.replace('_', ' ')} column")
     parser.add_argument("--operation_delimiter", default=None, help="records: regex splitting a string of operations")
@@ -117,16 +118,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def resolve_task(model_dir: str, task_arg: str | None):
     """The checkpoint's task if it saved one (--task, if given, must be the same task), else --task
     (a preset name or a JSON spec file)."""
-    requested = None
-    if task_arg is not None:
-        requested = get_task(task_arg) if task_arg in GROUP_TASK_NAMES else load_task(task_arg)
+    requested = None if task_arg is None else require_task("--task", task_arg)
     if os.path.isfile(os.path.join(model_dir, TASK_FILE_NAME)):
         saved = load_task_from_dir(model_dir)
         if requested is not None and requested != saved:
             raise ValueError(f"--task {task_arg!r} disagrees with the checkpoint's task {saved.name!r} ({TASK_FILE_NAME})")
         return saved
     if requested is None:
-        raise ValueError(f"{model_dir} has no {TASK_FILE_NAME}; pass --task ({list(GROUP_TASK_NAMES)} or a JSON file)")
+        raise ValueError(f"--model {model_dir} has no {TASK_FILE_NAME}; pass --task ({list(GROUP_TASK_NAMES)} or a "
+                         "task JSON file)")
     return requested
 
 
@@ -237,7 +237,12 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     args.argv = argv  # for the recorded command
     records = args.test_file is not None or args.dataset_name is not None
-    check_flags("evaluate_par.py", records, given_flags(sys.argv[1:] if argv is None else argv))
+    given = given_flags(sys.argv[1:] if argv is None else argv)
+    check_flags("evaluate_par.py", records, given)
+    if args.test_file is not None and "split" in given:
+        raise ValueError("--split chooses the split of --dataset_name; a --test_file is scored whole, as the test "
+                         "split: drop --split, or give the records as --dataset_name with --split.")
+    require_checkpoint("--model", args.model)  # after the flags: a flag error does not depend on the folder
     if records:
         return evaluate_record_file(args)
     task = resolve_task(args.model, args.task)

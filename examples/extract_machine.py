@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from modeling_par.record_format import RECORDS, RecordFormat, load_prompt_format  # noqa: E402
 from state_tracking import StateTrackingCollator  # noqa: E402
-from state_tracking.flag_modes import run_cli  # noqa: E402
+from state_tracking.cli import require_checkpoint, run_cli  # noqa: E402
 from state_tracking.tasks import RESERVED_WORDS, load_task  # noqa: E402
 
 PLOT_MAX_STATES = 12
@@ -228,6 +228,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.max_states < 1 or args.agreement_depth < 1 or args.agreement_n < 1 or args.batch_size < 1:
         parser.error("--max_states, --agreement_depth, --agreement_n and --batch_size must be >= 1")
+    require_checkpoint("--model", args.model)
     return args
 
 

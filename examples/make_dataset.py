@@ -32,9 +32,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from state_tracking import GROUP_TASK_NAMES, build_dataset, build_tokenizer, get_task, load_task  # noqa: E402
+from state_tracking import GROUP_TASK_NAMES, build_dataset, build_tokenizer  # noqa: E402
+from state_tracking.cli import require_task, run_cli  # noqa: E402
 from state_tracking.evaluation import draw_test_problems  # noqa: E402
-from state_tracking.flag_modes import true_or_false  # noqa: E402
+from state_tracking.flag_values import true_or_false  # noqa: E402
 from state_tracking.records import EXTENSIONS, task_records  # noqa: E402
 
 
@@ -140,7 +141,7 @@ def write(records: list[dict], path: str) -> None:
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
-    task = get_task(args.task) if args.task in GROUP_TASK_NAMES else load_task(args.task)
+    task = require_task("--task", args.task)
     groups = draw(task, args)
     records = [None] * sum(len(rows) for _, _, rows in groups)
     for ops, initial, rows in groups:  # in the generator's row order
@@ -157,4 +158,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -31,7 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 from modeling_par import ParLoopedQwenForStateTracking  # noqa: E402
 from modeling_par.record_format import load_prompt_format  # noqa: E402
-from state_tracking.flag_modes import true_or_false  # noqa: E402
+from state_tracking.cli import require_file, run_cli  # noqa: E402
+from state_tracking.flag_values import true_or_false  # noqa: E402
 
 CARD_TEMPLATE = REPO_ROOT / "hub_card.md"
 EXTRA_FILES = ("state_tracking_task.json",)
@@ -272,6 +273,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.push and not args.repo_id:
         parser.error("--push needs --repo-id")
+    require_file("--results", args.results, "a results file (.md, inserted; .json, quoted)")
     out = export_for_hub(args.checkpoint, args.output_dir, args.repo_id, args.dtype, args.results,
                          args.training_data, args.limits, rendering=args.rendering,
                          learned_halting=None if args.learned_halting is None else args.learned_halting == "true")
@@ -286,4 +288,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -49,6 +49,7 @@ from state_tracking import (  # noqa: E402
     save_results,
     save_task,
 )
+from state_tracking.cli import require_checkpoint, require_task, run_cli  # noqa: E402
 from state_tracking.data import trained_phrasings  # noqa: E402
 from state_tracking.evaluation import (  # noqa: E402
     check_attn_implementation,
@@ -58,7 +59,9 @@ from state_tracking.evaluation import (  # noqa: E402
     environment_info,
     repo_relative,
 )
-from state_tracking.flag_modes import accept_none, check_flags, none_or, run_cli  # noqa: E402
+from state_tracking.flag_modes import check_flags  # noqa: E402
+from state_tracking.flag_values import none_or  # noqa: E402
+from state_tracking.hf_parser import accept_none  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     OPERATION_TOKENS,
     ReadOptions,
@@ -643,6 +646,9 @@ def evaluate_records_and_report(model, records: RecordSplits, task_args: TaskArg
 
 def main(argv=None):
     model_args, task_args, data_args, train_args, given = parse_all_args(argv)
+    require_task("--task_file", task_args.task_file, presets=False)  # the paths flags name, before anything loads
+    require_checkpoint("--init_from_par", model_args.init_from_par)
+    require_checkpoint("--init_from_qwen2", model_args.init_from_qwen2, gguf_file=model_args.gguf_file)
     if model_args.init_from_qwen2 and model_args.init_from_par:
         raise ValueError("give at most one of --init_from_qwen2 and --init_from_par.")
     if not model_args.init_from_qwen2 and (model_args.gguf_file is not None or model_args.truncate_parent):

@@ -8,8 +8,13 @@ A script runs on *generated* problems (a task: `--task`, `--task_file`) or on *r
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable
+
+# the names this module held before the CLI pieces moved out (run_cli to .cli, true_or_false / none_or to
+# .flag_values, accept_none to .hf_parser), for the scripts that still import them from here
+from .cli import run_cli  # noqa: F401
+from .flag_values import NONE_VALUES, none_or, true_or_false  # noqa: F401
+from .hf_parser import accept_none  # noqa: F401
 
 # the records' reading flags, the same in every script that reads records
 _READ_RECORDS = ("dataset_config_name", "operations_column", "state_column", "step_states_column",
@@ -41,71 +46,6 @@ FLAG_MODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def true_or_false(value: str) -> bool:
-    """A boolean flag's value, the one style of every script (as HfArgumentParser, train_par.py, takes it):
-    ``--flag``, ``--flag true`` / ``false`` (also yes / no, 1 / 0). Add one with ``type=true_or_false, nargs="?",
-    const=True, default=False``."""
-    if value.lower() in ("true", "yes", "t", "y", "1"):
-        return True
-    if value.lower() in ("false", "no", "f", "n", "0"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
-
-
-def run_cli(main, argv: list[str] | None = None) -> None:
-    """Run a script's `main(argv)` as its command line: a bad input (a `ValueError`: `RecordError`,
-    `PromptFormatError`, a refused flag or value) prints ``error: <message>`` on stderr and exits 2, as argparse does
-    for a bad flag; ``--debug`` (taken out of argv) or ``PAR_DEBUG=1`` shows the traceback instead."""
-    import os
-    import sys
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or os.environ.get("PAR_DEBUG", "").lower() in ("1", "true", "yes")
-    argv = [a for a in argv if a != "--debug"]
-    try:
-        main(argv)
-    except ValueError as error:
-        if debug:
-            raise
-        print(f"error: {error}\n(the traceback: run again with --debug or PAR_DEBUG=1)", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-NONE_VALUES = ("none", "None", "null")
-
-
-def none_or(convert):
-    """An argparse `type` that reads ``none`` (also ``None``, ``null``) as None and any other value with `convert`."""
-    def parse(value: str):
-        return None if value in NONE_VALUES else convert(value)
-    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names it in "invalid <name> value"
-    return parse
-
-
-def accept_none(parser: argparse.ArgumentParser, dataclass_types: Iterable[type]) -> None:
-    """Let every optional number field of `dataclass_types` (a ``float | None`` or ``int | None`` whose None means
-    "off", such as ``curriculum_advance_accuracy``) take ``none`` (also ``None``, ``null``) on the command line, as a
-    YAML / JSON config's ``null`` does: `HfArgumentParser` types such a flag as the number alone, so without this a
-    default that is set can never be unset from the command line. Other values parse as before."""
-    import dataclasses
-    import types
-    import typing
-
-    optional = set()
-    for cls in dataclass_types:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            args = typing.get_args(hints.get(f.name))
-            if (typing.get_origin(hints.get(f.name)) in (typing.Union, types.UnionType) and type(None) in args
-                    and {a for a in args if a is not type(None)} <= {int, float}):
-                optional.add(f.name)
-
-    for action in parser._actions:
-        if action.dest in optional and action.type is not None:
-            action.type = none_or(action.type)
-            action.help = f"{action.help or ''} (none: unset)".strip()
-
-
 def given_flags(argv: Iterable[str]) -> set[str]:
     """The flag names a command line gives (`--name value`, `--name=value`, hyphen aliases read as underscores)."""
     return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if isinstance(a, str) and a.startswith("--")}
@@ -131,4 +71,4 @@ def check_flags(script: str, records: bool, given: Iterable[str]) -> None:
                              "are generated from the task).")
 
 
-__all__ = ["FLAG_MODES", "NONE_VALUES", "accept_none", "check_flags", "given_flags", "none_or", "run_cli", "true_or_false"]
+__all__ = ["FLAG_MODES", "check_flags", "given_flags"]

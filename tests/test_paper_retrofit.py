@@ -306,3 +306,25 @@ def test_a_killed_run_continues_from_its_newest_checkpoint_and_deletes_nothing(t
     assert second["steps"] == 4
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     assert [row["step"] for row in second["curve"]] == [1, 2, 3, 4]  # steps 1-2 from the checkpoint, not trained again
+
+
+def test_print_command_false_runs_the_command_with_no_stray_value(tmp_path, capsys, monkeypatch):
+    """`--print_command false` (also `=false`, `no`) runs train_par.py instead of printing, and the value is the
+    wrapper's: it was read as a bare --print_command, and `false` reached train_par.py as a stray positional."""
+    from types import SimpleNamespace
+
+    assert paper_retrofit.split_run_argv(["--print_command", "false", "--max_steps", "3"]) == (
+        ["--print_command", "false"], ["--max_steps", "3"])
+    assert paper_retrofit.split_run_argv(["--print_command", "--max_steps", "3"]) == (
+        ["--print_command"], ["--max_steps", "3"])
+    folder = qwen2_folder(tmp_path / "qwen")
+    ran = []
+    monkeypatch.setattr(paper_retrofit, "load_train_par", lambda: SimpleNamespace(main=ran.append))
+    common = ["--init_from_qwen2", str(folder), "--output_dir", str(tmp_path / "run"), "--max_steps", "3"]
+    printed = paper_retrofit.main(["--print_command", "true", *common])
+    assert capsys.readouterr().out.startswith("python examples/train_par.py") and not ran
+    assert paper_retrofit.parse_flags(printed)["--max_steps"] == "3"  # flag / value pairs: no stray positional
+    for flag in (["--print_command", "false"], ["--print_command=false"], ["--print_command", "no"]):
+        paper_retrofit.main([*flag, *common])
+        assert capsys.readouterr().out == "" and ran[-1] == printed  # run: the command printing shows
+    assert len(ran) == 3

@@ -31,8 +31,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from state_tracking.cli import run_cli  # noqa: E402
 from state_tracking.evaluation import command_line, repo_relative  # noqa: E402
-from state_tracking.flag_modes import run_cli, true_or_false  # noqa: E402
+from state_tracking.flag_values import true_or_false  # noqa: E402
 from state_tracking.records import ReadOptions, RecordColumns, read_record_splits  # noqa: E402
 
 ALGORITHMS = ("rpni", "gsm")

@@ -46,7 +46,7 @@ from par_studies import (
     save_record,
     train_segment,
 )
-from state_tracking.flag_modes import true_or_false  # noqa: E402
+from state_tracking.flag_values import true_or_false  # noqa: E402
 
 TASK_FILE = "examples/tasks/batch_process_phrasings.json"
 OUT = REPO / "results" / "batch_process_text_cpu"

@@ -46,7 +46,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # the repository's packages without an install
-from state_tracking.flag_modes import true_or_false  # noqa: E402
+from state_tracking.flag_values import true_or_false  # noqa: E402
 
 TRAIN_PAR = REPO / "examples" / "train_par.py"
 RESULTS = REPO / "results" / "paper_scale_cpu"
@@ -1203,6 +1203,7 @@ def parse_ints(text: str, name: str) -> list[int]:
 
 
 RUN_FLAGS = ("--init_from_qwen2", "--seed", "--print_command")  # what the wrapper owns in a run; the rest is train_par's
+RUN_BOOLEAN_FLAGS = ("--print_command",)  # bare, or with a value (true / false) as argparse's nargs="?" reads it
 
 
 def build_parser(run: bool = False) -> argparse.ArgumentParser:
@@ -1237,15 +1238,16 @@ def build_parser(run: bool = False) -> argparse.ArgumentParser:
 
 def split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """(the wrapper's own flags of a run, train_par.py's): a run owns only `RUN_FLAGS`; each flag is matched by its
-    whole name (no abbreviations)."""
+    whole name (no abbreviations). A boolean flag (`RUN_BOOLEAN_FLAGS`) takes the next argument as its value unless
+    that is a flag, as argparse does (``--print_command false``)."""
     own, rest, i = [], [], 0
     while i < len(argv):
-        name = argv[i].partition("=")[0]
-        takes_value = name in ("--init_from_qwen2", "--seed") and "=" not in argv[i]
-        target = own if name in RUN_FLAGS else rest
-        target.append(argv[i])
-        if name in RUN_FLAGS and takes_value and i + 1 < len(argv):
-            target.append(argv[i + 1])
+        name, given_value = argv[i].partition("=")[0], "=" in argv[i]
+        (own if name in RUN_FLAGS else rest).append(argv[i])
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        if name in RUN_FLAGS and not given_value and following is not None and (
+                name not in RUN_BOOLEAN_FLAGS or not following.startswith("-")):
+            own.append(following)
             i += 1
         i += 1
     return own, rest

@@ -41,7 +41,7 @@ from par_studies import (
     thread_env,
 )
 from state_tracking import plot_accuracy_vs_depth
-from state_tracking.flag_modes import true_or_false  # noqa: E402
+from state_tracking.flag_values import true_or_false  # noqa: E402
 
 SCALES = {
     # From-scratch Qwen2-architecture models (no pretrained weights can be downloaded here).

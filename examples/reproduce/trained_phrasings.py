@@ -21,7 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # the repository's packages without an install
-from state_tracking.flag_modes import true_or_false  # noqa: E402
+from state_tracking.flag_values import true_or_false  # noqa: E402
 
 # checkpoint folder -> the JSON that records its training commands ("train_commands")
 SHIPPED = {

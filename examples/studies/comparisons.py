@@ -48,7 +48,7 @@ from par_studies import (
     splice_table,
 )
 from state_tracking.evaluation import repo_relative
-from state_tracking.flag_modes import true_or_false  # noqa: E402
+from state_tracking.flag_values import true_or_false  # noqa: E402
 
 OUT = REPO / "results" / "comparisons_cpu"
 RUN_DIR = REPO / "runs" / "comparisons"

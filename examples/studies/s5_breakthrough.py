@@ -56,7 +56,7 @@ from par_studies import (
     train_segment,
 )
 from state_tracking.evaluation import repo_relative
-from state_tracking.flag_modes import true_or_false  # noqa: E402
+from state_tracking.flag_values import true_or_false  # noqa: E402
 
 OUT = REPO / "results" / "s5_a5_cpu" / "study"
 RUN_DIR = REPO / "runs" / "s5_breakthrough"
