@@ -324,12 +324,12 @@ def test_the_arrow_path_reads_plain_files_as_the_record_by_record_path(tmp_path,
     monkeypatch.setattr(records_module.Normalizer, "plain_batch", lambda self, *a: None)
     slow = load_record_files(str(path))
     assert fast.dataset[:] == slow.dataset[:]
-    ids = tmp_path / "ids.csv"  # integer labels (a CSV column pyarrow reads as int64)
-    make_dataset.main(["--task", "s5", "--state_ids", "--depths", "1-3", "--n", "20", "--out", str(ids)])
-    monkeypatch.setattr(records_module.Normalizer, "plain_batch", plain)
-    integer = load_record_files(str(ids))
-    monkeypatch.setattr(records_module.Normalizer, "plain_batch", lambda self, *a: None)
-    assert integer.dataset[:] == load_record_files(str(ids)).dataset[:]
+    for ids in (tmp_path / "ids.csv", tmp_path / "ids.jsonl"):  # integer labels: CSV text, JSON Lines int64
+        make_dataset.main(["--task", "s5", "--state_ids", "--depths", "1-3", "--n", "20", "--out", str(ids)])
+        monkeypatch.setattr(records_module.Normalizer, "plain_batch", plain)
+        integer = load_record_files(str(ids))
+        monkeypatch.setattr(records_module.Normalizer, "plain_batch", lambda self, *a: None)
+        assert integer.dataset[:] == load_record_files(str(ids)).dataset[:]
 
 
 def test_a_records_format_is_its_training_vocabulary_and_reads_untrained_operations_only_when_asked():
@@ -498,3 +498,145 @@ def test_training_on_records_learns_the_machine(tmp_path):
     tracker = pipeline("state-tracking", model=str(out), trust_remote_code=True)
     answers = [tracker(ops)["answers"]["observed"] for ops, _ in test_rows[:16]]
     assert np.mean([a == states[-1] for a, (_, states) in zip(answers, test_rows[:16])]) >= 0.9
+
+
+# ---------------------------------------------------------------------------------------------- labels as written
+@pytest.mark.parametrize("sep, ext", [(",", "csv"), ("\t", "tsv")])
+def test_csv_and_tsv_cells_are_the_text_written_in_them(tmp_path, monkeypatch, sep, ext):
+    """No type inference: the states 01, 02, 10, 007 are four labels (not 1, 2, 7, 10), 1.50 is not 1.5, NA and null
+    are labels (not missing, not skipped), an operation 01 is not 1; on the Arrow path and the record path alike. An
+    empty cell is still one error naming the file, the record and the column."""
+    from state_tracking import records as records_module
+
+    path = tmp_path / f"log.{ext}"
+    states = ["01", "02", "10", "007", "1.50", "NA", "null", "True"]
+    path.write_text(f"events{sep}state\n" + "".join(f"01 1{sep}{state}\n" for state in states))
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(records_module.Normalizer, "plain_batch", lambda self, *a: None)
+        loaded = load_record_files(str(path), skip_bad_records=True)
+        assert loaded.skipped == [] and [labels[-1] for labels in loaded.dataset["labels"]] == [[s] for s in states]
+        assert loaded.dataset["operations"] == [["01", "1"]] * len(states)
+        record_format = discover_format(loaded)
+        assert record_format.candidates == ("01", "02", "007", "10", "1.50", "NA", "True", "null")
+        assert record_format.operations == ("01", "1")
+    path.write_text(f"events{sep}state\n01 1{sep}01\n01{sep}\n")
+    with pytest.raises(RecordError, match=r"log\.[ct]sv, record 1 \(0-based\), column 'state'.*the state is missing"):
+        load_record_files(str(path))
+
+
+def test_json_lines_labels_are_strings_as_written_and_numbers_by_their_value(tmp_path, monkeypatch):
+    """JSON keeps a string's form ("007", "1.50", "NA"); a JSON number or boolean is its value's text, so 2, 2.0 and
+    "2" are one label and 1.50 is "1.5" (write "1.50" to keep that form) — whatever the other cells of its column
+    (an int64, a double or a column mixing strings and numbers, which datasets reads as JSON text) and on both
+    paths."""
+    from state_tracking import records as records_module
+
+    written = ['"007"', "7", '"2"', "2", "2.0", "1.50", '"1.50"', "true", '"NA"', '" 1.5 "', '"1e3"', "1e3"]
+    expected = ["007", "7", "2", "2", "2", "1.5", "1.50", "true", "NA", "1.5", "1e3", "1000"]
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(f'{{"operations": ["a"], "state": {w}}}\n' for w in written))
+    ints = tmp_path / "ints.jsonl"  # an int64 column, then a double one
+    ints.write_text('{"operations": ["a"], "state": 2}\n{"operations": ["a"], "state": 7}\n')
+    doubles = tmp_path / "doubles.jsonl"
+    doubles.write_text('{"operations": ["a"], "state": 2}\n{"operations": ["a"], "state": 2.5}\n')
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(records_module.Normalizer, "plain_batch", lambda self, *a: None)
+        assert [labels[-1][0] for labels in load_record_files(str(path)).dataset["labels"]] == expected
+        assert [labels[-1][0] for labels in load_record_files(str(ints)).dataset["labels"]] == ["2", "7"]
+        assert [labels[-1][0] for labels in load_record_files(str(doubles)).dataset["labels"]] == ["2", "2.5"]
+
+
+# ---------------------------------------------------------------------------------------------- one whitespace rule
+def test_the_whitespace_rule_is_pythons_unicode_whitespace():
+    """Both paths collapse and strip the same characters, the ones `normalize_operation` (str.split) collapses, so a
+    checkpoint reads an operation as training read it."""
+    import sys
+
+    from modeling_par.record_format import normalize_operation
+    from state_tracking.records.normalize import WHITESPACE, splitter_of
+
+    assert set(WHITESPACE) == {chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()}
+    for space in "\xa0\x0b\u3000\t\x85\u2028\x1c":
+        assert normalize_operation(f"{space}push{space}{space}x{space}") == "push x"
+        assert splitter_of(RecordColumns()).split(f"a{space}b") == ["a", "b"]
+
+
+def _both_paths(table, columns, first=0):
+    """(the Arrow path's normalized records or None, the record-by-record path's) of one raw batch."""
+    from state_tracking.records.normalize import Normalizer
+
+    normalizer = Normalizer(columns, "t.jsonl", 0, ["state"], skip_bad=True)
+    fast = normalizer.plain_batch(table, first)
+    normalizer.plain_batch = lambda *args: None
+    return (None if fast is None else fast.to_pydict()), normalizer(table, list(range(first, first + len(table))))
+
+
+@pytest.mark.parametrize("kind", ["list operations", "string operations and step states"])
+def test_both_paths_read_unicode_whitespace_alike_and_a_record_whatever_its_batch(kind):
+    """An adversarial batch of operations and labels written with Unicode whitespace (NBSP, \\v, \\u3000, tabs, ...)
+    and JSON-looking pieces: every record the Arrow path accepts alone it reads as the record-by-record path does,
+    and the whole batch reads as its records one by one (accepted or refused the same, whatever its neighbours)."""
+    import pyarrow as pa
+
+    spaces = [chr(c) for c in range(0x3001) if chr(c).isspace()]  # Unicode whitespace: NBSP, \v, \u3000, \t, ...
+    rng = np.random.default_rng(0)
+    letters, odd = ["a", "b", "c", "push x"], ["[", "{", '"', ","]
+
+    def piece(lo, hi):
+        chars = [letters[rng.integers(4)] if u < 0.6 else spaces[rng.integers(len(spaces))] if u < 0.96
+                 else odd[rng.integers(4)] for u in rng.random(int(rng.integers(lo, hi + 1)))]
+        return "".join(chars)
+
+    n = 300
+    if kind == "list operations":
+        columns = RecordColumns(operations="operations", state="state")
+        table = pa.table({"operations": pa.array([[piece(1, 4) for _ in range(rng.integers(1, 4))] for _ in range(n)],
+                                                 pa.list_(pa.string())),
+                          "state": pa.array([piece(1, 3) for _ in range(n)])})
+    else:
+        columns = RecordColumns(operations="operations", step_states="steps")
+        ops = [piece(1, 8) for _ in range(n)]
+        table = pa.table({"operations": ops, "steps": [
+            "\u3000".join(piece(1, 2) for _ in range(max(1, len(o.split())))) for o in ops]})
+    accepted = 0
+    one_by_one = {}
+    for i in range(n):
+        fast, slow = _both_paths(table.slice(i, 1), columns, first=i)
+        if fast is not None:
+            accepted += 1
+            assert fast == slow, (table.slice(i, 1).to_pylist(), fast, slow)
+        for key, values in slow.items():
+            one_by_one.setdefault(key, []).extend(values)
+    assert accepted >= n // 5  # the Arrow path is exercised, not bypassed
+    fast, slow = _both_paths(table, columns)
+    assert slow == one_by_one and fast in (None, one_by_one)
+
+
+def test_a_json_lines_file_with_nbsp_inside_list_operations_trains(tmp_path, monkeypatch):
+    """NBSP inside an operation of a list is whitespace on both paths ('push\\xa0x' is 'push x'): the file reads and its
+    vocabulary is built (it was an internal prompt_format error naming no file), the same whether a state is written
+    2 or "2" (the column then mixes types and goes record by record). A bad state names its file, record, column."""
+    from state_tracking import records as records_module
+    from state_tracking.records import read_record_splits
+
+    rows = [{"operations": ["push\xa0x", "pop"], "state": "1"}, {"operations": ["pop", "push\u3000 x\v"], "state": "2"}]
+    strings, mixed = tmp_path / "strings.jsonl", tmp_path / "mixed.jsonl"
+    strings.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    mixed.write_text("".join(json.dumps(dict(r, state=int(r["state"]) if k else r["state"])) + "\n"
+                             for k, r in enumerate(rows)))
+    read = {}
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(records_module.Normalizer, "plain_batch", lambda self, *a: None)
+        for path in (strings, mixed):
+            records = read_record_splits(RecordColumns(), str(path), validation_split_percentage=0)
+            read[fast, path.name] = (records.record_format.operations, records.record_format.candidates,
+                                     records.train.dataset[:])
+    assert read[True, "strings.jsonl"][0] == ("push x", "pop") and read[True, "strings.jsonl"][1] == ("1", "2")
+    assert len({(ops, labels, json.dumps(data)) for ops, labels, data in read.values()}) == 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({"operations": ["pop"], "state": {"": s}}) + "\n" for s in "12"))
+    with pytest.raises(RecordError, match=r"bad.jsonl, record 0 \(0-based\), column 'state'.*empty query name"):
+        read_record_splits(RecordColumns(), str(bad), validation_split_percentage=0)

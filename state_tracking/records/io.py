@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from datasets import Dataset, load_dataset
+from datasets import Dataset, Features, Value, load_dataset
 
 from modeling_par.prompt_format import delimiter_problem
 
@@ -112,7 +112,8 @@ def resolve_files(spec: str | Sequence[str], flag: str = "--train_file") -> list
 
 def read_file(path: str, cache_dir: str | None = None) -> Dataset:
     """One file as a `datasets.Dataset` (Arrow, memory-mapped), or a `RecordError` naming it when it does not parse
-    or holds no record (a header-only CSV, an empty JSON Lines file)."""
+    or holds no record (a header-only CSV, an empty JSON Lines file). A CSV / TSV cell is read as the text written in
+    it (`csv_as_text`); JSON Lines and Parquet values keep the types their format gives them."""
     ext, _ = _extension(path)
     builder = EXTENSIONS[ext]
     kwargs = {"delimiter": "\t"} if ext == ".tsv" else {}
@@ -125,15 +126,29 @@ def read_file(path: str, cache_dir: str | None = None) -> Dataset:
             raise RecordError(f"file {path!r}: reading .zst files needs the zstandard package (pip install "
                               "zstandard); .gz and .bz2 need nothing more.") from None
     try:
+        if builder == "csv":
+            kwargs.update(csv_as_text(path, kwargs.get("delimiter", ",")))
         data = load_dataset(builder, data_files=os.path.abspath(path), split="train", cache_dir=cache_dir, **kwargs)
     except Exception as error:  # datasets wraps parser errors in its own types; name the file either way
         cause = error.__cause__ or error
-        if _is_empty(path) or "corresponds to no data" in str(error):
+        if _is_empty(path) or "corresponds to no data" in str(error) or type(cause).__name__ == "EmptyDataError":
             raise RecordError(f"file {path!r} holds no record (it is empty, or only a header).") from None
         raise RecordError(f"file {path!r} does not parse as {builder}: {type(cause).__name__}: {cause}") from None
     if len(data) == 0:
         raise RecordError(f"file {path!r} holds no record (it is empty{', or only a header' if builder == 'csv' else ''}).")
     return data
+
+
+def csv_as_text(path: str, delimiter: str) -> dict:
+    """`load_dataset("csv", ...)` options that read every cell as the text written in it: each column a string (no
+    type inference: ``01`` and ``007`` stay themselves, ``1.50`` is not ``1.5``) and no value taken for missing
+    (``NA``, ``null``, ``nan`` are labels; an empty cell is the empty string, which a record refuses by name). The
+    column names come from the header, read by pandas as `datasets` reads it (compression by extension)."""
+    import pandas as pd
+
+    names = pd.read_csv(path, sep=delimiter, nrows=0, dtype=str).columns
+    return {"features": Features({str(name): Value("string") for name in names}), "keep_default_na": False,
+            "na_filter": False}
 
 
 def _is_empty(path: str) -> bool:

@@ -1,10 +1,14 @@
 """One rule for reading a record's cells: raw rows -> normalized records (`NORMALIZED`).
 
-A record is a sequence of operations (opaque strings; whitespace runs collapsed: `normalize_operation`), the state
-after each of them where recorded ("" where not), and optionally an initial state; a state is one label or a mapping
-query -> label (labels keep their string form: `label_string`). `Normalizer.record` is the rule; `plain_batch` is an
-optimisation over Arrow for batches where every value is plain, tested equal to the rule on adversarial pieces, and
-any batch it cannot prove plain goes record by record.
+A record is a sequence of operations (opaque strings; whitespace runs collapsed: `normalize_operation`, whitespace
+being Unicode's, `WHITESPACE`), the state after each of them where recorded ("" where not), and optionally an initial
+state; a state is one label or a mapping query -> label. A label is the text written in the file, stripped: a CSV /
+TSV cell is read as text (`io.csv_as_text`: ``007`` stays ``007``, ``NA`` is a label); a JSON / Parquet number or
+boolean is its value's text (`label_string`: ``2``, ``2.0`` and ``"2"`` are one label "2", ``1.50`` is "1.5",
+``true`` is "true"), as the pipeline reads an answer given as a number; write a label as a JSON string to keep
+another form (``"1.50"``). `Normalizer.record` is the rule; `plain_batch` is an optimisation over Arrow for batches
+where every value is plain, tested equal to the rule on adversarial pieces, and any batch it cannot prove plain goes
+record by record.
 
 `Normalizer` is a pure function of its batch (its queries are fixed before the map: `find_query_names`): a bad
 record raises `RecordError`, or with ``skip_bad`` becomes an empty row whose ``error`` names it, counted and dropped
@@ -39,6 +43,14 @@ NORMALIZED = Features({
 # part of every Normalizer's state, so datasets' cache of a map never outlives a change of this rule
 CODE_VERSION = hashlib.sha1(open(__file__, "rb").read()).hexdigest()
 LIKELY_DELIMITERS = {";": ";", ",": ",", "|": r"\|", "\t": r"\t"}
+# The one whitespace rule of both paths (`Normalizer.record` and the Arrow fast path, `Normalizer.plain_batch`): the
+# characters Python's str.split() / str.strip() and re's \s take for whitespace, which `normalize_operation` collapses
+# (so a checkpoint reads an operation as training did): space, \t \n \v \f \r, \x1c-\x1f, \x85, NBSP \xa0, \u1680,
+# \u2000-\u200a, \u2028, \u2029, \u202f, \u205f, \u3000. Spelled out for Arrow, whose regex engine (RE2) takes \s
+# for ASCII only (and without \v).
+WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
+              + "\u2028\u2029\u202f\u205f\u3000")
+WHITESPACE_RUN = f"[{WHITESPACE}]+"  # one pattern for Python's re and RE2 alike (literal characters in a class)
 
 
 def parse_state(value: Any, where: str) -> dict[str, str] | str:
@@ -53,6 +65,8 @@ def parse_state(value: Any, where: str) -> dict[str, str] | str:
             raise RecordError(f"{where}: the state mapping is empty.")
         out = {}
         for query, label in value.items():
+            if not str(query).strip():
+                raise RecordError(f"{where}: the state mapping has an empty query name {query!r}; name every query.")
             if label is None or (isinstance(label, str) and not label.strip()):
                 raise RecordError(f"{where}: the label of {query!r} is missing.")
             if isinstance(label, (dict, list)):
@@ -64,6 +78,23 @@ def parse_state(value: Any, where: str) -> dict[str, str] | str:
     if isinstance(value, (list, tuple)):
         raise RecordError(f"{where}: a state must be a label or a mapping query -> label; got a list {value!r}.")
     return label_string(value)
+
+
+def json_cell(text: str) -> Any:
+    """One cell of a column `datasets` read as JSON text (a JSON Lines column whose cells mix types) -> its value.
+    `datasets` keeps a string cell's text as it is where its (lenient) JSON parser reads the text, and writes every
+    other value as JSON: so a text that is not strict JSON (``007``) or that writes a number otherwise than `datasets`
+    writes that number (``1.50``, ``1e3``) was a string and stays that string; a number's text such as ``2`` is read
+    as the number, the same label as the string "2"."""
+    from datasets.utils.json import ujson_dumps
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and ujson_dumps(value) != text:
+        return text
+    return value
 
 
 def split_cell(value: Any, splitter: re.Pattern, where: str, what: str) -> list[Any]:
@@ -96,7 +127,7 @@ def _kinds(items: list) -> set[str]:
 
 
 def splitter_of(columns: RecordColumns) -> re.Pattern:
-    return check_delimiter(columns.delimiter) if columns.delimiter else re.compile(r"\s+")
+    return check_delimiter(columns.delimiter) if columns.delimiter else re.compile(WHITESPACE_RUN)
 
 
 def find_query_names(data: Dataset, columns: RecordColumns, limit: int = 1000) -> list[str]:
@@ -198,7 +229,7 @@ class Normalizer:
         batch = table.to_pydict()
         for name in self.json_columns:
             # each JSON text cell decoded back to its own value: "cancel" is the operation cancel, never '"cancel"'
-            batch[name] = [None if v is None else json.loads(v) for v in batch[name]]
+            batch[name] = [None if v is None else json_cell(v) for v in batch[name]]
         keys = list(batch)
         for i, index in enumerate(indices):
             row = {k: batch[k][i] for k in keys}
@@ -264,15 +295,15 @@ class Normalizer:
 
 def _plain_lists(column, operations: bool) -> pa.ListArray | None:
     """A column of whitespace-delimited strings or of lists of strings / integers as lists of stripped strings (an
-    operation's inner whitespace collapsed), or None where it is anything else."""
+    operation's inner whitespace collapsed), or None where it is anything else (whitespace: `WHITESPACE`)."""
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if column.null_count:
         return None
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        text = pc.utf8_trim_whitespace(column)
+        text = _trim(column)
         if pc.any(pc.starts_with(text, "[")).as_py() or pc.any(pc.starts_with(text, "{")).as_py():
             return None
-        split = pc.utf8_split_whitespace(text)
+        split = pc.split_pattern_regex(text, WHITESPACE_RUN)
         # a step-state piece such as "{b" is JSON-parsed (and refused) record by record: leave it to that path, so
         # that whether a record is accepted never depends on the other records of its batch
         if not operations and len(split) and pc.any(pc.starts_with(pc.list_flatten(split), "{")).as_py():
@@ -285,9 +316,9 @@ def _plain_lists(column, operations: bool) -> pa.ListArray | None:
         flat = pc.cast(flat, pa.string())
     elif not (pa.types.is_string(flat.type) or pa.types.is_large_string(flat.type)) or flat.null_count:
         return None
-    flat = pc.utf8_trim_whitespace(flat)
+    flat = _trim(flat)
     if operations:
-        flat = pc.replace_substring_regex(flat, r"\s+", " ")
+        flat = pc.replace_substring_regex(flat, WHITESPACE_RUN, " ")
     elif pc.any(pc.starts_with(flat, "{")).as_py():
         return None
     return pa.ListArray.from_arrays(pa.array(column.offsets, pa.int32()), flat.cast(pa.string()))
@@ -303,10 +334,15 @@ def _plain_labels(column) -> pa.Array | None:
         return pc.cast(column, pa.string())
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         return None
-    text = pc.utf8_trim_whitespace(column)
+    text = _trim(column)
     if pc.any(pc.starts_with(text, "{")).as_py() or not _all_plain(text):
         return None
     return text.cast(pa.string())
+
+
+def _trim(strings: pa.Array) -> pa.Array:
+    """Surrounding `WHITESPACE` stripped from each string (Python's str.strip())."""
+    return pc.utf8_trim(strings, characters=WHITESPACE)
 
 
 def _all_plain(strings: pa.Array) -> bool:
