@@ -64,3 +64,17 @@ def test_a_path_that_leaves_the_learned_machine_counts_as_wrong():
 def test_records_that_no_moore_machine_fits_are_one_error():
     with pytest.raises(ValueError, match="not deterministic"):
         automata.learn([(("coin",), ("unlocked",)), (("coin",), ("locked",))], "rpni")
+
+
+def test_only_the_records_it_reads_are_scored(tmp_path):
+    """--skip_bad_records drops a test record with an operation training never held: it is counted as skipped and not
+    scored (10 records scored, as PAR and the RNN baselines score them), never scored wrong as an 11th."""
+    train = write(tmp_path / "train.csv", rows(200, 1, 6, 0), final_only=True)
+    test = write(tmp_path / "test.csv", rows(10, 3, 3, 1) + [(["coin", "dance"], ["unlocked", "unlocked"])],
+                 final_only=True)
+    out = automata.main(["--train_file", train, "--test_file", test, "--operations_column", "events",
+                         "--state_column", "status", "--operation_delimiter", ";", "--algorithm", "gsm",
+                         "--skip_bad_records", "true", "--validation_split_percentage", "0"])
+    assert out["skipped"] == {"train": 0, "test": 1}
+    assert [(r["depth"], r["n"], r["accuracy"]) for r in out["per_depth"]] == [(3, 10, 1.0)]
+    assert out["train_records"] == 200

@@ -11,10 +11,12 @@ sample (operations, final state). An initial-state column becomes a first input 
     python examples/baselines/automata.py --train_file data/train.csv --test_file data/test.csv \
         --algorithm rpni --results_json results/x.json
 
-Scored like PAR and the RNN baselines: overall state accuracy (every query right) per sequence length of the test
-split (else the validation split), in the same JSON shape (`per_depth`: depth, n, accuracy); a record whose path
-leaves the learned machine (an input it never saw from that state) counts as wrong. Writes the learned state count,
-the learning seconds, the records used and the command. Needs the optional extra: ``pip install -e ".[automata]"``.
+Scored like PAR and the RNN baselines, on exactly the records they score (the encoded split: a record
+``--skip_bad_records`` skipped is neither learned from nor scored): overall state accuracy (every query right) per
+sequence length of the test split (else the validation split), in the same JSON shape (`per_depth`: depth, n,
+accuracy); a record whose path leaves the learned machine (an input it never saw from that state) counts as wrong.
+Writes the learned state count, the learning seconds, the records used and the command. Needs the optional extra:
+``pip install -e ".[automata]"``.
 """
 
 from __future__ import annotations
@@ -65,17 +67,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def samples(loaded, step_states: bool) -> list[tuple[tuple, tuple]]:
-    """AALpy's passive data: [(inputs, output)], one per record (final states) or per prefix (step states)."""
-    table = loaded.dataset.data.table
+def encoded_records(encoded, record_format) -> list[tuple[tuple, list]]:
+    """The records of an encoded split (`read_record_splits`: exactly the records PAR and the RNN baselines train on
+    or score, the skipped ones left out) as [(inputs, states)]: the operations' strings (after ``init=<labels>`` where
+    the records carry an initial state) and the state after each operation, a tuple of labels in query order (None
+    where not recorded)."""
+    operations, labels = record_format.operations, record_format.candidates
+    table = encoded.data.table
     out = []
-    for ops, labels, initial in zip(table.column("operations").to_pylist(), table.column("labels").to_pylist(),
-                                    table.column("initial").to_pylist()):
-        inputs = ([f"init={','.join(initial)}"] if initial else []) + list(ops)
-        head = 1 if initial else 0
-        for k, state in enumerate(labels, start=1):
-            if (step_states or k == len(labels)) and all(state):
-                out.append((tuple(inputs[:head + k]), tuple(state)))
+    for ops, rows in zip(table.column("ops").to_pylist(), table.column("step_labels").to_pylist()):
+        head = [f"init={','.join(labels[c] for c in rows[0])}"] if record_format.initial_state else []
+        states = [None if min(row) < 0 else tuple(labels[c] for c in row) for row in rows[1:]]  # -100: unrecorded
+        out.append((tuple(head + [operations[o] for o in ops]), states))
+    return out
+
+
+def samples(encoded, record_format, step_states: bool) -> list[tuple[tuple, tuple]]:
+    """AALpy's passive data: [(inputs, output)], one per record (final states) or per prefix (step states)."""
+    out = []
+    for inputs, states in encoded_records(encoded, record_format):
+        head = len(inputs) - len(states)
+        for k, state in enumerate(states, start=1):
+            if (step_states or k == len(states)) and state is not None:
+                out.append((inputs[:head + k], state))
     return out
 
 
@@ -105,13 +119,12 @@ def run(model, inputs: tuple):
     return state.output
 
 
-def score(model, loaded) -> list[dict]:
-    table = loaded.dataset.data.table
+def score(model, encoded, record_format) -> list[dict]:
+    """Overall state accuracy of the final state per length, over exactly the records of the encoded split (those PAR
+    and the RNN baselines score; a record `--skip_bad_records` skipped is not scored)."""
     by_depth: dict[int, list[bool]] = {}
-    for ops, labels, initial in zip(table.column("operations").to_pylist(), table.column("labels").to_pylist(),
-                                    table.column("initial").to_pylist()):
-        inputs = tuple(([f"init={','.join(initial)}"] if initial else []) + list(ops))
-        by_depth.setdefault(len(ops), []).append(run(model, inputs) == tuple(labels[-1]))
+    for inputs, states in encoded_records(encoded, record_format):
+        by_depth.setdefault(len(states), []).append(run(model, inputs) == states[-1])
     return [{"depth": d, "n": len(v), "accuracy": float(np.mean(v))} for d, v in sorted(by_depth.items())]
 
 
@@ -127,20 +140,21 @@ def main(argv=None) -> dict:
     from state_tracking.records import has_step_states
 
     step_states = has_step_states(records.train)
-    data = samples(records.train, step_states)
+    data = samples(records.encoded, records.record_format, step_states)
     read_seconds = time.time() - started
     started = time.time()
     model = learn(data, args.algorithm)
     learn_seconds = time.time() - started
-    splits = {name: {"sources": [repo_relative(p) for p in loaded.sources], "per_depth": score(model, loaded)}
-              for name, (loaded, _) in records.splits.items()}
+    splits = {name: {"sources": [repo_relative(p) for p in loaded.sources],
+                     "per_depth": score(model, encoded, records.record_format)}
+              for name, (loaded, encoded) in records.splits.items()}
     eval_split = "test" if "test" in splits else "validation" if "validation" in splits else None
     per_depth = splits[eval_split]["per_depth"] if eval_split else []
     for row in per_depth:
         print(f"| {row['depth']} | {row['n']} | {row['accuracy']:.4f} |", flush=True)
     results = {
         "method": args.algorithm, "task": records.record_format.task_name, "labels": "step" if step_states else "final",
-        "num_states": len(model.states), "samples": len(data), "train_records": len(records.train.dataset),
+        "num_states": len(model.states), "samples": len(data), "train_records": len(records.encoded),
         "read_seconds": round(read_seconds, 2), "train_seconds": round(learn_seconds, 3),
         "eval_split": eval_split, "depths": [r["depth"] for r in per_depth],
         "accuracy": [r["accuracy"] for r in per_depth], "per_depth": per_depth, "splits": splits,

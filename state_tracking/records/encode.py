@@ -240,7 +240,9 @@ def encode_records(records, record_format: RecordFormat, tokenizer, skip_bad_rec
                    num_proc: int | None = None, load_from_cache_file: bool = True) -> tuple[Dataset, list[str]]:
     """Normalized records (`LoadedRecords`) -> the training columns (batched over Arrow), and the records skipped
     (an operation or label the format does not know, a missing initial state) when ``skip_bad_records``; otherwise
-    the first such record raises `RecordError`."""
+    the first such record raises `RecordError`. A skipped record leaves ``records.dataset`` too, so that the
+    normalized and the encoded records stay the same records, row for row (what a baseline scores from the one is
+    what PAR scores from the other)."""
     if list(records.query_names) != list(record_format.query_names):
         raise RecordError(f"{records.sources}: the states name the queries {records.query_names}, the training data "
                           f"{list(record_format.query_names)}.")
@@ -252,6 +254,7 @@ def encode_records(records, record_format: RecordFormat, tokenizer, skip_bad_rec
         load_from_cache_file=load_from_cache_file, desc="encoding records", **kwargs).with_format(None)
     skipped, keep = errors_of(encoded)
     encoded = keep_rows(encoded, keep).remove_columns("error")
+    records.dataset = keep_rows(data, keep)
     if len(encoded) == 0:
         raise RecordError(f"no record of {records.sources} is left to use ({len(skipped)} skipped: "
                           f"{skipped[:1]}).")
