@@ -714,7 +714,7 @@ def main(argv=None):
         trainer.add_callback(RecordsProbeCallback(
             records.splits["validation"][1], token_ids["pad_token_id"], n=task_args.probe_n,
             every_steps=task_args.probe_every_steps, batch_size=task_args.eval_batch_size,
-            stop_accuracy=1.0 if data_args.stop_when_validation_exact else None,
+            stop_accuracy=1.0 if data_args.stop_when_validation_exact and not records.stop_rule_off else None,
             stop_patience=task_args.probe_stop_patience, stop_after=curriculum_done(trainer, train_args),
             keep_best=data_args.restore_best_probe))
     trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)

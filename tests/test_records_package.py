@@ -103,6 +103,28 @@ def test_a_validation_split_is_cut_from_the_training_file_when_none_is_given(tmp
         read_record_splits(COLUMNS, path, max_eval_samples=0)
 
 
+def test_a_validation_split_too_small_to_mean_anything_cannot_stop_training(tmp_path):
+    """5% of a 40-record file is 2 records: the split keeps the size asked for (probed and evaluated), and
+    `stop_rule_off` says, in the notes a run logs, that --stop_when_validation_exact will not stop on it and why; from
+    `MIN_VALIDATION_RECORDS` (32) records on the stop rule stands. A small --validation_file is named the same way."""
+    from state_tracking.records import MIN_VALIDATION_RECORDS
+
+    assert MIN_VALIDATION_RECORDS == 32
+    path = write(tmp_path / "log.csv", register_rows(40, 2))
+    small = read_record_splits(COLUMNS, path, validation_split_percentage=5)
+    assert len(small.splits["validation"][1]) == 2 and len(small.encoded) == 38
+    assert small.stop_rule_off.startswith("the validation split (--validation_split_percentage 5 of 40 training "
+                                          "records) holds 2 records, fewer than 32: too few for "
+                                          "--stop_when_validation_exact")
+    assert small.stop_rule_off in small.notes
+    enough = read_record_splits(COLUMNS, path, validation_split_percentage=80)  # 32 of 40
+    assert len(enough.splits["validation"][1]) == 32 and enough.stop_rule_off is None
+    assert not any("fewer than" in note for note in enough.notes)
+    assert read_record_splits(COLUMNS, path, validation_split_percentage=0).stop_rule_off is None  # no split
+    given = read_record_splits(COLUMNS, path, validation_file=write(tmp_path / "v.csv", register_rows(5, 3)))
+    assert given.stop_rule_off.startswith("the validation split (--validation_file) holds 5 records")
+
+
 def test_a_column_takes_one_role(tmp_path):
     """The word-problem layout `seed,input,target`: `target` named as the step states is also the final state (its
     last element); the conventional name `target` of a final-state column never selects it a second time."""
@@ -137,7 +159,7 @@ def test_one_delimiter_rule_for_the_reader_and_the_checkpoint_format(delimiter, 
 
 def test_a_records_run_stops_once_its_validation_split_is_exact(tmp_path):
     """The last operation sets the state (a machine learned in a few dozen steps): probes of the held-out validation
-    split every 10 steps; two exact probes in a row stop training long before --max_steps."""
+    split (10%, 40 records) every 10 steps; two exact probes in a row stop training long before --max_steps."""
     from tests.conftest import load_example
 
     train_par = load_example("examples/train_par.py")
@@ -151,7 +173,8 @@ def test_a_records_run_stops_once_its_validation_split_is_exact(tmp_path):
             "--num_key_value_heads", "2", "--per_device_train_batch_size", "16", "--disable_tqdm", "true",
             "--use_cpu", "true", "--max_iterations", "8", "--compile_core", "false", "--learning_rate", "3e-3",
             "--train_file", path, "--operations_column", "events", "--step_states_column", "observed",
-            "--operation_delimiter", ";", "--max_steps", "400", "--probe_every_steps", "10", "--logging_steps", "10"]
+            "--operation_delimiter", ";", "--max_steps", "400", "--probe_every_steps", "10", "--logging_steps", "10",
+            "--validation_split_percentage", "10"]  # 40 records: enough to stop on (MIN_VALIDATION_RECORDS)
     summary = train_par.main(tiny + ["--output_dir", str(tmp_path / "stop")])
     probes = [p["accuracy"] for p in summary["probe"]]
     assert summary["probe_stopped_at"] is not None and summary["steps"] == summary["probe_stopped_at"] < 400

@@ -2,8 +2,9 @@
 
 A record is a sequence of operations (opaque strings), the state observed at the end, and optionally the state
 after every operation and an initial state; a state is one label or a mapping query -> label (labels keep their
-string form). Reading goes in steps, each a module, each over Arrow tables in batches (`datasets.Dataset.map` with
-pure functions, so `datasets`' cache and ``num_proc`` work), never as Python lists of the whole file:
+string form: a CSV / TSV cell is read as the text written in it; a JSON number is its value's text, see `normalize`).
+Reading goes in steps, each a module, each over Arrow tables in batches (`datasets.Dataset.map` with pure functions,
+so `datasets`' cache and ``num_proc`` work), never as Python lists of the whole file:
 
     io         files / load_dataset --> raw columns; which column holds what (`resolve_columns`, once)
     normalize  raw rows --> normalized records (one rule, `Normalizer.record`; an Arrow fast path tested equal)
@@ -49,6 +50,7 @@ from .io import (
 )
 from .normalize import NORMALIZED, Normalizer, find_query_names, normalize
 from .splits import (
+    MIN_VALIDATION_RECORDS,
     LoadedRecords,
     ReadOptions,
     RecordSplits,
@@ -60,7 +62,8 @@ from .splits import (
 )
 
 __all__ = [
-    "COLUMN_NAMES", "ENCODED", "EXTENSIONS", "NORMALIZED", "OPERATION_TOKENS", "SCALAR_QUERY", "Encoder",
+    "COLUMN_NAMES", "ENCODED", "EXTENSIONS", "MIN_VALIDATION_RECORDS", "NORMALIZED", "OPERATION_TOKENS",
+    "SCALAR_QUERY", "Encoder",
     "LoadedRecords", "Normalizer", "ReadOptions", "RecordColumns", "RecordError", "RecordSplits", "build_record_tokenizer", "check_delimiter",
     "check_distinct_encodings", "check_record_lengths", "dataset_split_names", "discover_format", "encode_records",
     "evaluate_records", "find_query_names", "has_step_states", "load_record_files", "longest_records", "normalize", "read_file",

@@ -2,7 +2,10 @@
 encoded with the training vocabulary (`read_record_splits`); every record's length checked against the loop.
 
 A validation split is the file given, else the dataset's own, else `validation_split_percentage` percent of the
-training file (a seeded random choice; its records are not trained on), as transformers' example scripts do.
+training file (a seeded random choice; its records are not trained on), as transformers' example scripts do. One of
+fewer than `MIN_VALIDATION_RECORDS` records is probed and evaluated but cannot stop training
+(`RecordSplits.stop_rule_off` says why; a 5% split of a 40-record file is 2 records, and two exact probes of 2 records
+are luck as often as learning).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from .encode import (
 )
 from .io import RecordColumns, RecordError, dataset_split_names, file_stem, load_raw, resolve_columns
 from .normalize import check_likely_delimiter, find_query_names, keep_rows, normalize
+
+MIN_VALIDATION_RECORDS = 32  # the fewest validation records the stop rule (--stop_when_validation_exact) stops on
 
 
 @dataclass
@@ -120,6 +125,21 @@ class RecordSplits:
     seconds: float
     mode: str | None = None  # the training mode a trainer chose for these records, and why
     notes: list = field(default_factory=list)  # what reading decided (a validation split made, ...), for the log
+    validation_from: str = ""  # where the validation split came from, as `stop_rule_off` names it
+
+    @property
+    def stop_rule_off(self) -> str | None:
+        """Why the validation split cannot stop training (``--stop_when_validation_exact``), or None where it can: it
+        holds fewer than `MIN_VALIDATION_RECORDS` records, too few for exact probes to mean that the records were
+        learned. Such a split is still probed and evaluated; the run trains to its step cap."""
+        if "validation" not in self.splits or len(self.splits["validation"][1]) >= MIN_VALIDATION_RECORDS:
+            return None
+        n = len(self.splits["validation"][1])
+        return (f"the validation split ({self.validation_from}) holds {n} record{'s' if n != 1 else ''}, fewer than "
+                f"{MIN_VALIDATION_RECORDS}: too few for --stop_when_validation_exact to tell learned records from "
+                "luck, so training does not stop on it (it is still probed and evaluated); to stop on validation, "
+                f"give a --validation_file of at least {MIN_VALIDATION_RECORDS} records or a larger "
+                "--validation_split_percentage")
 
     @property
     def lengths(self) -> np.ndarray:
@@ -229,6 +249,7 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
                               options=options)
     notes, held_out = [], None
     if split_off:
+        total = len(train.dataset)
         train, held_out = _split_off(train, validation_split_percentage, seed)
         if max_train_samples is not None:
             train.dataset = keep_rows(train.dataset, np.arange(len(train.dataset)) < max_train_samples)
@@ -236,6 +257,10 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
             held_out.dataset = keep_rows(held_out.dataset, np.arange(len(held_out.dataset)) < max_eval_samples)
         notes.append(f"validation split: {len(held_out.dataset)} records ({validation_split_percentage}%) of the "
                      f"training file, not trained on (--validation_split_percentage; seed {seed})")
+        validation_from = (f"--validation_split_percentage {validation_split_percentage:g} of "
+                           f"{total} training records")
+    else:
+        validation_from = "--validation_file" if validation_file else f"{dataset_name}'s validation split"
     name = name or (file_stem(train.sources[0]) if train_file else dataset_name)
     record_format = discover_format(train, name=name.replace("/", "_"))
     tokenizer = build_record_tokenizer(record_format, operation_tokens)
@@ -260,5 +285,8 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
                                             load_cache)
         splits[split] = (loaded, split_encoded)
         skipped[split] = loaded.skipped + bad
-    return RecordSplits(train, encoded, record_format, tokenizer, splits, skipped, time.time() - started,
-                        notes=notes)
+    records = RecordSplits(train, encoded, record_format, tokenizer, splits, skipped, time.time() - started,
+                           notes=notes, validation_from=validation_from)
+    if records.stop_rule_off:
+        notes.append(records.stop_rule_off)
+    return records
