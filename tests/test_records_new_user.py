@@ -111,12 +111,14 @@ def test_the_checkpoint_remembers_its_columns_for_evaluation_and_the_pipeline(tm
     long_test = orders(6, 3, 3, 3) + orders(1, 50, 50, 4)  # one record longer than --max_iterations 40
     test = write_csv(tmp_path / "test.csv", long_test)
     out = tmp_path / "run"
-    summary = train_par.main(TINY + ["--train_file", train, *COLUMNS, "--max_steps", "20", "--output_dir", str(out),
-                                     "--skip_bad_records", "true", "--test_file", test])
+    argv = TINY + ["--train_file", train, *COLUMNS, "--max_steps", "20", "--output_dir", str(out),
+                   "--skip_bad_records", "true", "--test_file", test]
+    summary = train_par.main(argv)
     assert summary["records"]["skipped"]["test"] == 1
-    # the recorded command runs again as written: shell-quoted (';' would otherwise end the shell command)
+    # the recorded command runs again as written: shell-quoted (';' would otherwise end the shell command), the shell
+    # reads it back as exactly the arguments of this run
     assert "--operation_delimiter ';'" in summary["command"]
-    assert shlex.split(summary["command"])[-len(COLUMNS):] != [] and ";" in shlex.split(summary["command"])
+    assert shlex.split(summary["command"]) == ["python", "examples/train_par.py", *argv]
     # --disable_tqdm silences every bar: the reading, encoding and evaluation ones too
     err = capfd.readouterr().err
     assert "reading train.csv" not in err and "encoding records" not in err and "eval test" not in err, err[-2000:]

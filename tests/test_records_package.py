@@ -197,6 +197,7 @@ def test_the_word_problem_layout_trains_and_its_machine_is_extracted(tmp_path):
     elements = list(itertools.permutations(range(5)))
     index = {p: i for i, p in enumerate(elements)}
     rng = np.random.default_rng(0)
+    inputs, targets = [], []
     with open(tmp_path / "s5.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["seed", "input", "target"])
@@ -207,17 +208,40 @@ def test_the_word_problem_layout_trains_and_its_machine_is_extracted(tmp_path):
                 state = tuple(state[j] for j in elements[i])
                 states.append(index[state])
             writer.writerow([seed, " ".join(map(str, ids)), " ".join(map(str, states))])
+            inputs += [str(i) for i in ids]
+            targets += [str(s) for s in states]
     run = tmp_path / "run"
     summary = train_par.main([
         "--train_file", str(tmp_path / "s5.csv"), "--operations_column", "input", "--step_states_column", "target",
         "--max_steps", "4", "--output_dir", str(run), "--hidden_size", "32", "--intermediate_size", "64",
         "--num_attention_heads", "2", "--num_key_value_heads", "2", "--per_device_train_batch_size", "8",
-        "--max_iterations", "8", "--disable_tqdm", "true", "--use_cpu", "true", "--compile_core", "false"])
+        "--max_iterations", "8", "--disable_tqdm", "true", "--use_cpu", "true", "--compile_core", "false",
+        "--validation_split_percentage", "0"])
     assert summary["records"]["training_mode"].startswith("progress-aligned targets")
-    assert summary["records"]["operations"] <= 120 and summary["records"]["labels"] <= 120
+    # the vocabulary is the file's ids as written: each element id an operation (first appearance order), each
+    # running-product id a label (numeric order); `seed` is no role
+    spec = json.loads((run / "config.json").read_text())["prompt_format"]
+    assert spec["operations"] == list(dict.fromkeys(inputs)) and spec["candidates"] == sorted(set(targets), key=int)
+    assert (summary["records"]["operations"], summary["records"]["labels"]) == (len(set(inputs)), len(set(targets)))
+    assert dict(spec["columns"]) == {"operations": "input", "state": None, "step_states": "target",
+                                     "initial_state": None}
     out = extract_machine.main(["--model", str(run), "--out", str(tmp_path / "m.json"), "--max_states", "4",
                                 "--agreement_depth", "4", "--agreement_n", "8", "--device", "cpu"])
-    assert 1 <= out["num_states"] <= 4 and json.loads((tmp_path / "m.json").read_text()) == out
+    assert json.loads((tmp_path / "m.json").read_text()) == out
+    # the machine is read over the checkpoint's operations, and its states are answers from the file's labels, each
+    # reached by its representative in the extracted table
+    from state_tracking.tasks import load_task
+
+    assert sorted(out["operation_names"].values()) == sorted(spec["operations"])
+    assert out["num_states"] == len(out["states"]) >= 1 and {s["original"] for s in out["states"]} <= set(targets)
+    table = out["task"]["operations"]
+    ops = {original: safe for safe, original in out["operation_names"].items()}
+    for state in out["states"]:
+        at = out["start"]["transitions"][state["representative"][0]]  # keyed by the operation as written
+        for op in state["representative"][1:]:
+            at = table[ops[op]][at]
+        assert at == state["name"]
+    load_task(out["task"])
 
 
 def test_assignment_then_swap_logs_read_as_boolean_mappings_from_json_lines_and_parquet(tmp_path):
