@@ -41,6 +41,7 @@ import numpy as np
 
 TASK_FILE_NAME = "state_tracking_task.json"
 GROUP_TASK_NAMES = ("swap_s5", "s5", "a5")
+GROUP_TEXT_STYLES = ("long", "short")  # the text rendering's wording of a group task's operations
 DEFAULT_ITEMS = ("apple", "banana", "cherry", "grape", "lemon")
 NUM_BOXES = 5
 
@@ -212,9 +213,15 @@ class GroupTask(Task):
         op_names: one token-like name per op (``"identity"``, ``"swap_2_4"``, ...).
         items: the item names (candidates), one per box; the default start puts item b in box b.
         group: the preset the task came from (``"swap_s5"``, ``"s5"``, ``"a5"``); saved by to_dict.
+        text: the text rendering's wording (:data:`GROUP_TEXT_STYLES`): ``"long"`` ("Swap the contents of Box 1 and
+            Box 3.", the default) or ``"short"`` ("swap 1 3.", identity "skip."; about half the tokens per
+            operation, for retrofits whose step cost grows with the prompt). The questions are the same in both.
     """
 
-    def __init__(self, name: str, perms: np.ndarray, op_names: list[str], items: list[str], group: str):
+    def __init__(self, name: str, perms: np.ndarray, op_names: list[str], items: list[str], group: str,
+                 text: str = "long"):
+        if text not in GROUP_TEXT_STYLES:
+            raise ValueError(f"group task 'text' must be one of {list(GROUP_TEXT_STYLES)}; got {text!r}")
         perms = np.asarray(perms, dtype=np.int64)
         num_boxes = len(items)
         if perms.ndim != 2 or perms.shape[1] != num_boxes:
@@ -233,7 +240,8 @@ class GroupTask(Task):
         self.op_names = list(op_names)
         self.candidate_names = list(items)
         self.query_names = [f"box_{b + 1}" for b in range(num_boxes)]
-        self.op_texts = [_permutation_text(p) for p in perms]
+        self.text_style = text
+        self.op_texts = [(_short_permutation_text if text == "short" else _permutation_text)(p) for p in perms]
         self.query_texts = [f"Box {b + 1} contains the" for b in range(num_boxes)]
         self.op_phrasings = [[t] for t in self.op_texts]
         self.query_phrasings = [[t] for t in self.query_texts]
@@ -254,7 +262,10 @@ class GroupTask(Task):
         return np.take_along_axis(state, self.perms[op], axis=1)  # new[b] = state[p[b]]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"group": self.group, "items": list(self.candidate_names)}
+        spec = {"group": self.group, "items": list(self.candidate_names)}
+        if self.text_style != "long":  # written only when not the default, so earlier checkpoints' specs are unchanged
+            spec["text"] = self.text_style
+        return spec
 
 
 def _permutation_text(perm: np.ndarray) -> str:
@@ -267,6 +278,17 @@ def _permutation_text(perm: np.ndarray) -> str:
         return f"Swap the contents of Box {i + 1} and Box {j + 1}."
     moves = [f"Box {src + 1} to Box {dst + 1}" for src, dst in sorted(moved)]
     return "Move the contents of " + ", ".join(moves[:-1]) + " and " + moves[-1] + "."
+
+
+def _short_permutation_text(perm: np.ndarray) -> str:
+    """The short wording of one op: "skip." (identity), "swap 1 3." (a transposition), else "move 2 1 3 4 5."
+    (box b receives the content of the b-th box listed)."""
+    moved = [b for b in range(len(perm)) if perm[b] != b]
+    if not moved:
+        return "skip."
+    if len(moved) == 2:
+        return f"swap {moved[0] + 1} {moved[1] + 1}."
+    return "move " + " ".join(str(int(p) + 1) for p in perm) + "."
 
 
 def swap_s5_permutations(num_boxes: int = NUM_BOXES) -> tuple[np.ndarray, list[str]]:
@@ -304,12 +326,13 @@ def a5_three_cycles(num_boxes: int = NUM_BOXES) -> tuple[np.ndarray, list[str]]:
 _GROUP_PRESETS = {"swap_s5": swap_s5_permutations, "s5": s5_permutations, "a5": a5_three_cycles}
 
 
-def get_task(name: str, items: list[str] | tuple[str, ...] | None = None) -> GroupTask:
+def get_task(name: str, items: list[str] | tuple[str, ...] | None = None, text: str = "long") -> GroupTask:
     """A group word problem: ``"swap_s5"`` (11 ops), ``"s5"`` (120 ops) or ``"a5"`` (20 ops).
 
     Args:
         name: one of :data:`GROUP_TASK_NAMES`.
         items: five item names (the answer candidates); default :data:`DEFAULT_ITEMS`.
+        text: the text rendering's wording of the operations, one of :data:`GROUP_TEXT_STYLES`.
     """
     if name not in _GROUP_PRESETS:
         raise ValueError(f"unknown task name {name!r}; allowed: {list(GROUP_TASK_NAMES)} (or load_task for a JSON spec)")
@@ -317,7 +340,7 @@ def get_task(name: str, items: list[str] | tuple[str, ...] | None = None) -> Gro
     if len(items) != NUM_BOXES:
         raise ValueError(f"items must name exactly {NUM_BOXES} items (one per box), got {len(items)}")
     perms, op_names = _GROUP_PRESETS[name]()
-    return GroupTask(name, perms, op_names, items, group=name)
+    return GroupTask(name, perms, op_names, items, group=name, text=text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,8 +543,8 @@ def _check_disjoint(field_a: str, names_a: list[str], field_b: str, names_b: lis
 def load_task(path_or_dict: str | os.PathLike | dict[str, Any]) -> Task:
     """A task from a spec dict or a JSON file holding one.
 
-    ``{"group": "swap_s5" | "s5" | "a5", "items": [...]}`` gives a :class:`GroupTask`
-    (``items`` optional); any other dict is read as a state-machine spec.
+    ``{"group": "swap_s5" | "s5" | "a5", "items": [...], "text": "long" | "short"}`` gives a :class:`GroupTask`
+    (``items`` and ``text`` optional); any other dict is read as a state-machine spec.
     """
     if isinstance(path_or_dict, (str, os.PathLike)):
         with open(path_or_dict, encoding="utf-8") as f:
@@ -536,10 +559,10 @@ def load_task(path_or_dict: str | os.PathLike | dict[str, Any]) -> Task:
     if not isinstance(spec, dict):
         raise ValueError(f"a task spec must be a JSON object, got {type(spec).__name__}")
     if "group" in spec:
-        unknown = sorted(set(spec) - {"group", "items"})
+        unknown = sorted(set(spec) - {"group", "items", "text"})
         if unknown:
-            raise ValueError(f"unknown key(s) {unknown} in group task spec; allowed: ['group', 'items']")
-        return get_task(spec["group"], spec.get("items"))
+            raise ValueError(f"unknown key(s) {unknown} in group task spec; allowed: ['group', 'items', 'text']")
+        return get_task(spec["group"], spec.get("items"), spec.get("text", "long"))
     return state_machine_from_dict(spec)
 
 

@@ -1,0 +1,149 @@
+"""Seconds per training step and peak memory of the retrofit rows of the paper-claim study
+(examples/reproduce/pretrained_swap_s5.py): a truncated pretrained parent looped on swap-S5 in its text rendering,
+full view (the paper's) and local view, today's step against the cheaper variants, in one run.
+
+    python -m par_studies.parents fetch smollm2-135m                     # the parent (pip, ~100 MB, once)
+    python benchmarks/bench_retrofit_step.py [--split 2 2 2] [--batch 16] [--depth 8] [--repeats 3]
+        [--parent smollm2-135m] [--json results/pretrained_swap_s5/step_cost.json]
+
+Variants (each adds to the one before):
+- `today`: long wording ("Swap the contents of Box 1 and Box 3."), every weight trained (the embeddings and the tied
+  LM head too), eager core;
+- `frozen_embeddings`: the input embeddings (and with them the tied LM head) not trained
+  (`model.freeze_embeddings()`, `--freeze_embeddings true`): most of the parameters and of AdamW's state;
+- `short_prompts`: the short wording ("swap 1 3.", `examples/tasks/swap_s5_short.json`);
+- `compiled`: the core compiled (`--compile_core true`).
+
+One optimizer step is what `ParTrainer` runs at forced depth: the forward over R = d iterations, the PAR loss over
+the gradient window, backward, AdamW (fused, the Trainer's default). Each (view, variant) runs in a fresh process with
+one torch thread; its peak RSS is that process's. Random ids are not used: the batch is real swap-S5 text at depth d.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+VARIANTS = ["today", "frozen_embeddings", "short_prompts", "compiled"]
+VIEWS = {"full": dict(loop_view="full", progress_positions=False, bidirectional_queries=False),
+         "local": dict(loop_view="local", progress_positions=True, bidirectional_queries=True)}
+TASKS = {"long": {"group": "swap_s5"}, "short": {"group": "swap_s5", "text": "short"}}
+
+
+def one(view: str, variant: str, split: list[int], batch: int, depth: int, repeats: int, parent: str) -> dict:
+    """One (view, variant) in this process: seconds per step (median of `repeats` after one warm-up) and tokens."""
+    import torch
+
+    from modeling_par import ParLoopedQwenForStateTracking
+    from par_studies.parents import get_parent
+    from state_tracking import StateTrackingCollator, build_dataset, load_task, model_token_ids
+    from trainers import answer_loss, progress_targets
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    level = VARIANTS.index(variant)
+    spec = get_parent(parent)
+    folder = spec.ensure(quiet=True)
+    task = load_task(TASKS["short" if level >= 2 else "long"])
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=spec.gguf_file)
+    if tokenizer.pad_token_id is None:  # as train_par.py does for a pretrained tokenizer
+        tokenizer.pad_token = tokenizer.eos_token
+    ids = model_token_ids(tokenizer, task)
+    model = ParLoopedQwenForStateTracking.from_qwen2(
+        str(folder), *split, answer_token_ids=ids["answer_token_ids"], dtype=torch.float32, gguf_file=spec.gguf_file,
+        truncate=True, **VIEWS[view]).train()
+    if level >= 1:
+        model.freeze_embeddings()
+    if level >= 3:
+        model.compile_core()
+    data = build_dataset(task, tokenizer, n=batch, depths=depth, seed=0, rendering="text")
+    batch_ = StateTrackingCollator(ids["pad_token_id"])([data[i] for i in range(batch)])
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-4, fused=True)
+    window = list(range(max(1, depth - model.config.grad_window + 1), depth + 1))
+    ends = batch_["operation_ends"] if view != "full" else None
+
+    def step():
+        out = model(batch_["input_ids"], attention_mask=batch_["attention_mask"],
+                    query_positions=batch_["query_positions"], operation_ends=ends, num_iterations=depth,
+                    readout_iterations=window)
+        targets = progress_targets(batch_["step_labels"], batch_["depth"], torch.tensor(window), 1)
+        answer_loss(out.answer_logits, targets).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    started = time.perf_counter()
+    step()
+    first = time.perf_counter() - started
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - started)
+    return {"view": view, "variant": variant, "seconds_per_step": round(statistics.median(times), 3),
+            "first_step_seconds": round(first, 2), "steps_timed": repeats,
+            "tokens_per_prompt": int(batch_["attention_mask"].sum(1).float().mean()),
+            "trained_parameters": sum(p.numel() for p in params),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--split", type=int, nargs=3, default=[2, 2, 2], metavar=("P", "C", "Q"))
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--depth", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--parent", default="smollm2-135m")
+    parser.add_argument("--views", nargs="+", default=list(VIEWS), choices=list(VIEWS))
+    parser.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
+    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--one", nargs=2, metavar=("VIEW", "VARIANT"), help=argparse.SUPPRESS)  # the child process
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(*args.one, args.split, args.batch, args.depth, args.repeats, args.parent)))
+        return
+    rows = []
+    for view in args.views:
+        for variant in args.variants:
+            command = [sys.executable, __file__, "--one", view, variant, "--split", *map(str, args.split), "--batch",
+                       str(args.batch), "--depth", str(args.depth), "--repeats", str(args.repeats), "--parent",
+                       args.parent]
+            result = subprocess.run(command, capture_output=True, text=True, env={"OMP_NUM_THREADS": "1",
+                                                                                    **__import__("os").environ})
+            if result.returncode:
+                raise SystemExit(f"{view}/{variant} failed:\n{result.stderr[-3000:]}")
+            row = json.loads(result.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(f"{view:5s} {variant:17s} {row['seconds_per_step']:7.3f} s/step  peak {row['peak_rss_gb']:5.2f} GB  "
+                  f"{row['tokens_per_prompt']} tokens  trained {row['trained_parameters'] / 1e6:.1f} M", flush=True)
+    for view in args.views:
+        base = next(r for r in rows if r["view"] == view and r["variant"] == args.variants[0])
+        best = min((r for r in rows if r["view"] == view), key=lambda r: r["seconds_per_step"])
+        print(f"{view}: {args.variants[0]} / {best['variant']} = {base['seconds_per_step'] / best['seconds_per_step']:.2f}x")
+    if args.json:
+        import torch
+
+        from state_tracking.evaluation import environment_info
+
+        record = {"command": "python benchmarks/bench_retrofit_step.py " + " ".join(
+            a for a in (argv if argv is not None else sys.argv[1:])), "parent": args.parent, "split": args.split,
+            "batch": args.batch, "depth": args.depth, "rows": rows, "date": time.strftime("%Y-%m-%d"),
+            "environment": environment_info(torch.device("cpu"))}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

