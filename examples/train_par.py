@@ -59,8 +59,7 @@ from state_tracking.evaluation import (  # noqa: E402
     environment_info,
     repo_relative,
 )
-from state_tracking.flag_modes import check_flags  # noqa: E402
-from state_tracking.flag_values import none_or  # noqa: E402
+from state_tracking.flag_modes import check_flags, given_flags  # noqa: E402
 from state_tracking.hf_parser import accept_none  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     OPERATION_TOKENS,
@@ -237,7 +236,9 @@ class DataArguments:
 
     restore_best_probe: bool = field(default=True, metadata={
         "help": "records: end training with the weights of the most accurate validation probe when the final weights "
-                "score lower (a late collapse, or a time budget ending mid-spike); false: keep the final weights"})
+                "score lower (a late collapse, or a time budget ending mid-spike): each new best probe saves its "
+                "checkpoint, which the Trainer loads back at the end (load_best_model_at_end, metric_for_best_model "
+                "probe_accuracy); false: keep the final weights"})
 
     @property
     def given(self) -> bool:
@@ -297,60 +298,54 @@ def parse_args(argv=None):
 
 
 def parse_all_args(argv=None):
+    """(ModelArguments, TaskArguments, DataArguments, training arguments, the names given) of a command line or a
+    config file (.json / .yaml): one parse with `HfArgumentParser` (as run_clm.py), then the defaults that depend on
+    what was given (`derived_defaults`), then the dataclasses, which check the result."""
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
-    values = None
+    config = None
     if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
         import yaml  # a JSON file is YAML too
 
-        values = dict(DEFAULT_TRAINING, **yaml.safe_load(Path(argv[0]).read_text()))
-    distill = bool(values.get("self_distillation")) if values is not None else _wants_self_distillation(argv)
+        config = yaml.safe_load(Path(argv[0]).read_text())
+    distill = bool(config.get("self_distillation")) if config is not None else _wants_self_distillation(argv)
     training_cls = SelfDistillationArguments if distill else ParTrainingArguments
     parser = HfArgumentParser((ModelArguments, TaskArguments, DataArguments, training_cls), allow_abbrev=False)
     accept_none(parser, (ModelArguments, TaskArguments, DataArguments, training_cls))
-    if values is not None:
-        given = set(yaml.safe_load(Path(argv[0]).read_text()))
-        if given & {"train_file", "dataset_name"}:
-            values = {**DEFAULT_TRAINING, **DATA_TRAINING, **yaml.safe_load(Path(argv[0]).read_text())}
-        values.update(_curriculum_defaults(given, values))
-        model_args, task_args, data_args, train_args = parser.parse_dict(values)
+    parser.set_defaults(**DEFAULT_TRAINING)  # what --help shows
+    if config is not None:
+        values, given = {**DEFAULT_TRAINING, **config}, set(config)
     else:
-        given = {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
-        parser.set_defaults(**{**DEFAULT_TRAINING, **(DATA_TRAINING if given & {"train_file", "dataset_name"} else {})})
-        if given & {"min_train_depth", "curriculum_start_depth"}:
-            import argparse
-
-            first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-            first.add_argument("--min_train_depth", "--min-train-depth", type=int)
-            first.add_argument("--curriculum_start_depth", "--curriculum-start-depth",
-                               type=none_or(int))
-            parser.set_defaults(**_curriculum_defaults(given, vars(first.parse_known_args(argv)[0])))
-        model_args, task_args, data_args, train_args = parser.parse_args_into_dataclasses(args=argv)
-    if model_args.init_from_qwen2:  # the paper's fine-tuning schedule unless the user set one
-        for name, value in RETROFIT_TRAINING.items():
-            if name not in given:
-                setattr(train_args, name, value)
+        namespace, unused = parser.parse_known_args(argv)
+        if unused:
+            raise ValueError(f"Some specified arguments are not used by the HfArgumentParser: {unused}")
+        values, given = vars(namespace), given_flags(argv)
+    values.update(derived_defaults(given, values))
+    model_args, task_args, data_args, train_args = parser.parse_dict(values)
     return model_args, task_args, data_args, train_args, given
 
 
-def _curriculum_defaults(given: set[str], values: dict) -> dict:
-    """The defaults of the curriculum that follow from what the command gives (`values`: the given values):
-    --min_train_depth without --curriculum_start_depth starts the default curriculum at the smallest depth trained
-    (a start below it is refused as a contradiction); --curriculum_start_depth none (no curriculum) without
-    --curriculum_advance_accuracy drops the mastery test the records default adds (it has no curriculum to advance)."""
+def derived_defaults(given: set[str], values: dict) -> dict:
+    """The defaults that follow from what the command gives (`given`: the names given; `values`: every value so far),
+    for the names not given:
+    - records (--train_file / --dataset_name): `DATA_TRAINING`, and without --save_strategy `save_total_limit` 1 (the
+      checkpoints the validation probe saves, its best and its stop, are kept to the one summary.json names);
+    - --init_from_qwen2: the paper's fine-tuning schedule (`RETROFIT_TRAINING`);
+    - --min_train_depth without --curriculum_start_depth starts the default curriculum at the smallest depth trained
+      (a start below it is refused as a contradiction);
+    - --curriculum_start_depth none (no curriculum) drops the mastery test the records default adds (it has no
+      curriculum to advance)."""
     defaults = {}
-    if "curriculum_start_depth" not in given and values.get("min_train_depth") is not None:
+    if given & {"train_file", "dataset_name"}:
+        defaults.update(DATA_TRAINING)
+        if "save_strategy" not in given:
+            defaults["save_total_limit"] = 1
+    if values.get("init_from_qwen2"):
+        defaults.update(RETROFIT_TRAINING)
+    if "min_train_depth" in given:
         defaults["curriculum_start_depth"] = max(DEFAULT_TRAINING["curriculum_start_depth"], values["min_train_depth"])
-    if ("curriculum_start_depth" in given and values.get("curriculum_start_depth") is None
-            and "curriculum_advance_accuracy" not in given):
+    if "curriculum_start_depth" in given and values.get("curriculum_start_depth") is None:
         defaults["curriculum_advance_accuracy"] = None
-    return defaults
-
-
-def curriculum_done(trainer, train_args):
-    """The records stop rule's gate: step -> whether the depth curriculum has reached the longest training length
-    (d_max(step) = max_train_depth). Validation records longer than the cap are often exact before the cap gets there,
-    and a run stopped then has never trained on its longest records (measured: results/own_data_cpu/README.md)."""
-    return lambda step: trainer.curriculum_cap(step) >= train_args.max_train_depth
+    return {name: value for name, value in defaults.items() if name not in given}
 
 
 def is_compiler_error(error: BaseException) -> bool:
@@ -609,6 +604,33 @@ def prepare_records(data_args: DataArguments, model_args: ModelArguments, task_a
     return records
 
 
+# the probe's settings: with --probe_depth they set the task probe; with records, the first three set the validation
+# probe (the other two are refused there by check_flags)
+PROBE_SETTINGS = ("probe_n", "probe_every_steps", "probe_stop_patience", "probe_seed", "probe_stop_accuracy")
+
+
+def use_validation_probe(records: RecordSplits, data_args: DataArguments, train_args, given: set) -> None:
+    """The validation probe of a records run (`RecordsProbeCallback`). Without a validation split there is none: the
+    flags that set it are refused by name (they would change nothing). With --restore_best_probe the Trainer's
+    best-model machinery follows the probe's metric (`metric_for_best_model`, `load_best_model_at_end`; see
+    `trainers.ProbeCallback`): the best probe's checkpoint is saved, and loaded back when training ends."""
+    if "validation" not in records.splits:
+        named = [f"--{name}" for name in ("stop_when_validation_exact", "restore_best_probe")
+                 if name in given and getattr(data_args, name)]
+        named += [f"--{name}" for name in PROBE_SETTINGS[:3] if name in given]
+        if named:
+            one = len(named) == 1
+            raise ValueError(
+                f"{', '.join(named)} {'sets' if one else 'set'} the validation probe, and the records have no "
+                f"validation split to probe (no --validation_file, and --validation_split_percentage "
+                f"{data_args.validation_split_percentage:g} holds none out): give a --validation_file or a "
+                f"--validation_split_percentage above 0, or leave {'it' if one else 'them'} out.")
+        return
+    if data_args.restore_best_probe:
+        train_args.metric_for_best_model, train_args.greater_is_better = RecordsProbeCallback.metric, True
+        train_args.load_best_model_at_end = True
+
+
 def evaluate_records_and_report(model, records: RecordSplits, task_args: TaskArguments, train_args,
                                 output_dir: Path) -> dict:
     """Every evaluation split: accuracy per length present (eval_<split>.json, a table, one plot), and where the
@@ -656,12 +678,7 @@ def main(argv=None):
                          "--init_from_qwen2.")
     if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it
         raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
-    probe_defaults = {f: TaskArguments.__dataclass_fields__[f].default for f in ("probe_n", "probe_every_steps",
-                                                                                   "probe_seed", "probe_stop_accuracy",
-                                                                                   "probe_stop_patience")}
-    records_probe = ("probe_n", "probe_every_steps", "probe_stop_patience")  # they set the validation probe too
-    if task_args.probe_depth is None and any(getattr(task_args, f) != v for f, v in probe_defaults.items()
-                                             if not (data_args.given and f in records_probe)):
+    if task_args.probe_depth is None and not data_args.given and given & set(PROBE_SETTINGS):
         raise ValueError("--probe_n, --probe_every_steps, --probe_seed and --probe_stop_* need --probe_depth "
                          "(without it no probe runs; with records, --probe_n, --probe_every_steps and "
                          "--probe_stop_patience set the validation probe).")
@@ -673,6 +690,7 @@ def main(argv=None):
         records = prepare_records(data_args, model_args, task_args, train_args, given)
         tokenizer, dataset, prompt_format = records.tokenizer, records.encoded, records.record_format
         token_ids = record_token_ids(tokenizer, prompt_format)
+        use_validation_probe(records, data_args, train_args, given)
     else:
         if any(getattr(data_args, f) is not None for f in ("validation_file", "test_file", "operations_column",
                                                             "state_column", "step_states_column",
@@ -700,10 +718,7 @@ def main(argv=None):
                                                 random_initial=task_args.random_initial)
     else:
         trainer = ParTrainer(**common)
-    if task_args.probe_depth is not None:
-        if records is not None:
-            raise ValueError("--probe_depth draws problems from a task generator; with --train_file there is none "
-                             "(evaluate on --validation_file / --test_file after training).")
+    if task_args.probe_depth is not None:  # generated problems only (check_flags refuses it with records)
         trainer.add_callback(StateAccuracyProbeCallback(
             tokenizer, task, task_args.probe_depth, n=task_args.probe_n, every_steps=task_args.probe_every_steps,
             seed=train_args.seed if task_args.probe_seed is None else task_args.probe_seed,
@@ -715,8 +730,7 @@ def main(argv=None):
             records.splits["validation"][1], token_ids["pad_token_id"], n=task_args.probe_n,
             every_steps=task_args.probe_every_steps, batch_size=task_args.eval_batch_size,
             stop_accuracy=1.0 if data_args.stop_when_validation_exact and not records.stop_rule_off else None,
-            stop_patience=task_args.probe_stop_patience, stop_after=curriculum_done(trainer, train_args),
-            keep_best=data_args.restore_best_probe))
+            stop_patience=task_args.probe_stop_patience, curriculum_cap=trainer.curriculum_cap))
     trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)
     train_seconds = time.time() - started
     if not trainer.is_world_process_zero():
@@ -757,6 +771,8 @@ def main(argv=None):
         "probe_stopped_at": next((row["step"] for row in trainer.state.log_history if "probe_stop" in row), None),
         "probe_restored_step": next((row["probe_restored_step"] for row in trainer.state.log_history
                                      if "probe_restored_step" in row), None),
+        # the checkpoint holding the weights the run ends with, when the validation probe keeps the best
+        "best_model_checkpoint": trainer.state.best_model_checkpoint,
         "environment": next(iter(results.values()))["environment"] if results else environment_info(model.device),
         "command": command_line(sys.argv[0] if argv is None else __file__, sys.argv[1:] if argv is None else argv),
     }

@@ -168,8 +168,37 @@ def test_rnn_stops_once_the_validation_split_is_exact(files, tmp_path):
     assert all(p["probe_n"] == 10 and p["probe_split"] == "validation" for p in probes)
     assert all(a < 1.0 or b < 1.0 for a, b in zip([p["probe_accuracy"] for p in probes[:-2]],
                                                     [p["probe_accuracy"] for p in probes[1:-1]]))
-    # not before the curriculum (start 2, +1 every 100 steps) reaches the longest training length, 6, at step 400
-    gated = rnn.main([f if f != "5" else "100" for f in flags])
-    assert 400 <= gated["steps"] < 600 and gated["steps"] % 25 == 0
     full = rnn.main(flags[:3] + ["200"] + flags[4:] + ["--stop_when_validation_exact", "false"])
     assert full["steps"] == 200 and len([row for row in full["curve"] if "probe_accuracy" in row]) == 8
+
+
+def test_rnn_stops_only_after_training_a_step_at_the_longest_length(files, monkeypatch):
+    """The real gate at a cap change (`trainers.probe_stop`, train_par.py's rule): probes every 2 steps that are
+    always exact, d_max 2 + ⌊i / 2⌋ up to 6 for batch i (0-based). After 8 steps the last batch trained (i = 7) had
+    d_max 5, so the exact probes at step 8 do not stop the run (the cap 6 of batch 8 is the next step's); step 10
+    does, after the batches 8 and 9 at d_max 6."""
+    monkeypatch.setattr(rnn, "probe_accuracy", lambda *args: 1.0)
+    stopped = rnn.main(["--hidden", "8", "--max_steps", "20", "--batch_size", "8", "--curriculum_every_steps", "2",
+                        "--logging_steps", "1", "--probe_every_steps", "2", "--labels", "step",
+                        "--train_file", str(files / "train.csv"), "--test_file", str(files / "test.csv"),
+                        "--validation_split_percentage", "20"])  # 41 records: a split large enough to stop on
+    assert stopped["steps"] == 10 and stopped["max_train_depth"] == 6
+    caps = [min(6, 2 + i // 2) for i in range(stopped["steps"])]
+    assert caps[-1] == 6 and caps[:-2] == [2, 2, 3, 3, 4, 4, 5, 5]
+    trained = [row["depth"] for row in stopped["curve"] if "loss" in row]
+    assert len(trained) == 10 and all(depth <= cap for depth, cap in zip(trained, caps))
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--stop_when_validation_exact", "true"], "--stop_when_validation_exact sets"),
+    (["--probe_n", "8", "--probe_every_steps", "5"], "--probe_n, --probe_every_steps set"),
+    (["--probe_stop_patience", "3"], "--probe_stop_patience sets"),
+])
+def test_rnn_refuses_probe_flags_without_a_validation_split(files, flags, named):
+    with pytest.raises(ValueError, match=f"{named} the validation probe, and these records have no validation split"):
+        rnn.main(["--hidden", "8", "--max_steps", "2", "--batch_size", "8", "--train_file", str(files / "train.csv"),
+                  "--validation_split_percentage", "0", *flags])
+    saved = rnn.main(["--hidden", "8", "--max_steps", "2", "--batch_size", "8", "--train_file",
+                      str(files / "train.csv"), "--validation_split_percentage", "0", "--stop_when_validation_exact",
+                      "false"])
+    assert saved["steps"] == 2 and saved["splits"] == {}

@@ -239,3 +239,14 @@ def test_bad_spec_files(tmp_path):
         load_task(listed)
     with pytest.raises(ValueError, match="path to a JSON file or a dict"):
         load_task(42)
+
+
+def test_the_short_wording_of_a_group_task_round_trips_and_a_bad_one_is_named():
+    short = load_task({"group": "swap_s5", "text": "short"})
+    assert short.op_texts[:3] == ["skip.", "swap 1 2.", "swap 1 3."]
+    assert short.query_texts == get_task("swap_s5").query_texts  # the questions do not change
+    assert load_task(short.to_dict()) == short and short.to_dict()["text"] == "short"
+    assert "text" not in get_task("swap_s5").to_dict()  # the default is not written: older specs are unchanged
+    assert load_task({"group": "s5", "text": "short"}).op_texts[3] == "move 1 2 4 5 3."  # box 3 gets box 4's item, …
+    with pytest.raises(ValueError, match=r"group task 'text' must be one of \['long', 'short'\]; got 'tiny'"):
+        load_task({"group": "swap_s5", "text": "tiny"})

@@ -606,9 +606,13 @@ def test_state_accuracy_probe_logs_every_n_steps_on_fixed_problems_and_survives_
 
 
 def test_records_probe_restores_the_weights_of_its_best_probe_when_the_final_ones_score_lower(tmp_path):
-    """keep_best: probes every 2 steps score 0.2, 0.9, 0.4 (steps 2, 4, 6) and the final weights (step 7, probed at the
-    end) 0.3: the run ends with exactly the weights it had at step 4, and says so in the log. Without keep_best, or when
-    the final probe is the best, the final weights stay."""
+    """The Trainer's best-model machinery following the probe (metric_for_best_model="probe_accuracy",
+    load_best_model_at_end): probes every 2 steps score 0.2, 0.9, 0.4 (steps 2, 4, 6) and the final weights (step 7,
+    probed as the last step) 0.3: the run ends with exactly the weights it had at step 4, which its checkpoint-4 on
+    disk holds, and says so in the log. Without the best-model arguments, or when the final probe is the best, the
+    final weights stay."""
+    from safetensors.torch import load_file
+
     from trainers import RecordsProbeCallback
 
     class Scripted(RecordsProbeCallback):
@@ -619,7 +623,7 @@ def test_records_probe_restores_the_weights_of_its_best_probe_when_the_final_one
 
         def _probe(self, state, model):
             self.step = state.global_step
-            super()._probe(state, model)
+            return super()._probe(state, model)
 
     class Snapshots(transformers.TrainerCallback):  # the weights after every step
         def __init__(self):
@@ -628,10 +632,11 @@ def test_records_probe_restores_the_weights_of_its_best_probe_when_the_final_one
         def on_step_end(self, args, state, control, model=None, **kwargs):
             self.at[state.global_step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
 
-    def train(folder, keep_best, script=None):
-        trainer = ParTrainer(model=tiny_model(), args=tiny_args(folder, max_steps=7), train_dataset=DATASET,
-                             data_collator=COLLATOR)
-        probe = Scripted(DATASET.select(range(8)), IDS["pad_token_id"], every_steps=2, keep_best=keep_best)
+    def train(folder, best=True, script=None):
+        best_model = dict(metric_for_best_model="probe_accuracy", load_best_model_at_end=True) if best else {}
+        trainer = ParTrainer(model=tiny_model(), args=tiny_args(folder, max_steps=7, **best_model),
+                             train_dataset=DATASET, data_collator=COLLATOR)
+        probe = Scripted(DATASET.select(range(8)), IDS["pad_token_id"], every_steps=2)
         if script:
             probe.script = script
         snapshots = Snapshots()
@@ -643,16 +648,19 @@ def test_records_probe_restores_the_weights_of_its_best_probe_when_the_final_one
     def same(a, b):
         return all(torch.equal(a[k], b[k]) for k in a)
 
-    trainer, at = train(tmp_path / "a", keep_best=True)
+    trainer, at = train(tmp_path / "a")
     final = trainer.model.state_dict()
     assert same(final, at[4]) and not same(final, at[7])
+    assert same(load_file(tmp_path / "a" / "out" / "checkpoint-4" / "model.safetensors"), at[4])
+    assert trainer.state.best_model_checkpoint == str(tmp_path / "a" / "out" / "checkpoint-4")
     assert [row for row in trainer.state.log_history if "probe_restored_step" in row] == [
         {"step": 7, "probe_restored_step": 4, "probe_restored_accuracy": 0.9}]
     assert [row["step"] for row in trainer.state.log_history if "probe_accuracy" in row] == [2, 4, 6, 7]
-    trainer, at = train(tmp_path / "b", keep_best=False)
-    assert same(trainer.model.state_dict(), at[7])
-    trainer, at = train(tmp_path / "c", keep_best=True, script={2: 0.2, 4: 0.9, 6: 0.4, 7: 0.95})
-    assert same(trainer.model.state_dict(), at[7])
+    trainer, at = train(tmp_path / "b", best=False)
+    assert same(trainer.model.state_dict(), at[7]) and not list((tmp_path / "b" / "out").glob("checkpoint-*"))
+    assert [row["step"] for row in trainer.state.log_history if "probe_accuracy" in row] == [2, 4, 6]
+    trainer, at = train(tmp_path / "c", script={2: 0.2, 4: 0.9, 6: 0.4, 7: 0.9})  # as good as the best: it stays
+    assert same(trainer.model.state_dict(), at[7]) and trainer.state.best_global_step == 7
     assert not any("probe_restored_step" in row for row in trainer.state.log_history)
 
 
@@ -672,11 +680,13 @@ def test_state_accuracy_probe_early_stop_after_patience_probes_and_across_a_resu
             self.step = state.global_step
             super()._probe(state, model)
 
-    def train(folder, resume=None, stop_after=None):
-        args = tiny_args(folder, max_steps=14, save_strategy="steps", save_steps=2)
+    def train(folder, resume=None, gated=False):
+        # gated: d_max 2, 4, 6 from steps 0, 5, 10 (0-based), the probe's stop waiting for the curriculum
+        pace = dict(curriculum_start_depth=2, curriculum_every_steps=5, curriculum_increment=2) if gated else {}
+        args = tiny_args(folder, max_steps=14, save_strategy="steps", save_steps=2, **pace)
         trainer = ParTrainer(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
         trainer.add_callback(Scripted(TOKENIZER, TASK, 2, n=4, every_steps=2, seed=0, stop_accuracy=0.99,
-                                      stop_patience=2, stop_after=stop_after))
+                                      stop_patience=2, curriculum_cap=trainer.curriculum_cap if gated else None))
         trainer.train(resume_from_checkpoint=resume)
         return trainer
 
@@ -686,8 +696,9 @@ def test_state_accuracy_probe_early_stop_after_patience_probes_and_across_a_resu
     assert (tmp_path / "a" / "out" / "checkpoint-10").is_dir()
     resumed = train(tmp_path / "b", resume=str(tmp_path / "a" / "out" / "checkpoint-8"))  # holds 0.999 at step 8
     assert resumed.state.global_step == 10
-    # stop_after (the records rule: the curriculum has reached the longest length) holds the stop back to step 12
-    gated = train(tmp_path / "c", stop_after=lambda step: step >= 11)
+    # the records rule, through ParTrainer.curriculum_cap: the exact probes at 8 and 10 wait, since the last of the
+    # 10 steps trained (0-based 9) had d_max 4 (6 is the cap of the step after it); the probe at 12 stops the run
+    gated = train(tmp_path / "c", gated=True)
     assert gated.state.global_step == 12
     assert [e["step"] for e in gated.state.log_history if "probe_stop" in e] == [12]
     for bad, field in ((dict(stop_accuracy=0.0), "stop_accuracy"), (dict(stop_accuracy=1.5), "stop_accuracy"),

@@ -1,6 +1,13 @@
 """Trainer subclasses for PAR: the progress-aligned loss, halting, depth schedules, prefix self-distillation."""
 
-from .callbacks import RecordsProbeCallback, StateAccuracyProbeCallback, TimeBudgetCallback, trained_seconds
+from .callbacks import (
+    ProbeCallback,
+    RecordsProbeCallback,
+    StateAccuracyProbeCallback,
+    TimeBudgetCallback,
+    probe_stop,
+    trained_seconds,
+)
 from .distributed import teardown_distributed, teardown_distributed_at_exit
 from .objectives import (
     OBJECTIVES,
@@ -19,6 +26,7 @@ from .peft_utils import apply_core_lora, core_lora_config
 from .schedules import (
     DepthBatchSampler,
     MasteryCurriculum,
+    curriculum_done,
     curriculum_max_depth,
     mastery_levels,
     mastery_max_depth,
@@ -34,10 +42,11 @@ from .self_distillation import (
 
 __all__ = [
     "OBJECTIVES", "additive_hold_iterations", "answer_loss", "apply_core_lora", "balanced_halt_loss",
-    "core_lora_config", "curriculum_max_depth", "DepthBatchSampler", "distillation_kl", "ema_update", "final_targets",
-    "halt_labels", "hold_iterations", "is_adapter_parameter", "iterations_for_depth", "mastery_levels", "mastery_max_depth",
-    "MasteryCurriculum", "ParTrainer", "ParTrainingArguments", "prefix_position_ids", "PrefixSelfDistillationTrainer",
-    "progress_targets", "readout_accuracy", "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",
+    "core_lora_config", "curriculum_done", "curriculum_max_depth", "DepthBatchSampler", "distillation_kl",
+    "ema_update", "final_targets", "halt_labels", "hold_iterations", "is_adapter_parameter", "iterations_for_depth",
+    "mastery_levels", "mastery_max_depth", "MasteryCurriculum", "ParTrainer", "ParTrainingArguments",
+    "prefix_position_ids", "PrefixSelfDistillationTrainer", "ProbeCallback", "probe_stop", "progress_targets",
+    "readout_accuracy", "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",
     "stretch_max_scale", "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback",
     "trained_seconds",
 ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +15,14 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from state_tracking import StateTrackingCollator, encode_batch, model_token_ids, overall_state_accuracy
 from state_tracking.evaluation import draw_test_problems
 from state_tracking.records import longest_records
 
 from .distributed import distributed_running
+from .schedules import curriculum_done
 
 
 def any_rank(flag: bool, device) -> bool:
@@ -74,54 +77,172 @@ def trained_seconds(checkpoint: str | Path) -> float:
     return float(saved.get("args", {}).get("elapsed_before", 0.0))
 
 
-class StateAccuracyProbeCallback(TrainerCallback):
+def probe_stop(accuracies: Sequence[float], stop_accuracy: float | None, patience: int, steps_done: int,
+               curriculum_cap: Callable[[int], int] | None = None, max_depth: int | None = None) -> bool:
+    """The early-stop rule of every probe (`ProbeCallback`: train_par.py's task and records probes; the RNN
+    baseline's validation probe): stop once the last `patience` probe accuracies all reached `stop_accuracy` (never
+    without one; a step-0 probe counts like any other) and, given the curriculum (`curriculum_cap`: d_max at a 0-based
+    optimizer step), it has reached the longest training length `max_depth` within the `steps_done` steps trained
+    (`curriculum_done`). Held-out records longer than the cap are often exact before the cap gets there, and a run
+    stopped then has never trained on its longest records (measured: results/own_data_cpu/README.md)."""
+    if stop_accuracy is None or len(accuracies) < patience or min(accuracies[-patience:]) < stop_accuracy:
+        return False
+    return curriculum_cap is None or curriculum_done(curriculum_cap, steps_done, max_depth)
+
+
+class ProbeCallback(TrainerCallback):
+    """An accuracy probe every `every_steps` optimizer steps (and at step 0 of a fresh run with `at_start`) that
+    reports one metric, `probe_accuracy`: each probe appends {"step", "probe_accuracy", "probe_n", ...} to
+    `state.log_history` before that step's checkpoint is saved, so every checkpoint's `trainer_state.json` holds the
+    curve so far. Subclasses say what is probed (`evaluate`, `describe`). Only the main process probes; its time
+    counts as training time (`TimeBudgetCallback`).
+
+    Early stop (`stop_accuracy`, off by default): `probe_stop` over the probes of the log history (so the count
+    survives a resume), gated with `curriculum_cap` (`ParTrainer.curriculum_cap`) on the curriculum reaching
+    `args.max_train_depth`; the step it stopped at is logged as {"step", "probe_stop": stop_accuracy} and its
+    checkpoint saved.
+
+    The best model, with the Trainer's own machinery: with `args.metric_for_best_model = "probe_accuracy"` a probe
+    more accurate than every earlier one (after step 0) is the Trainer's best (`state.best_metric`,
+    `best_global_step`, `best_model_checkpoint`) and its step's checkpoint is saved (`checkpoint-<step>`, kept by
+    `save_total_limit`'s rotation); the last step of training is probed too, and its weights are the best when they
+    score at least as well (final weights as good as the best stay). With `args.load_best_model_at_end` the Trainer
+    loads the best checkpoint when training ends, logged as {"step", "probe_restored_step",
+    "probe_restored_accuracy"} when it is not the last step's. The best lives in `trainer_state.json`, so a resumed run
+    compares with the probes before the resume."""
+
+    metric = "probe_accuracy"
+
+    def __init__(self, n: int, every_steps: int, batch_size: int, at_start: bool, stop_accuracy: float | None,
+                 stop_patience: int, curriculum_cap: Callable[[int], int] | None = None):
+        name = type(self).__name__
+        for field, value in (("n", n), ("every_steps", every_steps), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}.{field} must be an integer >= 1; got {value!r}.")
+        if stop_accuracy is not None and (isinstance(stop_accuracy, bool) or not 0 < stop_accuracy <= 1):
+            raise ValueError(f"{name}.stop_accuracy must be None or in (0, 1]; got {stop_accuracy!r}.")
+        if isinstance(stop_patience, bool) or not isinstance(stop_patience, int) or stop_patience < 1:
+            raise ValueError(f"{name}.stop_patience must be an integer >= 1; got {stop_patience!r}.")
+        self.n, self.every_steps, self.batch_size, self.at_start = n, every_steps, batch_size, at_start
+        self.stop_accuracy, self.stop_patience, self.curriculum_cap = stop_accuracy, stop_patience, curriculum_cap
+
+    def evaluate(self, model) -> float:
+        """The probe's accuracy under `model` (left in the train/eval mode it came in)."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """What each log entry says about the probe besides its accuracy."""
+        return {"probe_n": self.n}
+
+    def tracks_best(self, args) -> bool:
+        """Whether the Trainer's best model follows this probe (`metric_for_best_model` names its metric)."""
+        return getattr(args, "metric_for_best_model", None) == self.metric
+
+    def _probe(self, state, model) -> float | None:
+        """Probe and log (the main process); None on the other ranks."""
+        if not state.is_world_process_zero:
+            return None
+        entry = {"step": state.global_step, self.metric: self.evaluate(model), **self.describe()}
+        state.log_history.append(entry)
+        print(entry, flush=True)
+        return entry[self.metric]
+
+    def should_stop(self, log_history: list[dict], steps_done: int, max_depth: int | None = None) -> bool:
+        """`probe_stop` over the probes logged in `log_history`, `steps_done` optimizer steps into training."""
+        probes = [row[self.metric] for row in log_history if self.metric in row]
+        return probe_stop(probes, self.stop_accuracy, self.stop_patience, steps_done, self.curriculum_cap, max_depth)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.at_start and state.global_step == 0:
+            self._probe(state, model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        # the last step (a step cap, a time budget or a callback before this one ends training here)
+        last = control.should_training_stop or state.global_step >= state.max_steps
+        tracks, scheduled = self.tracks_best(args), state.global_step % self.every_steps == 0
+        if not scheduled and not (last and tracks):
+            return control
+        accuracy = self._probe(state, model)
+        # only rank 0 probes, so only it can say stop (or best); every rank takes its word at the same step
+        if scheduled and self.stop_accuracy is not None and any_rank(
+                state.is_world_process_zero and self.should_stop(
+                    state.log_history, state.global_step,
+                    None if self.curriculum_cap is None else args.max_train_depth), args.device):
+            if state.is_world_process_zero:
+                state.log_history.append({"step": state.global_step, "probe_stop": self.stop_accuracy})
+                print(f"probe: the last {self.stop_patience} probes reached {self.stop_accuracy}: stopping at step "
+                      f"{state.global_step}", flush=True)
+            control.should_training_stop = control.should_save = last = True
+        if tracks:
+            self._track_best(args, state, control, accuracy, last)
+        return control
+
+    def _track_best(self, args, state, control, accuracy: float | None, last: bool) -> None:
+        """This step is the Trainer's best when its probe beats every earlier one (at the last step: equals it); its
+        checkpoint is then saved, where `best_model_checkpoint` names it."""
+        best = state.best_metric
+        better = accuracy is not None and (best is None or accuracy > best or (last and accuracy >= best))
+        if not any_rank(better, args.device):
+            return
+        if accuracy is not None:
+            state.best_metric = accuracy
+        state.best_global_step = state.global_step
+        state.best_model_checkpoint = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        control.should_save = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """Say so when the Trainer has loaded an earlier probe's weights (`load_best_model_at_end`)."""
+        step, folder = state.best_global_step, state.best_model_checkpoint
+        if (not self.tracks_best(args) or not args.load_best_model_at_end or not state.is_world_process_zero
+                or step is None or step == state.global_step or folder is None or not os.path.isdir(folder)):
+            return control
+        state.log_history.append({"step": state.global_step, "probe_restored_step": step,
+                                  "probe_restored_accuracy": state.best_metric})
+        last = next((row for row in reversed(state.log_history) if self.metric in row), None)
+        final = (f"the final weights scored {last[self.metric]:.4f}, below the best probe" if last is not None
+                 and last["step"] == state.global_step else "the final weights were not probed; the best probe")
+        print(f"probe: {final}, at step {step} ({state.best_metric:.4f}): its weights are restored ({folder})",
+              flush=True)
+        return control
+
+
+class StateAccuracyProbeCallback(ProbeCallback):
     """Overall state accuracy (every query right) at forced depth R = ⌈depth / c⌉ on a fixed probe set, every
     `every_steps` optimizer steps and at step 0 of a fresh run: `n` sequences of `depth` operations drawn once by
     `state_tracking.evaluation.draw_test_problems(task, depth, n, seed)` — the problems `evaluate_length_generalization`
     scores at that depth with the same n and seed, and scored as it does (encode_batch, right padding, forced R,
-    `overall_state_accuracy`; the same numbers, tested).
+    `overall_state_accuracy`; the same numbers, tested). Logged as {"step", "probe_accuracy", "probe_depth",
+    "probe_n"}; early stop and best model as `ProbeCallback`'s.
 
-    Each probe appends {"step", "probe_accuracy", "probe_depth", "probe_n"} to `state.log_history` before that
-    step's checkpoint is saved, so every checkpoint's `trainer_state.json` holds the curve so far. Nothing needs
-    restoring on resume: the probe set is drawn again from its seed (the same problems) and the curve comes back with
-    the checkpoint's log history. The probe touches no random state of training (its problems have their own
-    generator; the model runs in eval mode and is put back in train mode).
+    Nothing needs restoring on resume: the probe set is drawn again from its seed (the same problems) and the curve
+    comes back with the checkpoint's log history. The probe touches no random state of training (its problems have
+    their own generator; the model runs in eval mode and is put back in train mode).
 
     It predicts under `torch.no_grad`, not the evaluator's `inference_mode`: a tensor the model caches on its first
     call (the LM-head rows of the candidates) would otherwise be an inference tensor that the next training step
     cannot save for backward, and under `compile_core` inference-mode inputs compile graphs of their own (the
     no-grad ones are those training already uses for iterations outside the gradient window and the EMA teacher),
-    which brings the recompile limit, past which a part runs eager, closer. Only the main process probes; its time
-    counts as training time (`TimeBudgetCallback`).
-
-    Early stop (`stop_accuracy`, off by default): training stops once the last `stop_patience` probes all reached
-    `stop_accuracy` (the count is read from the log history, so it survives a resume); the step it stopped at is
-    logged as {"step", "probe_stop": stop_accuracy}. A run that has learned its probe set stops spending steps on it;
-    the checkpoint of that step is saved as usual (probes fall on save steps when every_steps = save_steps)."""
+    which brings the recompile limit, past which a part runs eager, closer."""
 
     def __init__(self, tokenizer, task, depth: int, n: int = 256, every_steps: int = 250, seed: int = 0,
                  rendering: str = "symbolic", random_initial: bool = False, batch_size: int = 256,
                  fixed_iterations: int | None = None, at_start: bool = True, stop_accuracy: float | None = None,
-                 stop_patience: int = 2, stop_after: Callable[[int], bool] | None = None):
-        for name, value in (("depth", depth), ("n", n), ("every_steps", every_steps), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"StateAccuracyProbeCallback.{name} must be an integer >= 1; got {value!r}.")
+                 stop_patience: int = 2, curriculum_cap: Callable[[int], int] | None = None):
+        super().__init__(n, every_steps, batch_size, at_start, stop_accuracy, stop_patience, curriculum_cap)
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"StateAccuracyProbeCallback.depth must be an integer >= 1; got {depth!r}.")
         if fixed_iterations is not None and (isinstance(fixed_iterations, bool) or fixed_iterations < 1):
             raise ValueError(f"StateAccuracyProbeCallback.fixed_iterations must be None or >= 1; got "
                              f"{fixed_iterations!r}.")
-        if stop_accuracy is not None and (isinstance(stop_accuracy, bool) or not 0 < stop_accuracy <= 1):
-            raise ValueError(f"StateAccuracyProbeCallback.stop_accuracy must be None or in (0, 1]; got "
-                             f"{stop_accuracy!r}.")
-        if isinstance(stop_patience, bool) or not isinstance(stop_patience, int) or stop_patience < 1:
-            raise ValueError(f"StateAccuracyProbeCallback.stop_patience must be an integer >= 1; got {stop_patience!r}.")
-        self.stop_accuracy, self.stop_patience, self.stop_after = stop_accuracy, stop_patience, stop_after
-        self.depth, self.n, self.every_steps, self.seed = depth, n, every_steps, seed
-        self.batch_size, self.fixed_iterations, self.at_start = batch_size, fixed_iterations, at_start
+        self.depth, self.seed, self.fixed_iterations = depth, seed, fixed_iterations
         ops, initial = draw_test_problems(task, depth, n, seed, random_initial)  # (n, d), (n, Q) or None
         self.ops = ops
         self.targets = task.final_states(ops, initial)  # (n, Q)
         self.encoded = encode_batch(task, tokenizer, rendering, ops, initial)
         self.collate = StateTrackingCollator(model_token_ids(tokenizer, task)["pad_token_id"], padding_side="right")
+
+    def describe(self) -> dict:
+        return {"probe_depth": self.depth, "probe_n": self.n}
 
     def evaluate(self, model) -> float:
         """The probe set's overall state accuracy under `model` (left in the train/eval mode it came in)."""
@@ -145,71 +266,23 @@ class StateAccuracyProbeCallback(TrainerCallback):
             model.train(was_training)
         return overall_state_accuracy(np.concatenate(answers), self.targets)
 
-    def _probe(self, state, model) -> None:
-        if not state.is_world_process_zero:
-            return
-        entry = {"step": state.global_step, "probe_accuracy": self.evaluate(model), "probe_depth": self.depth,
-                 "probe_n": self.n}
-        state.log_history.append(entry)
-        print(entry, flush=True)
 
-    def should_stop(self, log_history: list[dict], step: int | None = None) -> bool:
-        """True when the last `stop_patience` probes in `log_history` all reached `stop_accuracy` (never without it;
-        the step-0 probe counts like any other) and, with `stop_after`, `stop_after(step)` holds (the curriculum has
-        reached the longest training length: a probe exact on lengths not yet trained does not end training)."""
-        if self.stop_accuracy is None or (self.stop_after is not None and step is not None
-                                          and not self.stop_after(step)):
-            return False
-        probes = [row["probe_accuracy"] for row in log_history if "probe_accuracy" in row]
-        return len(probes) >= self.stop_patience and min(probes[-self.stop_patience:]) >= self.stop_accuracy
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if self.at_start and state.global_step == 0:
-            self._probe(state, model)
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step % self.every_steps != 0:
-            return control
-        self._probe(state, model)
-        if self.stop_accuracy is None:
-            return control
-        # only rank 0 probes, so only it can say stop
-        if any_rank(state.is_world_process_zero and self.should_stop(state.log_history, state.global_step),
-                   args.device):
-            if state.is_world_process_zero:
-                state.log_history.append({"step": state.global_step, "probe_stop": self.stop_accuracy})
-                print(f"probe: the last {self.stop_patience} probes reached {self.stop_accuracy}: stopping at step "
-                      f"{state.global_step}", flush=True)
-            control.should_training_stop = True
-            control.should_save = True
-        return control
-
-
-class RecordsProbeCallback(StateAccuracyProbeCallback):
+class RecordsProbeCallback(ProbeCallback):
     """The probe on recorded data: overall state accuracy of the final answer (forced R = ⌈d / c⌉ per record) on the
-    `n` longest records of an encoded split (`longest_records`) (`state_tracking.records.encode_records` output, the validation split),
-    every `every_steps` optimizer steps; logged as {"step", "probe_accuracy", "probe_split", "probe_n"}. Early stop
-    as the task probe's: training stops once the last `stop_patience` probes reached `stop_accuracy` (a run whose
-    held-out validation records are exact stops instead of running to its step cap). `keep_best`: the run ends with
-    the weights of its best probe (`on_train_end`)."""
+    `n` longest records of an encoded split (`longest_records`; `state_tracking.records.encode_records` output, the
+    validation split), every `every_steps` optimizer steps; logged as {"step", "probe_accuracy", "probe_split",
+    "probe_n"}. Early stop and best model as `ProbeCallback`'s: train_par.py stops a run whose held-out validation
+    records are exact (once the curriculum has reached the longest training length) instead of running to its step
+    cap, and with --restore_best_probe ends it with the weights of its best probe."""
 
     def __init__(self, encoded, pad_token_id: int, split: str = "validation", n: int = 256, every_steps: int = 250,
                  batch_size: int = 256, at_start: bool = False, stop_accuracy: float | None = None,
-                 stop_patience: int = 2, stop_after: Callable[[int], bool] | None = None, keep_best: bool = False):
-        self.keep_best, self.best = keep_best, None  # best: (accuracy, step, the weights then), in memory
-        for name, value in (("n", n), ("every_steps", every_steps), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RecordsProbeCallback.{name} must be an integer >= 1; got {value!r}.")
-        if stop_accuracy is not None and (isinstance(stop_accuracy, bool) or not 0 < stop_accuracy <= 1):
-            raise ValueError(f"RecordsProbeCallback.stop_accuracy must be None or in (0, 1]; got {stop_accuracy!r}.")
-        if isinstance(stop_patience, bool) or not isinstance(stop_patience, int) or stop_patience < 1:
-            raise ValueError(f"RecordsProbeCallback.stop_patience must be an integer >= 1; got {stop_patience!r}.")
+                 stop_patience: int = 2, curriculum_cap: Callable[[int], int] | None = None):
+        super().__init__(n, every_steps, batch_size, at_start, stop_accuracy, stop_patience, curriculum_cap)
         if len(encoded) == 0:
             raise ValueError("RecordsProbeCallback: the split to probe holds no record.")
         part = longest_records(encoded, n)
-        self.split, self.n, self.every_steps, self.batch_size, self.at_start = split, len(part), every_steps, \
-            batch_size, at_start
-        self.stop_accuracy, self.stop_patience, self.stop_after = stop_accuracy, stop_patience, stop_after
+        self.split, self.n = split, len(part)
         depth = np.asarray(part["depth"], dtype=np.int64)
         labels = part["step_labels"]
         columns = {k: part[k] for k in ("input_ids", "query_positions", "operation_ends")}
@@ -218,6 +291,9 @@ class RecordsProbeCallback(StateAccuracyProbeCallback):
                         np.array([labels[i][d] for i in np.flatnonzero(depth == d)], dtype=np.int64))
                        for d in np.unique(depth)]
         self.collate = StateTrackingCollator(pad_token_id, padding_side="right")
+
+    def describe(self) -> dict:
+        return {"probe_split": self.split, "probe_n": self.n}
 
     def evaluate(self, model) -> float:
         """The probed records' overall state accuracy under `model` (left in the mode it came in)."""
@@ -240,35 +316,3 @@ class RecordsProbeCallback(StateAccuracyProbeCallback):
         finally:
             model.train(was_training)
         return right / self.n
-
-    def _probe(self, state, model) -> None:
-        if not state.is_world_process_zero:
-            return
-        entry = {"step": state.global_step, "probe_accuracy": self.evaluate(model), "probe_split": self.split,
-                 "probe_n": self.n}
-        state.log_history.append(entry)
-        print(entry, flush=True)
-        if self.keep_best and (self.best is None or entry["probe_accuracy"] > self.best[0]):
-            self.best = (entry["probe_accuracy"], entry["step"],
-                         {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
-
-    def on_train_end(self, args, state, control, model=None, **kwargs):
-        """With `keep_best`: probe the final weights (unless the last probe was at this step) and, if an earlier probe
-        was more accurate, load the weights of the best probe (the first of equals) — a run that collapses late, or
-        whose time budget ends mid-spike, keeps the model its validation split liked best. Logged as {"step",
-        "probe_restored_step", "probe_restored_accuracy"}. Only the main process probes and restores (the saved model
-        and the evaluation are its); the best weights live in memory, so a resumed run compares its own probes only."""
-        if not self.keep_best or not state.is_world_process_zero or model is None:
-            return control
-        last = next((row for row in reversed(state.log_history) if "probe_accuracy" in row), None)
-        if last is None or last["step"] != state.global_step:
-            self._probe(state, model)
-            last = state.log_history[-1]
-        if self.best is not None and self.best[0] > last["probe_accuracy"]:
-            accuracy, step, weights = self.best
-            model.load_state_dict(weights)
-            state.log_history.append({"step": state.global_step, "probe_restored_step": step,
-                                      "probe_restored_accuracy": accuracy})
-            print(f"probe: the final weights scored {last['probe_accuracy']:.4f} on the {self.split} split, below the "
-                  f"probe at step {step} ({accuracy:.4f}): its weights are restored", flush=True)
-        return control

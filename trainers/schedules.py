@@ -6,6 +6,8 @@ Trainer replays the sampler to skip the batches already seen).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from torch.utils.data import Sampler
 
@@ -48,6 +50,14 @@ def curriculum_cap(step: int, max_depth: int, start_depth: int | None, every_ste
     if mastery is not None:
         return mastery.max_depth_at(step)
     return curriculum_max_depth(step, start_depth, every_steps, increment, max_depth)
+
+
+def curriculum_done(cap_at: Callable[[int], int], steps_done: int, max_depth: int) -> bool:
+    """Whether the depth curriculum has reached the longest training length within the first `steps_done` optimizer
+    steps: the cap of the last step trained, `cap_at(steps_done − 1)` (steps are 0-based), is `max_depth`.
+    `cap_at(steps_done)` would be the cap of the step not yet trained (the Trainer's `state.global_step` at a step's end
+    counts the steps done). `cap_at`: `ParTrainer.curriculum_cap`, `DepthBatchSampler.cap_at`."""
+    return steps_done >= 1 and cap_at(steps_done - 1) >= max_depth
 
 
 def _cap_at(levels: list[int], advances: list[int], step: int) -> int:

@@ -66,7 +66,7 @@ from state_tracking.records import (  # noqa: E402
     read_record_splits,
     record_token_ids,
 )
-from trainers import DepthBatchSampler  # noqa: E402
+from trainers import DepthBatchSampler, probe_stop  # noqa: E402
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 LABELS = ("step", "final")
@@ -184,6 +184,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         if record_flags:
             parser.error(f"{', '.join(record_flags)} {'needs' if len(record_flags) == 1 else 'need'} --train_file or "
                          "--dataset_name (recorded data); without them the data is generated from --task")
+    # the validation probe's flags the command gave (stop_when_validation_exact: given true), refused in main when
+    # the records have no validation split to probe
+    args.probe_given = [name for name in PROBE_DEFAULTS if getattr(args, name) not in (None, False)]
     if args.records:
         for name, value in PROBE_DEFAULTS.items():
             if getattr(args, name) is None:
@@ -311,6 +314,14 @@ def prepare_records(args: argparse.Namespace) -> dict:
             "splits": splits, "skipped": records.skipped, "mode": mode}
 
 
+def no_validation_probe(flags: list[str]) -> str:
+    """The error for validation-probe flags given to a run whose records have no validation split."""
+    named = ", ".join(f"--{name}" for name in flags)
+    return (f"{named} {'sets' if len(flags) == 1 else 'set'} the validation probe, and these records have no "
+            "validation split (--validation_split_percentage 0 and no --validation_file): give a --validation_file "
+            f"or a --validation_split_percentage above 0, or leave {'it' if len(flags) == 1 else 'them'} out.")
+
+
 def probe_accuracy(model, encoded, pad_token_id: int, batch_size: int) -> float:
     """Overall state accuracy of the final readout over every record of `encoded` (all lengths together)."""
     rows = evaluate_encoded(model, encoded, pad_token_id, batch_size, quiet=True)
@@ -322,7 +333,7 @@ def train_model(args, model, data, sampler, collate, probe=None) -> tuple[list[d
     the loss and the mean) -> the loss curve and the seconds it took. `probe` (records with a validation split): the
     encoded validation records probed every --probe_every_steps steps, logged as {"step", "probe_accuracy",
     "seconds"}; with --stop_when_validation_exact training stops once the last --probe_stop_patience probes were all
-    1.0 and the curriculum has reached the longest training length (train_par.py's `RecordsProbeCallback` rule)."""
+    1.0 and the curriculum has reached the longest training length (`trainers.probe_stop`, train_par.py's rule)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 100))  # 100-step warm-up
     curve, losses, probes = [], [], []
@@ -353,9 +364,8 @@ def train_model(args, model, data, sampler, collate, probe=None) -> tuple[list[d
             curve.append({"step": step, "probe_accuracy": accuracy, "probe_split": "validation",
                           "probe_n": len(probe), "seconds": round(time.time() - started, 1)})
             print(curve[-1], flush=True)
-            if (args.stop_when_validation_exact and len(probes) >= args.probe_stop_patience
-                    and all(a == 1.0 for a in probes[-args.probe_stop_patience:])
-                    and sampler.cap_at(step) >= sampler.max_depth):
+            if probe_stop(probes, 1.0 if args.stop_when_validation_exact else None, args.probe_stop_patience,
+                          steps_done=step, curriculum_cap=sampler.cap_at, max_depth=sampler.max_depth):
                 print(f"stopping at step {step}: the last {args.probe_stop_patience} validation probes were exact "
                       "and the curriculum has reached the longest training length (--stop_when_validation_exact)",
                       flush=True)
@@ -394,6 +404,8 @@ def main(argv=None) -> dict:
     if records is not None and "validation" in records["splits"]:
         encoded_validation = records["splits"]["validation"][1]
         probe = longest_records(encoded_validation, args.probe_n)
+    elif records is not None and args.probe_given:
+        raise ValueError(no_validation_probe(args.probe_given))
     curve, train_seconds = train_model(args, model, data, sampler, collate, probe)
     steps = max((row["step"] for row in curve), default=0)
     started = time.time()
