@@ -3,12 +3,16 @@
     python examples/push_to_hub.py --checkpoint checkpoints/par-swap-s5-small --output_dir export/par-swap-s5-small
     python examples/push_to_hub.py --checkpoint DIR --output_dir export/par-swap-s5 --repo_id you/par-swap-s5 --push
 
-The folder holds safetensors weights, a config with `auto_map`, the two remote-code files, the tokenizer,
-the task spec (if the checkpoint has one) and the rendered model card (hub_card.md) as README.md.
+The folder holds safetensors weights, a config with `auto_map`, the remote code (the modules the config names and
+those they import, written from modeling_par/ by scripts/sync_remote_code.py), the tokenizer, the task spec (if the
+checkpoint has one) and the rendered model card (hub_card.md) as README.md.
 
 Measured accuracies also go into the card's YAML front matter as `model-index` (the Hub's structured results,
 shown on the model page): from `measured=` (see `model_index`), or from `--results` when that is an evaluator
-JSON (examples/evaluate_par.py --out). A card with no measured numbers has no model-index.
+JSON (examples/evaluate_par.py --out). A card with no measured numbers has no model-index. A run of
+`train_par.py --train_file ...` (a records run) needs neither: its card is titled by its task, carries the
+accuracy per length of each evaluated split as text and `model-index`, and its data section names the files, the
+record counts, the columns and the vocabulary (`records_run`, from the run's summary.json and eval_*.json).
 
 Re-exporting a checkpoint whose folder already has a card written from `hub_card.md` (every checkpoint this script
 or `train_par.py` exported) keeps that card's results, `model-index`, training data and limits unless new ones are
@@ -31,6 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 from modeling_par import ParLoopedQwenForStateTracking  # noqa: E402
 from modeling_par.record_format import load_prompt_format  # noqa: E402
+from scripts.sync_remote_code import write_remote_code  # noqa: E402
 from state_tracking.cli import require_file, run_cli  # noqa: E402
 from state_tracking.flag_values import true_or_false  # noqa: E402
 
@@ -43,25 +48,38 @@ MODE_LABELS = {"forced": "forced depth (R = d)", "halting": "learned halting (no
 NO_MODEL_INDEX = "# no model-index: no measured results were attached to this export"
 
 
-def model_index(model_name: str, measured: dict | None) -> list[dict] | None:
+def model_index(model_name: str, measured: dict | list[dict] | None) -> list[dict] | None:
     """The card's `model-index` (spec: huggingface/hub-docs modelcard.md), or None when nothing was measured.
 
     `measured`: {"task": name, "depths": [d, ...], "rows": {mode label: [accuracy (fraction) per depth, ...]},
-    optional "train_max_depth", "n_sequences", "task_spec" (the spec file in the repo)}; a row may be shorter than
-    `depths` (a stop rule ended its sweep), the same convention as `results_section`. One result per test depth
-    with at least one number: task `state-tracking`; dataset = the task (type `par-state-tracking/<task>`, config
-    `d<depth>` — the Hub tells results apart by task, dataset type, config and split, not by args — and args
-    test_depth, train_max_depth, n_sequences, task_spec); one `accuracy` metric per mode measured at that depth:
-    overall state accuracy (all queries right) in percent, 2 decimals, as the metric name says."""
-    if not measured or not any(measured["rows"].values()):
-        return None
+    optional "train_max_depth", "n_sequences", "task_spec" (the spec file in the repo), "split" (the dataset split
+    evaluated, e.g. a records run's "test"), "n_by_depth" (sequences per depth where they differ, as a records split's
+    lengths do)}, or a list of them (one per split); a row may be shorter than `depths` (a stop rule ended its sweep),
+    the same convention as `results_section`. One result per split and test depth with at least one number: task
+    `state-tracking`; dataset = the task (type `par-state-tracking/<task>`, config `d<depth>`, the split if given — the
+    Hub tells results apart by task, dataset type, config and split, not by args — and args test_depth,
+    train_max_depth, n_sequences, task_spec); one `accuracy` metric per mode measured at that depth: overall state
+    accuracy (all queries right) in percent, 2 decimals, as the metric name says."""
+    blocks = [] if not measured else [measured] if isinstance(measured, dict) else list(measured)
+    results = [result for block in blocks for result in _index_results(block)]
+    return [{"name": model_name, "results": results}] if results else None
+
+
+def _index_results(measured: dict) -> list[dict]:
+    """`model_index`'s results for one `measured` block."""
+    if not any(measured["rows"].values()):
+        return []
     task, depths, train_depth = measured.get("task"), list(measured["depths"]), measured.get("train_max_depth")
     if not task:
         raise ValueError("measured results need a task name (measured['task']); it names the model-index dataset.")
     for label, accuracy in measured["rows"].items():
         if len(accuracy) > len(depths) or not all(0 <= a <= 1 for a in accuracy):
             raise ValueError(f"row {label!r}: expected at most {len(depths)} accuracies in [0, 1], got {accuracy}")
+    n_by_depth = measured.get("n_by_depth")
+    if n_by_depth is not None and len(n_by_depth) != len(depths):
+        raise ValueError(f"n_by_depth: expected one count per depth ({len(depths)}), got {n_by_depth}")
     args = {k: measured[k] for k in ("train_max_depth", "n_sequences", "task_spec") if measured.get(k) is not None}
+    split = {"split": measured["split"]} if measured.get("split") else {}
     results = []
     for i, depth in enumerate(depths):
         scale = f" ({depth / train_depth:g}x)" if train_depth else ""
@@ -69,11 +87,14 @@ def model_index(model_name: str, measured: dict | None) -> list[dict] | None:
                     "name": f"overall state accuracy (%), {label}, d = {depth}{scale}"}
                    for label, accuracy in measured["rows"].items() if i < len(accuracy)]
         if metrics:
+            depth_args = {"test_depth": int(depth), **args}
+            if n_by_depth is not None:
+                depth_args["n_sequences"] = int(n_by_depth[i])
             results.append({"task": {"type": "state-tracking", "name": "State tracking"},
                             "dataset": {"type": f"par-state-tracking/{task}", "name": task, "config": f"d{depth}",
-                                        "args": {"test_depth": int(depth), **args}},
+                                        **split, "args": depth_args},
                             "metrics": metrics})
-    return [{"name": model_name, "results": results}]
+    return results
 
 
 def card_fields(card: str) -> dict[str, str] | None:
@@ -125,19 +146,22 @@ def segmentation_rule(prompt_format: dict | None) -> str:
 
 
 def render_card(model, repo_id: str, results_markdown: str | None = None, training_data: str | None = None,
-                limits: str | None = None, measured: dict | None = None, index: list[dict] | None = None) -> str:
+                limits: str | None = None, measured: dict | list[dict] | None = None,
+                index: list[dict] | None = None, model_name: str | None = None) -> str:
     """Fill `hub_card.md`'s {{placeholders}}; an unknown placeholder is an error, not a blank. `measured` (see
     `model_index`) becomes the front matter's `model-index`; `index` (an existing `model-index` list, e.g. a source
-    card's) is used as is, renamed to this model, when nothing is measured."""
+    card's) is used as is, renamed to this model, when nothing is measured. `model_name` (the title and the
+    model-index name) defaults to the repository's name."""
     c = model.config
-    index = model_index(repo_id.split("/")[-1], measured) or (
-        None if index is None else [{**entry, "name": repo_id.split("/")[-1]} for entry in index])
+    model_name = model_name or repo_id.split("/")[-1]
+    index = model_index(model_name, measured) or (
+        None if index is None else [{**entry, "name": model_name} for entry in index])
     values = {
         "model_index": NO_MODEL_INDEX if index is None else yaml.safe_dump(
             {"model-index": index}, sort_keys=False, allow_unicode=True, width=120).rstrip("\n"),
         "example_prompt": repr(load_prompt_format(c.prompt_format).example()) if c.prompt_format else
         '"..."  # this checkpoint has no prompt_format: export it with --rendering to add one',
-        "model_name": repo_id.split("/")[-1],
+        "model_name": model_name,
         "repo_id": repo_id,
         "prelude_layers": c.prelude_layers, "core_layers": c.core_layers, "coda_layers": c.coda_layers,
         "step_size": c.step_size, "norm_anchoring": "on" if c.norm_anchoring else "off",
@@ -182,16 +206,116 @@ def results_section(intro: str, depths: list[int], rows: dict[str, list[float]],
 
 
 def measured_from_evaluation(record: dict) -> dict | None:
-    """`measured` from an evaluator JSON (examples/evaluate_par.py --out); None for any other JSON."""
+    """`measured` from an evaluator JSON (examples/evaluate_par.py --out, or a run's eval_*.json); None for any other
+    JSON. A records evaluation (it names its split) carries the split and its number of records per length."""
     if not isinstance(record, dict) or not {"depths", "accuracy", "mode"} <= set(record):
         return None
-    return {"task": record.get("task"), "depths": record["depths"],
-            "rows": {MODE_LABELS.get(record["mode"], record["mode"]): record["accuracy"]},
-            "train_max_depth": record.get("train_max_depth"), "n_sequences": record.get("n_per_depth")}
+    measured = {"task": record.get("task"), "depths": record["depths"],
+                "rows": {MODE_LABELS.get(record["mode"], record["mode"]): record["accuracy"]},
+                "train_max_depth": record.get("train_max_depth"), "n_sequences": record.get("n_per_depth")}
+    if record.get("split"):
+        measured["split"] = record["split"]
+        measured["n_by_depth"] = [row["n"] for row in record["per_depth"]]
+    return measured
 
 
-def _with_task(measured: dict, checkpoint: Path) -> dict:
+SPLIT_ORDER = ("test", "validation")  # a records run's splits, the held-out test first
+
+
+def _file_names(sources: list[str]) -> str:
+    """Data sources as a card shows them: a path by its file name (a local folder says nothing on the Hub), a dataset
+    name or a relative path as given."""
+    return ", ".join(f"`{Path(s).name if Path(s).is_absolute() else s}`" for s in sources)
+
+
+def _listed(kind: str, names: list[str], at_most: int = 20) -> str:
+    """Names as a card lists them, e.g. "2 operations (`pay`, `ship`)"; past `at_most`, the count alone."""
+    shown = " (" + ", ".join(f"`{n}`" for n in names) + ")" if len(names) <= at_most else ""
+    return f"{len(names)} {kind}{'' if len(names) == 1 else 's'}{shown}"
+
+
+def records_run(checkpoint: Path) -> dict | None:
+    """What a records run folder (examples/train_par.py with --train_file / --dataset_name: summary.json with its
+    "records" part, eval_<split>[_halting].json per evaluated split) tells its card: {"task", "measured" (one block
+    per split, see `model_index`), "results", "training_data", "limits"}; None for any other folder."""
+    summary_path = checkpoint / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    records = summary.get("records")
+    if not records:
+        return None
+    fmt = json.loads((checkpoint / "config.json").read_text()).get("prompt_format") or {}
+    train_depth = summary.get("max_train_depth")
+    splits: dict[str, list[dict]] = {}
+    for key in summary.get("accuracy", {}):  # "test", "test_halting", "validation", ...
+        path = checkpoint / f"eval_{key}.json"
+        if path.is_file():
+            record = json.loads(path.read_text())
+            splits.setdefault(record["split"], []).append(record)
+    order = sorted(splits, key=lambda s: (SPLIT_ORDER.index(s) if s in SPLIT_ORDER else len(SPLIT_ORDER), s))
+    task = fmt.get("task_name") or next((r["task"] for rs in splits.values() for r in rs if r.get("task")), None)
+    task = task or checkpoint.name
+    measured, lines, data_lines = [], [], []
+    for split in order:
+        block = None
+        for record in splits[split]:
+            m = measured_from_evaluation(record)
+            if block is None:
+                block = m
+            elif m["depths"] == block["depths"]:
+                block["rows"].update(m["rows"])
+        block["task"] = task
+        measured.append(block)
+        first = splits[split][0]
+        data_lines.append(f"- {split}: {first['n_records']:,} records from {_file_names(first['source'])}")
+        lines += [f"**{split}** ({first['n_records']:,} records):", "",
+                  "| length | records | " + " | ".join(block["rows"]) + " |", "|---|---|" + "---|" * len(block["rows"])]
+        for i, (depth, n) in enumerate(zip(block["depths"], block["n_by_depth"])):
+            scale = f" ({depth / train_depth:g}x)" if train_depth and depth > train_depth else ""
+            cells = [f"{100 * acc[i]:.1f}" if i < len(acc) else "–" for acc in block["rows"].values()]
+            lines.append(f"| {depth}{scale} | {n:,} | " + " | ".join(cells) + " |")
+        lines.append("")
+    stops = []
+    if summary.get("probe_stopped_at") is not None:
+        stops.append(f"the validation probe stopped it at step {summary['probe_stopped_at']}")
+    if summary.get("probe_restored_step") is not None:
+        stops.append(f"the weights are those of step {summary['probe_restored_step']}, its best probe")
+    trained = (f"Trained {summary.get('steps')} of at most {summary.get('max_steps')} steps "
+               f"({summary.get('samples_seen', 0):,} records seen, {summary.get('train_seconds')} s, "
+               f"seed {summary.get('seed')})" + ("; " + "; ".join(stops) if stops else "") + ".")
+    results = "\n".join([
+        "Overall state accuracy (%, every query right) by record length (number of operations) on the run's "
+        f"evaluation splits, as `examples/train_par.py` measured them; training records had at most {train_depth} "
+        "operations, so a longer length (its multiple in brackets) measures length generalization.", "", *lines,
+        trained]) + "\n"
+    columns = fmt.get("columns") or {}
+    delimiter = fmt.get("delimiter")
+    roles = [f"operations `{columns.get('operations') or 'operations'}`"
+             + (f" (split at {delimiter!r})" if delimiter else " (split at whitespace)")]
+    roles += [f"{role.replace('_', ' ')} `{columns[role]}`" for role in ("state", "step_states", "initial_state")
+              if columns.get(role)]
+    skipped = {k: v for k, v in (records.get("skipped") or {}).items() if v}
+    training_data = "\n".join([
+        f"Records from the files below (task `{task}`), read and split by `examples/train_par.py`:", "",
+        f"- training: {records['train_records']:,} records from {_file_names(records.get('train_sources', []))}",
+        *data_lines,
+        "- columns: " + ", ".join(roles),
+        "- learned from the training files: " + ", ".join([
+            _listed("operation", fmt.get("operations", [])), _listed("query", fmt.get("query_names", [])),
+            _listed("label", fmt.get("candidates", []))]),
+        f"- training mode: {records['training_mode'].split(':')[0]}",
+        *(["- records skipped as bad (--skip_bad_records): " + ", ".join(f"{k} {v}" for k, v in skipped.items())]
+          if skipped else [])])
+    limits = (f"Trained on records of at most {train_depth} operations from the files above; on other data, or at "
+              "lengths the results do not show, nothing is measured. An operation, query or label the training files "
+              "never held is refused, not answered.")
+    return {"task": task, "measured": measured, "results": results, "training_data": training_data,
+            "limits": limits}
+
+
+def _with_task(measured: dict | list[dict], checkpoint: Path) -> dict | list[dict]:
     """`measured` with its task name (from the checkpoint's task spec when not given) and spec file."""
+    if not isinstance(measured, dict):
+        return [_with_task(block, checkpoint) for block in measured]
     spec_path = checkpoint / EXTRA_FILES[0]
     spec = json.loads(spec_path.read_text()) if spec_path.is_file() else {}
     task = measured.get("task") or spec.get("name") or spec.get("group")
@@ -208,7 +332,10 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
                    learned_halting: bool | None = None) -> Path:
     """`measured` (see `model_index`; "task" defaults to the checkpoint's task spec) is the card's model-index;
     without it, an evaluator JSON given as `results` supplies one; with neither, the checkpoint's own card (see
-    `carried_card`) supplies its results and model-index, and training data / limits where not given. `rendering` ("symbolic" / "text") writes the
+    `carried_card`) supplies its results and model-index, and training data / limits where not given — except for a
+    records run folder (train_par.py with --train_file: see `records_run`), whose card tells the run's own results per
+    split, its files, record counts, columns and vocabulary, titled `par-<task>` when no `repo_id` is given.
+    The remote code is written from modeling_par/ (scripts/sync_remote_code.py). `rendering` ("symbolic" / "text") writes the
     task's segmentation rule into a checkpoint saved before configs carried one (`config.prompt_format`, what the
     `state-tracking` pipeline reads raw text with); `learned_halting` records whether its halting head was trained."""
     checkpoint, output_dir = Path(checkpoint), Path(output_dir)
@@ -233,10 +360,16 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
     if dtype is not None:
         model = model.to(DTYPES[dtype])
     model.save_pretrained(output_dir, safe_serialization=True)
+    write_remote_code(output_dir)  # the files its config names and their imports, as they are in modeling_par/
     for name in TOKENIZER_FILES + EXTRA_FILES:
         if (checkpoint / name).is_file():
             shutil.copy2(checkpoint / name, output_dir / name)
-    results_markdown = None
+    results_markdown, run = None, None
+    if results is None and measured is None:  # a records run folder tells its own results and data
+        run = records_run(checkpoint)
+    if run is not None:
+        results_markdown, measured = run["results"], run["measured"]
+        training_data, limits = training_data or run["training_data"], limits or run["limits"]
     if results is not None:
         results = Path(results)
         results_markdown = results.read_text() if results.suffix == ".md" else (
@@ -249,8 +382,10 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
     index = None
     if results is None and measured is None:  # nothing new measured: the source card's results stay
         results_markdown, index = source.get("results"), source.get("model_index")
-    card = render_card(model, repo_id or f"local/{checkpoint.name}", results_markdown,
-                       training_data or source.get("training_data"), limits or source.get("limits"), measured, index)
+    name = repo_id.split("/")[-1] if repo_id else (
+        "par-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run["task"]).strip("-") if run else checkpoint.name)
+    card = render_card(model, repo_id or f"local/{name}", results_markdown, training_data or source.get("training_data"),
+                       limits or source.get("limits"), measured, index, model_name=name)
     (output_dir / "README.md").write_text(card)
     return output_dir
 

@@ -187,3 +187,99 @@ def test_reexport_keeps_the_source_cards_results_unless_new_ones_are_given(tiny_
     card = (push_to_hub.export_for_hub(ckpt, tmp_path / "hand") / "README.md").read_text()
     assert "model-index" not in front_matter(card) and "| 8 | 99 |" not in card
     assert "does not follow hub_card.md" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def records_run(tmp_path_factory):
+    """A tiny records run of train_par.py (an order log in the user's own column names, a held-out test file, both
+    evaluation modes): the folder a user exports after training on their own files."""
+    from tests.test_records_new_user import COLUMNS, TINY, orders, train_par, write_csv
+
+    tmp = tmp_path_factory.mktemp("records")
+    train = write_csv(tmp / "orders.csv", orders(120, 1, 4, 2))
+    test = write_csv(tmp / "orders_test.csv", orders(24, 2, 8, 3))
+    run = tmp / "run"
+    summary = train_par.main(TINY + ["--train_file", train, *COLUMNS, "--test_file", test, "--max_steps", "3",
+                                     "--output_dir", str(run), "--eval_halting", "true", "--halting_loss_weight",
+                                     "0.5", "--depth_schedule", "hold", "--hold_extra_iterations", "8"])
+    return run, summary
+
+
+def test_records_run_card_tells_its_results_and_data(records_run, tmp_path):
+    run, summary = records_run
+    out = push_to_hub.export_for_hub(run, tmp_path / "export")
+    card = (out / "README.md").read_text()
+    assert "\n# par-orders\n" in card  # titled by the task (the training file's name), not the folder ("run")
+    fields = push_to_hub.card_fields(card)  # the card follows the template, so a re-export can carry it
+    assert "Not stated by the exporter" not in card and "No results were attached" not in card
+    assert str(run.parent) not in card  # local folders are not published; file names are
+
+    # model-index: one result per split and length, both modes, numbers and record counts from the eval JSONs
+    meta = front_matter(card)
+    (entry,) = meta["model-index"]
+    assert entry["name"] == "par-orders"
+    expected, splits = {}, {}
+    for key in ("test", "test_halting", "validation", "validation_halting"):
+        record = json.loads((run / f"eval_{key}.json").read_text())
+        label = push_to_hub.MODE_LABELS[record["mode"]]
+        for row in record["per_depth"]:
+            d = row["depth"]
+            name = f"overall state accuracy (%), {label}, d = {d} ({d / summary['max_train_depth']:g}x)"
+            expected[record["split"], d, name] = round(100 * row["accuracy"], 2)
+            splits[record["split"], d] = row["n"]
+    got = {}
+    for result in entry["results"]:
+        dataset = result["dataset"]
+        assert dataset["type"] == "par-state-tracking/orders" and dataset["config"] == f"d{dataset['args']['test_depth']}"
+        assert dataset["args"]["n_sequences"] == splits[dataset["split"], dataset["args"]["test_depth"]]
+        assert dataset["args"]["train_max_depth"] == summary["max_train_depth"]
+        got.update({(dataset["split"], dataset["args"]["test_depth"], m["name"]): m["value"] for m in result["metrics"]})
+    assert got == expected and {s for s, _ in splits} == {"test", "validation"}
+    assert [r["dataset"]["split"] for r in entry["results"]][0] == "test"  # the held-out test comes first
+    data = ModelCard(card).data  # the Hub's reader sees every number, and the split
+    assert sorted(r.metric_value for r in data.eval_results) == sorted(expected.values())
+    assert {r.dataset_split for r in data.eval_results} == {"test", "validation"}
+    assert eval_results_to_model_index(data.model_name, data.eval_results) == meta["model-index"]
+
+    # the prose results: a row per test length with its record count and both modes' accuracy
+    test, halting = (json.loads((run / f"eval_{k}.json").read_text()) for k in ("test", "test_halting"))
+    for forced_row, halting_row in zip(test["per_depth"], halting["per_depth"]):
+        d, train_depth = forced_row["depth"], summary["max_train_depth"]
+        length = f"{d} ({d / train_depth:g}x)" if d > train_depth else str(d)
+        assert (f"| {length} | {forced_row['n']} | {100 * forced_row['accuracy']:.1f} | "
+                f"{100 * halting_row['accuracy']:.1f} |") in fields["results"]
+    assert f"Trained {summary['steps']} of at most 3 steps" in fields["results"]
+
+    # the data section: files, record counts, columns, vocabulary, training mode
+    records = summary["records"]
+    data_section = fields["training_data"]
+    assert f"- training: {records['train_records']} records from `orders.csv`" in data_section
+    assert f"- test: {test['n_records']} records from `orders_test.csv`" in data_section
+    assert "operations `order_events` (split at ';'), state `status`" in data_section
+    assert f"{records['operations']} operations (" in data_section and "1 query (`state`)" in data_section
+    assert "4 labels (`cancelled`, `new`, `paid`, `shipped`)" in data_section
+    assert "training mode: final-answer training over the lengths present" in data_section
+    assert f"at most {summary['max_train_depth']} operations" in fields["limits"]
+
+    # a re-export of the export carries all of it; a repo name given on the command line names the model
+    push_to_hub.main(["--checkpoint", str(out), "--output_dir", str(tmp_path / "again"), "--repo_id", "me/orders"])
+    again = (tmp_path / "again" / "README.md").read_text()
+    assert front_matter(again)["model-index"][0]["name"] == "orders" and "\n# orders\n" in again
+    assert measured_metrics_by_split(front_matter(again)) == measured_metrics_by_split(meta)
+    assert push_to_hub.card_fields(again)["training_data"] == data_section
+
+
+def measured_metrics_by_split(meta: dict) -> dict:
+    return {(r["dataset"]["split"], r["dataset"]["config"], m["name"]): m["value"]
+            for r in meta["model-index"][0]["results"] for m in r["metrics"]}
+
+
+def test_export_writes_the_remote_code_the_config_needs(tiny_model, tmp_path):
+    """The export's remote code is the generator's (scripts/sync_remote_code.py): what config.json names and imports,
+    byte for byte the package's, and nothing else."""
+    from scripts.sync_remote_code import remote_code_files, write_remote_code
+
+    tiny_model.save_pretrained(tmp_path / "ckpt")
+    out = push_to_hub.export_for_hub(tmp_path / "ckpt", tmp_path / "export")
+    assert sorted(p.name for p in out.glob("*.py")) == [p.name for p in remote_code_files(out)]
+    assert write_remote_code(out, check=True) == []

@@ -1,6 +1,7 @@
 """The committed checkpoint (checkpoints/par-swap-s5-small) loads as remote code and answers correctly."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +9,8 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from scripts.sync_remote_code import main as sync_remote_code
+from scripts.sync_remote_code import remote_code_files, write_remote_code
 from state_tracking import StateTrackingCollator, encode_batch, load_task_from_dir
 from tests.test_modeling_par import run_blocked
 
@@ -56,7 +59,7 @@ def test_shipped_checkpoint_halts_when_no_operation_is_left(shipped):
     assert (pred.answers.numpy() == task.final_states(ops)).all(-1).mean() >= 0.96
 
 
-REMOTE_CODE = sorted(p.name for p in (CHECKPOINT.parents[1] / "modeling_par").glob("*.py") if p.name != "__init__.py")
+REMOTE_CODE = [p.name for p in remote_code_files(CHECKPOINT)]  # what its config.json's modules import, recursively
 
 
 @pytest.mark.parametrize("name", REMOTE_CODE)
@@ -64,11 +67,41 @@ def test_shipped_remote_code_is_the_package_code(name):
     """The checkpoint carries a copy of the remote code (the model file and every sibling module it imports); a
     model change must re-export it, not ship it stale."""
     package = CHECKPOINT.parents[1] / "modeling_par" / name
-    assert (CHECKPOINT / name).read_text() == package.read_text(), f"re-export {CHECKPOINT.name}: {name} is stale"
+    assert (CHECKPOINT / name).read_text() == package.read_text(), \
+        f"{CHECKPOINT.name}: {name} is stale; run python scripts/sync_remote_code.py checkpoints/*"
 
 
 def test_checkpoint_folder_holds_exactly_the_remote_code():
     assert sorted(p.name for p in CHECKPOINT.glob("*.py")) == REMOTE_CODE
+    assert {"modeling_par.py", "configuration_par.py", "pipeline_par.py"} <= set(REMOTE_CODE)
+
+
+def test_generated_remote_code_is_what_save_pretrained_writes(tiny_model, tmp_path):
+    """The generator's list is the list transformers itself writes (save_pretrained copies the model's and the
+    config's modules and their relative imports) and reads back (trust_remote_code)."""
+    tiny_model.save_pretrained(tmp_path)
+    assert [p.name for p in remote_code_files(tmp_path)] == sorted(p.name for p in tmp_path.glob("*.py"))
+    assert write_remote_code(tmp_path) == []
+
+
+def test_generator_rewrites_stale_code_and_removes_what_is_not_needed(tmp_path, capsys):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    shutil.copy2(CHECKPOINT / "config.json", folder)
+    (folder / "modeling_par.py").write_text("# an old copy\n")
+    (folder / "old_module.py").write_text("# a module the model no longer imports\n")
+    missing = sorted(set(REMOTE_CODE) - {"modeling_par.py"})
+    expected = [f"written {name}" for name in sorted(missing + ["modeling_par.py"])] + ["removed old_module.py"]
+    assert write_remote_code(folder, check=True) == expected
+    assert (folder / "modeling_par.py").read_text() == "# an old copy\n"  # --check changes nothing
+    assert sync_remote_code(["--check", str(folder)]) == 1 and "stale: written" in capsys.readouterr().out
+    assert sync_remote_code([str(folder)]) == 0
+    assert sorted(p.name for p in folder.glob("*.py")) == REMOTE_CODE
+    package = CHECKPOINT.parents[1] / "modeling_par"
+    assert all((folder / name).read_bytes() == (package / name).read_bytes() for name in REMOTE_CODE)
+    assert sync_remote_code(["--check", str(folder)]) == 0 and write_remote_code(folder) == []
+    with pytest.raises(ValueError, match="no config.json"):
+        write_remote_code(tmp_path)
 
 
 FAST_PATHS_REMOTE = """
