@@ -117,6 +117,12 @@ class ModelArguments:
     freeze_prelude: bool = field(default=False, metadata={
         "help": "train neither the token embeddings nor the prelude (model.freeze_prelude(): a retrofit keeps the "
                 "parent's reading of words; tied embeddings freeze the LM-head rows too)"})
+    freeze_embeddings: bool = field(default=False, metadata={
+        "help": "train not the token embeddings (model.freeze_embeddings(): most of a retrofit's parameters and AdamW "
+                "state; tied embeddings freeze the LM-head rows too)"})
+    parent_weights: str = field(default="pretrained", metadata={
+        "help": "with --init_from_qwen2: 'pretrained' (the parent's weights) or 'random' (the parent's shape and "
+                "tokenizer, every weight drawn afresh: the control for what pretraining brings)"})
     step_size: int = field(default=1, metadata={"help": "c: operations per iteration"})
     norm_anchoring: bool = field(default=True, metadata={"help": "state-norm anchoring (off: the ablation)"})
     grad_window: int = field(default=8, metadata={"help": "iterations with gradient"})
@@ -469,8 +475,16 @@ def build_model(model_args: ModelArguments, token_ids: dict, train_args=None):
             **par_fields,
         )
         model = ParLoopedQwenForStateTracking(config)
+    if model_args.parent_weights not in ("pretrained", "random"):
+        raise ValueError(f"--parent_weights must be pretrained or random; got {model_args.parent_weights!r}.")
+    if model_args.parent_weights == "random":
+        if not model_args.init_from_qwen2:
+            raise ValueError("--parent_weights random draws a parent's weights afresh: it needs --init_from_qwen2.")
+        model.reinitialize_weights(seed=train_args.seed if train_args is not None else 0)
     if model_args.freeze_prelude:
         model.freeze_prelude()
+    if model_args.freeze_embeddings:
+        model.freeze_embeddings()
     model.runtime.causal_fast_path = model_args.causal_fast_path
     attn, compile_core = speed_options(model_args, train_args, model.config.loop_view)
     model.runtime.block_iterations = model_args.block_iterations
