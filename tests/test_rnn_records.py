@@ -160,16 +160,27 @@ def test_rnn_stops_once_the_validation_split_is_exact(files, tmp_path):
     --stop_when_validation_exact false the probes are logged and the run goes to --max_steps."""
     flags = ["--hidden", "16", "--max_steps", "600", "--batch_size", "16", "--curriculum_every_steps", "5",
              "--logging_steps", "50", "--learning_rate", "1e-2", "--probe_every_steps", "25",
-             "--train_file", str(files / "train.csv"), "--test_file", str(files / "test.csv")]
+             "--train_file", str(files / "train.csv"), "--test_file", str(files / "test.csv"),
+             "--validation_split_percentage", "20"]  # 41 records: enough to stop on (a 5% split is 10: too few)
     stopped = rnn.main(flags)
     probes = [row for row in stopped["curve"] if "probe_accuracy" in row]
     assert stopped["max_steps"] == 600 and stopped["steps"] < 600
     assert stopped["steps"] == probes[-1]["step"] and [p["probe_accuracy"] for p in probes[-2:]] == [1.0, 1.0]
-    assert all(p["probe_n"] == 10 and p["probe_split"] == "validation" for p in probes)
+    assert all(p["probe_n"] == 41 and p["probe_split"] == "validation" for p in probes)
     assert all(a < 1.0 or b < 1.0 for a, b in zip([p["probe_accuracy"] for p in probes[:-2]],
                                                     [p["probe_accuracy"] for p in probes[1:-1]]))
     full = rnn.main(flags[:3] + ["200"] + flags[4:] + ["--stop_when_validation_exact", "false"])
     assert full["steps"] == 200 and len([row for row in full["curve"] if "probe_accuracy" in row]) == 8
+
+
+def test_rnn_does_not_stop_on_a_validation_split_too_small_to_mean_anything(files, monkeypatch, capsys):
+    """A 5% split of these 205 records is 10 records: exact probes of it do not stop training (train_par.py's rule,
+    `RecordSplits.stop_rule_off`), and the run says why."""
+    monkeypatch.setattr(rnn, "probe_accuracy", lambda *args: 1.0)
+    run = rnn.main(["--hidden", "8", "--max_steps", "12", "--batch_size", "8", "--curriculum_every_steps", "2",
+                    "--logging_steps", "4", "--probe_every_steps", "2", "--train_file", str(files / "train.csv")])
+    assert run["steps"] == 12
+    assert "warning: the validation split" in capsys.readouterr().out
 
 
 def test_rnn_stops_only_after_training_a_step_at_the_longest_length(files, monkeypatch):

@@ -310,8 +310,10 @@ def prepare_records(args: argparse.Namespace) -> dict:
           flush=True)
     if not splits:
         print("no --test_file / --validation_file: nothing is evaluated after training", flush=True)
+    if records.stop_rule_off and args.stop_when_validation_exact:
+        print(f"warning: {records.stop_rule_off}", flush=True)
     return {"train": train, "encoded": encoded, "format": record_format, "tokenizer": records.tokenizer,
-            "splits": splits, "skipped": records.skipped, "mode": mode}
+            "splits": splits, "skipped": records.skipped, "mode": mode, "stop_rule_off": records.stop_rule_off}
 
 
 def no_validation_probe(flags: list[str]) -> str:
@@ -406,6 +408,8 @@ def main(argv=None) -> dict:
         probe = longest_records(encoded_validation, args.probe_n)
     elif records is not None and args.probe_given:
         raise ValueError(no_validation_probe(args.probe_given))
+    if records is not None and records["stop_rule_off"]:  # too few validation records to stop on (train_par.py's rule)
+        args.stop_when_validation_exact = False
     curve, train_seconds = train_model(args, model, data, sampler, collate, probe)
     steps = max((row["step"] for row in curve), default=0)
     started = time.time()
