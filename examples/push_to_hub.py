@@ -390,8 +390,9 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
     return output_dir
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="a folder written by save_pretrained")
     parser.add_argument("--output_dir", "--output-dir", required=True, help="a new folder for the export")
     parser.add_argument("--repo_id", "--repo-id", default=None, help="Hub repository, e.g. you/par-swap-s5")
@@ -405,6 +406,11 @@ def main(argv=None):
                         help="whether the halting head was trained (the pipeline halts by it when true)")
     parser.add_argument("--push", type=true_or_false, nargs="?", const=True, default=False, help="upload the export to --repo-id")
     parser.add_argument("--private", type=true_or_false, nargs="?", const=True, default=False)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.push and not args.repo_id:
         parser.error("--push needs --repo-id")
