@@ -277,8 +277,30 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         parent's reading of words, so a sentence never trained on is encoded as the pretrained model encodes it. With
         tied embeddings the LM-head rows (the answer readout) are the embeddings and stay frozen too; the core, the
         coda and the adapter train."""
-        self.model.embed_tokens.requires_grad_(False)
+        self.freeze_embeddings()
         self.prelude.requires_grad_(False)
+        return self
+
+    @torch.no_grad()
+    def reinitialize_weights(self, seed: int = 0) -> ParLoopedQwenForStateTracking:
+        """Every weight drawn afresh as a new model of this config draws it (`_init_weights`: normal(0,
+        initializer_range) matrices, unit norms, the adapter W = [0 | I]), from `seed`: a retrofit's shape and tokenizer
+        without its pretrained weights, the control for what pretraining brings."""
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        try:
+            fresh = type(self)(self.config)
+        finally:
+            torch.random.set_rng_state(generator_state)
+        self.load_state_dict(fresh.state_dict())
+        return self
+
+    def freeze_embeddings(self) -> ParLoopedQwenForStateTracking:
+        """Stop training the token embeddings only (the prelude, core, coda and adapter train). For a retrofit they are
+        most of the parameters (SmolLM2-135M: 28 M of a 2 + 2 + 2 retrofit's 56 M; Qwen2.5-0.5B: 136 M) and of AdamW's
+        state, and the step only ever reads a few rows of them. With tied embeddings the LM head (the answer
+        readout's rows) is the same tensor and stays frozen too."""
+        self.model.embed_tokens.requires_grad_(False)
         return self
 
     def get_input_embeddings(self):
