@@ -335,9 +335,10 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
     `carried_card`) supplies its results and model-index, and training data / limits where not given — except for a
     records run folder (train_par.py with --train_file: see `records_run`), whose card tells the run's own results per
     split, its files, record counts, columns and vocabulary, titled `par-<task>` when no `repo_id` is given.
-    The remote code is written from modeling_par/ (scripts/sync_remote_code.py). `rendering` ("symbolic" / "text") writes the
-    task's segmentation rule into a checkpoint saved before configs carried one (`config.prompt_format`, what the
-    `state-tracking` pipeline reads raw text with); `learned_halting` records whether its halting head was trained."""
+    The remote code is written from modeling_par/ (scripts/sync_remote_code.py). `rendering` ("symbolic" / "text")
+    writes the task's segmentation rule into a checkpoint saved before configs carried one (`config.prompt_format`,
+    what the `state-tracking` pipeline reads raw text with); `learned_halting` records whether its halting head was
+    trained."""
     checkpoint, output_dir = Path(checkpoint), Path(output_dir)
     if not (checkpoint / "config.json").is_file():
         raise ValueError(f"--checkpoint must be a folder with config.json; {checkpoint} has none.")
@@ -384,8 +385,9 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
         results_markdown, index = source.get("results"), source.get("model_index")
     name = repo_id.split("/")[-1] if repo_id else (
         "par-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run["task"]).strip("-") if run else checkpoint.name)
-    card = render_card(model, repo_id or f"local/{name}", results_markdown, training_data or source.get("training_data"),
-                       limits or source.get("limits"), measured, index, model_name=name)
+    card = render_card(model, repo_id or f"local/{name}", results_markdown,
+                       training_data or source.get("training_data"), limits or source.get("limits"), measured, index,
+                       model_name=name)
     (output_dir / "README.md").write_text(card)
     return output_dir
 
@@ -404,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write the task's segmentation rule (config.prompt_format) for the pipeline")
     parser.add_argument("--learned_halting", "--learned-halting", default=None, choices=["true", "false"],
                         help="whether the halting head was trained (the pipeline halts by it when true)")
-    parser.add_argument("--push", type=true_or_false, nargs="?", const=True, default=False, help="upload the export to --repo-id")
+    parser.add_argument("--push", type=true_or_false, nargs="?", const=True, default=False,
+                        help="upload the export to --repo-id")
     parser.add_argument("--private", type=true_or_false, nargs="?", const=True, default=False)
     return parser
 

@@ -230,10 +230,11 @@ def test_records_run_card_tells_its_results_and_data(records_run, tmp_path):
     got = {}
     for result in entry["results"]:
         dataset = result["dataset"]
-        assert dataset["type"] == "par-state-tracking/orders" and dataset["config"] == f"d{dataset['args']['test_depth']}"
-        assert dataset["args"]["n_sequences"] == splits[dataset["split"], dataset["args"]["test_depth"]]
+        depth = dataset["args"]["test_depth"]
+        assert dataset["type"] == "par-state-tracking/orders" and dataset["config"] == f"d{depth}"
+        assert dataset["args"]["n_sequences"] == splits[dataset["split"], depth]
         assert dataset["args"]["train_max_depth"] == summary["max_train_depth"]
-        got.update({(dataset["split"], dataset["args"]["test_depth"], m["name"]): m["value"] for m in result["metrics"]})
+        got.update({(dataset["split"], depth, m["name"]): m["value"] for m in result["metrics"]})
     assert got == expected and {s for s, _ in splits} == {"test", "validation"}
     assert [r["dataset"]["split"] for r in entry["results"]][0] == "test"  # the held-out test comes first
     data = ModelCard(card).data  # the Hub's reader sees every number, and the split

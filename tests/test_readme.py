@@ -313,7 +313,8 @@ def test_training_doc_lists_every_flag_with_its_default():
         assert cell.split(" (")[0] == field_default(value), (name, cell, value)
         for kind, values in special.items():
             if name in values:
-                shown = "the longest record" if values[name] == train_par.LONGEST_RECORD else field_default(values[name])
+                value = values[name]
+                shown = "the longest record" if value == train_par.LONGEST_RECORD else field_default(value)
                 assert f"({kind}: {shown})" in cell, (name, cell)
     sd = [f for f in dataclasses.fields(SelfDistillationArguments)
           if f.name not in {g.name for g in dataclasses.fields(ParTrainingArguments)}]
