@@ -43,9 +43,10 @@ TRAIN_PAR_CASES = [
     (["--init_from_par", "/nonexistent"], "--init_from_par /nonexistent: no such folder; give a checkpoint folder"),
     (["--init_from_par", "{tmp}/empty"], "--init_from_par {tmp}/empty: the folder is not a checkpoint (it has no "
                                          "config.json)"),
-    (["--init_from_qwen2", "/nonexistent"], "--init_from_qwen2 /nonexistent: no such folder"),
-    (["--init_from_qwen2", "{tmp}/checkpoint", "--gguf_file", "missing.gguf", "--rendering", "text"],
-     "--gguf_file missing.gguf: no such file in --init_from_qwen2 {tmp}/checkpoint (GGUF files there: "
+    (["--init_from_parent", "/nonexistent"], "--init_from_parent /nonexistent: no such folder"),
+    (["--init_from_qwen2", "/nonexistent"], "--init_from_parent /nonexistent: no such folder"),  # the old name
+    (["--init_from_parent", "{tmp}/checkpoint", "--gguf_file", "missing.gguf", "--rendering", "text"],
+     "--gguf_file missing.gguf: no such file in --init_from_parent {tmp}/checkpoint (GGUF files there: "
      "['other.gguf'])"),
 ]
 

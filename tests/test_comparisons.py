@@ -11,6 +11,7 @@ from state_tracking import build_tokenizer, evaluate_length_generalization, load
 from tests.conftest import load_example
 from tests.test_evaluator import tiny_swap_s5_par_model
 from tests.test_examples import TINY, train_par
+from trainers.model_setup import resolve_view
 
 study = load_example("examples/studies/comparisons.py")
 PROCESS = study.REPO / "examples" / "tasks" / "batch_process.json"
@@ -23,7 +24,7 @@ def test_every_comparison_row_parses_into_valid_arguments():
         command = study.command(name, 0)
         assert command[:2] == ["python", "examples/train_par.py"], name
         model_args, task_args, train_args = train_par.parse_args(command[2:])
-        view = train_par.resolve_view(model_args)
+        view = resolve_view(model_args)
         assert view == {k: getattr(model_args, k) for k in view}, name  # explicit view, whatever the defaults
         assert task_args.eval_depths == "8,16,32,64" and task_args.eval_n == 256, name
         if name in ("plain_transformer", "unshared_stack", "fixed_depth"):

@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModel
 
 from tests.conftest import load_example
+from trainers.model_setup import PAPER_VIEW, RECIPE_VIEW, resolve_view
 
 REPO = Path(__file__).resolve().parents[1]
 train_par = load_example("examples/train_par.py")
@@ -23,9 +24,9 @@ def test_train_par_defaults_are_the_documented_cpu_job():
     assert task_args.task == "swap_s5" and task_args.rendering == "symbolic"
     assert train_args.max_train_depth == 8 and train_args.curriculum_start_depth == 2
     assert max(int(d) for d in task_args.eval_depths.split(",")) > train_args.max_train_depth
-    assert model_args.init_from_qwen2 is None and train_args.report_to == []
+    assert model_args.init_from_parent is None and train_args.report_to == []
     assert (train_args.learning_rate, train_args.adapter_learning_rate, train_args.warmup_steps) == (1e-3, 2e-3, 100)
-    assert train_par.resolve_view(model_args) == train_par.RECIPE_VIEW
+    assert resolve_view(model_args) == RECIPE_VIEW
 
 
 def test_retrofit_takes_the_papers_schedule_unless_given(tmp_path):
@@ -33,11 +34,33 @@ def test_retrofit_takes_the_papers_schedule_unless_given(tmp_path):
     assert (paper.learning_rate, paper.adapter_learning_rate, paper.warmup_steps) == (2e-5, 1e-4, 200)
     model_args, _, mine = train_par.parse_args(["--init_from_qwen2", "q", "--learning-rate", "3e-4", "--warmup_steps", "5"])
     assert (mine.learning_rate, mine.adapter_learning_rate, mine.warmup_steps) == (3e-4, 1e-4, 5)
-    assert train_par.resolve_view(model_args) == train_par.PAPER_VIEW  # retrofit keeps the parent's causal view
+    assert resolve_view(model_args) == PAPER_VIEW  # retrofit keeps the parent's causal view
     config = tmp_path / "c.yaml"
     config.write_text("init_from_qwen2: q\nlearning_rate: 0.0001\n")
     _, _, from_file = train_par.parse_args([str(config)])
     assert (from_file.learning_rate, from_file.adapter_learning_rate) == (1e-4, 1e-4)
+
+
+def test_init_from_parent_and_its_old_name_init_from_qwen2_are_one_flag(tmp_path, capsys):
+    """--init_from_parent names what it takes (a Qwen2 or Llama parent, a folder, a GGUF file in it); the old
+    --init_from_qwen2 (and its hyphen form, and the key in a config file) sets the same field with the same derived
+    defaults; the two together are refused; --help says which is the alias."""
+    new = train_par.parse_all_args(["--init_from_parent", "q", "--rendering", "text"])
+    for old in (["--init_from_qwen2", "q"], ["--init-from-qwen2", "q"], ["--init_from_qwen2=q"]):
+        parsed = train_par.parse_all_args([*old, "--rendering", "text"])
+        assert parsed[0] == new[0] and parsed[3].learning_rate == new[3].learning_rate == 2e-5, old
+        assert parsed[4] == new[4] == {"init_from_parent", "rendering"}
+    config = tmp_path / "old.yaml"
+    config.write_text("init_from_qwen2: q\nrendering: text\n")
+    model_args, _, _, train_args, given = train_par.parse_all_args([str(config)])
+    assert model_args.init_from_parent == "q" and train_args.warmup_steps == 200 and "init_from_parent" in given
+    with pytest.raises(ValueError, match="--init_from_qwen2 is the old name of --init_from_parent"):
+        train_par.parse_all_args(["--init_from_parent", "q", "--init_from_qwen2", "q"])
+    with pytest.raises(SystemExit):
+        train_par.parse_all_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--init_from_parent INIT_FROM_PARENT" in help_text and "--init_from_qwen2 INIT_FROM_PARENT" in help_text
+    assert "--init_from_qwen2 is its old name, kept as an alias" in help_text
 
 
 def test_train_par_end_to_end_writes_model_table_plot(tmp_path):
@@ -130,7 +153,7 @@ def test_train_par_fine_tunes_a_par_checkpoint(tmp_path):
                                      "--hidden_size", "64"])  # the checkpoint's config wins over size flags
     assert summary["steps"] == 2
     assert AutoModel.from_pretrained(second, trust_remote_code=True).config.hidden_size == 32
-    with pytest.raises(ValueError, match="at most one of --init_from_qwen2 and --init_from_par"):
+    with pytest.raises(ValueError, match="at most one of --init_from_parent and --init_from_par"):
         train_par.main(TINY + ["--output_dir", str(tmp_path / "x"), "--init_from_par", str(first),
                                "--init_from_qwen2", str(first)])
 
@@ -143,12 +166,12 @@ def test_every_study_run_parses_into_valid_arguments():
     study = load_example("examples/studies/length_generalization.py")
     for name, row in study.ROWS.items():
         model_args, _, train_args = train_par.parse_args(argv(row.flags) + ["--output_dir", "x"])
-        view = train_par.resolve_view(model_args)
+        view = resolve_view(model_args)
         assert view == {k: getattr(model_args, k) for k in view}, name  # no row relies on a default view
         if name.startswith("local"):
             assert view["loop_view"] == "local" and view["progress_positions"]
         if name == "baseline":
-            assert view == train_par.PAPER_VIEW and train_args.stretch_steps == 0
+            assert view == PAPER_VIEW and train_args.stretch_steps == 0
 
 
 def test_same_seed_same_initialisation_and_run(tmp_path):
@@ -275,7 +298,7 @@ def test_paper_protocol_rows_are_valid_and_explicit():
             assert rnn.depths == p.grid
             continue
         model_args, _, args = train_par.parse_args(argv({**protocol.common_par(p), **row.flags}) + ["--output_dir", "x"])
-        view = train_par.resolve_view(model_args)
+        view = resolve_view(model_args)
         assert view == {k: getattr(model_args, k) for k in view}, name
         assert args.max_train_depth == 32 and args.save_strategy == "steps" and args.restore_callback_states_from_checkpoint
         start, every = args.curriculum_start_depth, args.curriculum_every_steps
@@ -284,9 +307,9 @@ def test_paper_protocol_rows_are_valid_and_explicit():
         else:
             assert curriculum_max_depth(749, start, every, 1, 32) == 31 and curriculum_max_depth(750, start, every, 1, 32) == 32
         if name == "recipe_halting":
-            assert view == train_par.RECIPE_VIEW and args.halt_label_offset == 1 and args.halting_loss_weight > 0
+            assert view == RECIPE_VIEW and args.halt_label_offset == 1 and args.halting_loss_weight > 0
         if name.startswith("full_view"):
-            assert view == train_par.PAPER_VIEW
+            assert view == PAPER_VIEW
             assert (args.stretch_steps > 0) == name.endswith("stretch")
 
 
@@ -466,8 +489,8 @@ def test_s5_breakthrough_rows_are_valid_and_explicit(tmp_path, monkeypatch):
     for name, spec in rows.items():
         flags = argv(study.train_flags(name, 0))
         model_args, task_args, args = train_par.parse_args(flags + ["--output_dir", "x", "--seed", "0"])
-        assert train_par.resolve_view(model_args) == train_par.RECIPE_VIEW == {
-            k: getattr(model_args, k) for k in train_par.RECIPE_VIEW}, name
+        assert resolve_view(model_args) == RECIPE_VIEW == {
+            k: getattr(model_args, k) for k in RECIPE_VIEW}, name
         assert task_args.task == "s5" and args.max_train_depth == 8 and args.max_train_seconds == 7200
         fine_tune = {"self_distill_stretch_ft": 1000, "halting_from_labels": 2000}
         assert args.max_steps == fine_tune.get(name, 10_000), name

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from tests.conftest import load_example
+from trainers.model_setup import PAPER_VIEW, resolve_view
 
 REPO = Path(__file__).resolve().parents[1]
 paper_retrofit = load_example("examples/reproduce/paper_retrofit.py")
@@ -169,7 +170,7 @@ def test_print_command_holds_every_preset_flag(tmp_path, capsys):
     # train_par.py accepts the command as it is: the paper's values reach its arguments
     model_args, task_args, _, train_args, _ = train_par.parse_all_args(argv + ["--use_cpu", "true"])
     assert (model_args.prelude_layers, model_args.core_layers, model_args.coda_layers) == (8, 8, 8)
-    assert model_args.grad_window == 8 and train_par.resolve_view(model_args) == train_par.PAPER_VIEW
+    assert model_args.grad_window == 8 and resolve_view(model_args) == PAPER_VIEW
     assert (train_args.learning_rate, train_args.adapter_learning_rate, train_args.warmup_steps) == (2e-5, 1e-4, 200)
     assert train_args.halting_loss_weight == 0.5 and train_args.depth_schedule == "hold"
     assert (train_args.min_train_depth, train_args.max_train_depth, train_args.curriculum_start_depth) == (1, 32, 32)

@@ -142,8 +142,9 @@ def test_real_smollm2_converts_and_retrofits_exactly():
 
 
 def test_train_par_retrofits_a_truncated_llama_folder_with_a_frozen_prelude(tmp_path):
-    """train_par.py --init_from_qwen2 on a Llama folder (with its tokenizer), cut to its first P + C + Q layers, the
-    prelude frozen: the checkpoint holds those layers, embeddings and prelude as the parent's, a trained core."""
+    """train_par.py --init_from_qwen2 (the old name of --init_from_parent) on a Llama folder (with its tokenizer), cut
+    to its first P + C + Q layers, the prelude frozen: the checkpoint holds those layers, embeddings and prelude as the
+    parent's, a trained core."""
     from safetensors.torch import load_file
 
     from state_tracking import load_task
@@ -187,16 +188,17 @@ def test_pretrained_study_rows_parse_and_hold_out_one_slot_at_a_time(monkeypatch
     from state_tracking import load_task
     from state_tracking.prompts import text_prompt
     from tests.conftest import load_example
+    from trainers.model_setup import resolve_view
 
     study = load_example("examples/reproduce/pretrained_smollm2.py")
     train_par = load_example("examples/train_par.py")
     monkeypatch.setattr(study, "parent_folder", lambda: "some/smollm2")
     for name in study.ROWS:
         model_args, task_args, train_args = train_par.parse_args(argv(study.row_flags(name)) + ["--output_dir", "x"])
-        retrofit = model_args.init_from_qwen2 is not None
+        retrofit = model_args.init_from_parent is not None
         assert retrofit == (name != "scratch") and task_args.rendering == "text"
         assert not retrofit or (model_args.truncate_parent and model_args.gguf_file.endswith(".gguf"))
-        assert train_par.resolve_view(model_args)["loop_view"] == "local"
+        assert resolve_view(model_args)["loop_view"] == "local"
     full = load_task(REPO / study.TASK_FILE)
     _, held_ops, held_queries = full.phrasing_options("held_out")
     _, seen_ops, seen_queries = full.phrasing_options("seen")

@@ -268,7 +268,7 @@ def test_quick_start_3_retrofit_command_parses_and_names_the_fetched_file(scratc
 
     def parse_train_par(argv):
         model, task, data, train, given = train_par.parse_all_args(argv)
-        train_par.require_checkpoint("--init_from_qwen2", model.init_from_qwen2, gguf_file=model.gguf_file)
+        train_par.require_checkpoint("--init_from_parent", model.init_from_parent, gguf_file=model.gguf_file)
         train_par.require_task("--task_file", task.task_file, presets=False)
         parsed.update(model=model, task=task, train=train)
 
@@ -278,7 +278,7 @@ def test_quick_start_3_retrofit_command_parses_and_names_the_fetched_file(scratc
         shell.run(line)
     assert shell.ran == ["par_studies.parents", "examples/train_par.py"]
     model, task, train = parsed["model"], parsed["task"], parsed["train"]
-    assert model.init_from_qwen2 == str(scratch / "cache" / "smollm2-135m") and model.truncate_parent
+    assert model.init_from_parent == str(scratch / "cache" / "smollm2-135m") and model.truncate_parent
     assert (model.prelude_layers, model.core_layers, model.coda_layers) == (3, 3, 3)
     assert task.rendering == "text" and train.max_steps == 1000
     assert "qwen2.5-coder-0.5b" in parents.PARENTS and "qwen2.5-coder-0.5b" in section("Quick start 3")

@@ -287,30 +287,33 @@ def test_default_attn_implementation_follows_the_view_and_device():
 
 
 def test_train_par_speed_options_resolve_auto_and_reject_bad_values(monkeypatch):
+    from trainers import model_setup
+
     train_par = load_example("examples/train_par.py")
-    monkeypatch.setattr(train_par, "inductor_can_compile_for_cpu", lambda: True)
+    speed_options = model_setup.speed_options
+    monkeypatch.setattr(model_setup, "inductor_can_compile_for_cpu", lambda: True)
     cpu = lambda steps, budget=None: SimpleNamespace(device=torch.device("cpu"), max_steps=steps,  # noqa: E731
                                                       max_train_seconds=budget)
     model_args, _, _ = train_par.parse_args([])
     assert (model_args.attn_implementation, model_args.compile_core) == ("auto", "auto")
-    long_run = cpu(train_par.AUTO_COMPILE_MIN_STEPS)
-    assert train_par.speed_options(model_args, long_run, "local") == ("par_eager", True)
-    assert train_par.speed_options(model_args, cpu(10), "local") == ("par_eager", False)  # compiling would not pay back
-    assert train_par.speed_options(model_args, cpu(5000, budget=3), "local") == ("par_eager", False)  # nor in 3 s
-    assert train_par.speed_options(model_args, long_run, "full") == ("sdpa", False)
+    long_run = cpu(model_setup.AUTO_COMPILE_MIN_STEPS)
+    assert speed_options(model_args, long_run, "local") == ("par_eager", True)
+    assert speed_options(model_args, cpu(10), "local") == ("par_eager", False)  # compiling would not pay back
+    assert speed_options(model_args, cpu(5000, budget=3), "local") == ("par_eager", False)  # nor in 3 s
+    assert speed_options(model_args, long_run, "full") == ("sdpa", False)
     gpu = SimpleNamespace(device=torch.device("cuda"), max_steps=10_000)
-    assert train_par.speed_options(model_args, gpu, "local") == ("sdpa", False)
-    monkeypatch.setattr(train_par, "inductor_can_compile_for_cpu", lambda: False)  # no C++ compiler: auto stays eager
-    assert train_par.speed_options(model_args, long_run, "local") == ("par_eager", False)
+    assert speed_options(model_args, gpu, "local") == ("sdpa", False)
+    monkeypatch.setattr(model_setup, "inductor_can_compile_for_cpu", lambda: False)  # no C++ compiler: auto stays eager
+    assert speed_options(model_args, long_run, "local") == ("par_eager", False)
     given, _, _ = train_par.parse_args(["--attn_implementation", "sdpa", "--compile_core", "false"])
-    assert train_par.speed_options(given, long_run, "local") == ("sdpa", False)
+    assert speed_options(given, long_run, "local") == ("sdpa", False)
     assert model_args.block_iterations == 4
     for flag, value, message in (("--attn_implementation", "flash", "--attn_implementation must be one of"),
                                  ("--compile_core", "yes", "--compile_core must be auto, true or false"),
                                  ("--block_iterations", "0", "--block_iterations must be an integer >= 1")):
         bad, _, _ = train_par.parse_args([flag, value])
         with pytest.raises(ValueError, match=message):
-            train_par.speed_options(bad, long_run, "local")
+            speed_options(bad, long_run, "local")
 
 
 def test_evaluate_par_picks_par_eager_attention_for_the_shipped_recipe_on_cpu():

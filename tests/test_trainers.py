@@ -926,11 +926,10 @@ def test_step_plan_is_drawn_in_begin_batch_whatever_runs_after_or_before(tmp_pat
 
 
 def test_train_par_curve_carries_every_logged_loss_part(tmp_path):
-    """summary.json's curve (train_par.training_curve) keeps every loss part a trainer logs: self-distillation's
-    loss_final and loss_distill, ParTrainer's loss_answer and loss_halt, with the logged values."""
-    from tests.conftest import load_example
+    """summary.json's curve (state_tracking.reports.training_curve) keeps every loss part a trainer logs:
+    self-distillation's loss_final and loss_distill, ParTrainer's loss_answer and loss_halt, with the logged values."""
+    from state_tracking.reports import training_curve
 
-    training_curve = load_example("examples/train_par.py").training_curve
     distill = PrefixSelfDistillationTrainer(
         model=tiny_model(**LOCAL_VIEW), args=tiny_args(tmp_path / "sd", cls=SelfDistillationArguments, max_steps=3,
                                                        ema_decay=0.5),

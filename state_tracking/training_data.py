@@ -1,0 +1,135 @@
+"""The training data of a run (`examples/train_par.py`): problems generated from a task, or recorded data read from
+files; and the record of the sentences the generated data used (the checkpoint's `prompt_format.trained`).
+
+`task_args`, `data_args`, `model_args` are train_par.py's argument dataclasses (any objects with their fields);
+`train_args` its training arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from modeling_par import ParLoopedQwenConfig
+
+from .data import trained_phrasings
+from .flag_modes import check_flags
+from .prompts import prompt_format_of
+from .records import ReadOptions, RecordColumns, RecordSplits, check_record_lengths, has_step_states, read_record_splits
+from .tasks import get_task, load_task
+
+logger = logging.getLogger(__name__)
+
+
+def build_task(task_args):
+    return load_task(task_args.task_file) if task_args.task_file else get_task(task_args.task)
+
+
+def training_problems(task_args, train_args, world: int = 1) -> dict:
+    """The `build_dataset` arguments of the training data (n, depths, seed, random_initial)."""
+    return dict(n=task_args.train_size or train_args.max_steps * train_args.per_device_train_batch_size * world,
+                depths=(train_args.min_train_depth, train_args.max_train_depth), seed=train_args.seed,
+                random_initial=task_args.random_initial)
+
+
+def trained_prompt_format(task, task_args, problems: dict, init_from_par: str | None = None):
+    """The task's prompt format with the record of the sentences the training data used (`PromptFormat.trained`,
+    replayed by `state_tracking.data.trained_phrasings`): the pipeline refuses every other. Fine-tuning a PAR
+    checkpoint adds them to its own record; a parent without one leaves the record out (its data is unknown)."""
+    prompt_format = prompt_format_of(task, task_args.rendering)
+    trained = trained_phrasings(task, task_args.rendering, **problems)
+    if init_from_par:
+        parent = getattr(ParLoopedQwenConfig.from_pretrained(init_from_par), "prompt_format", None) or {}
+        before = parent.get("trained") if parent.get("rendering") == task_args.rendering else None
+        if before is None:
+            logger.warning("--init_from_par: %s records no training sentences; the new checkpoint records none either "
+                           "(its pipeline refuses nothing for being unseen).", init_from_par)
+            return prompt_format
+        trained = merge_trained(prompt_format.with_trained(before).trained, prompt_format.with_trained(trained).trained)
+    return prompt_format.with_trained(trained)
+
+
+def merge_trained(a: dict, b: dict) -> dict:
+    """Two `PromptFormat.trained` records of one format as one (each slot's sentences: a's, then b's new ones)."""
+    def union(x, y):
+        return list(dict.fromkeys([*x, *y]))
+
+    names = list(dict.fromkeys([*a["operations"], *b["operations"]]))
+    return {"operations": {n: union(a["operations"].get(n, ()), b["operations"].get(n, ())) for n in names},
+            "preamble": [union(x, y) for x, y in zip(a["preamble"], b["preamble"])] if a["preamble"] and b["preamble"]
+            else [list(p) for p in (a["preamble"] or b["preamble"])],
+            "queries": [union(x, y) for x, y in zip(a["queries"], b["queries"])],
+            "source": "; ".join(s for s in (a["source"], b["source"]) if s)}
+
+
+def prepare_records(data_args, model_args, task_args, train_args, given: set) -> RecordSplits:
+    """Read the training files, learn their vocabulary, encode them (`state_tracking.records.read_record_splits`);
+    set the depth range and curriculum from the lengths present (unless given); choose the training mode and say why
+    in one log line (kept as `.mode`)."""
+    if model_args.init_from_parent or model_args.init_from_par:
+        raise ValueError("--train_file / --dataset_name train a model from scratch on the records' own vocabulary; "
+                         "--init_from_parent and --init_from_par are not supported with them yet.")
+    for name in ("task", "task_file", "rendering", "random_initial", "train_size"):
+        if name in given:
+            raise ValueError(f"--{name} describes generated data; it has no effect with --train_file / --dataset_name "
+                             "(the records are the data).")
+    check_flags("train_par.py", records=True, given=given)
+    if train_args.disable_tqdm:  # --disable_tqdm silences every bar: datasets' reading and encoding ones too
+        import datasets
+
+        datasets.disable_progress_bars()
+    columns = RecordColumns(data_args.operations_column, data_args.state_column, data_args.step_states_column,
+                            data_args.initial_state_column, data_args.operation_delimiter)
+    options = ReadOptions(num_proc=data_args.preprocessing_num_workers, overwrite_cache=data_args.overwrite_cache,
+                          cache_dir=data_args.cache_dir, revision=data_args.dataset_revision, token=data_args.token,
+                          trust_remote_code=data_args.trust_remote_code)
+    with train_args.main_process_first(desc="reading the records"):  # DDP: rank 0 fills datasets' cache first
+        records = read_record_splits(
+            columns, data_args.train_file, data_args.validation_file, data_args.test_file, data_args.dataset_name,
+            data_args.dataset_config_name, data_args.skip_bad_records, data_args.max_train_samples,
+            data_args.data_name, max_eval_samples=data_args.max_eval_samples,
+            validation_split_percentage=data_args.validation_split_percentage, seed=train_args.seed, options=options,
+            operation_tokens=data_args.operation_tokens)
+    for note in records.notes:
+        logger.warning("records: %s", note)
+    check_record_lengths(records, model_args.max_iterations, model_args.step_size, data_args.skip_bad_records)
+    for split, bad in records.skipped.items():
+        if bad:
+            logger.warning("skipped %d %s record(s) (--skip_bad_records); the first: %s", len(bad), split, bad[0])
+    logger.warning("records: %s", records.summary())
+    lengths = records.lengths
+    if "min_train_depth" not in given:
+        train_args.min_train_depth = int(lengths.min())
+    if "max_train_depth" not in given:
+        train_args.max_train_depth = int(lengths.max())
+    if "curriculum_start_depth" not in given and train_args.curriculum_start_depth is not None:
+        train_args.curriculum_start_depth = int(min(max(train_args.curriculum_start_depth, lengths.min()),
+                                                    train_args.max_train_depth))
+    start = train_args.curriculum_start_depth
+    if start is not None and not train_args.min_train_depth <= start <= train_args.max_train_depth:
+        raise ValueError(f"--curriculum_start_depth {start} lies outside the training range "
+                         f"[{train_args.min_train_depth}, {train_args.max_train_depth}] (the training records have "
+                         f"lengths {lengths.min()}..{lengths.max()}).")
+    records.mode = training_mode(records, task_args.self_distillation)
+    logger.warning("training mode: %s", records.mode)
+    return records
+
+
+def training_mode(records: RecordSplits, self_distillation: bool) -> str:
+    """How a records run trains, in one sentence: from the step states the records carry, by label-free prefix
+    self-distillation, or from the final answers over the lengths present."""
+    if self_distillation and has_step_states(records.train):
+        return ("label-free prefix self-distillation (--self_distillation): iterations before the last are pulled to "
+                "an EMA teacher on the prefixes; the step states the records carry are read only for the final answer")
+    if has_step_states(records.train):
+        return "progress-aligned targets: the records carry the state after every operation"
+    if self_distillation:
+        return ("label-free prefix self-distillation (--self_distillation): the records carry final states only; "
+                "iterations before the last are pulled to an EMA teacher on the prefixes")
+    return ("final-answer training over the lengths present: the records carry final states only, and under the "
+            "local view iteration k on a record computes what it computes on the record's k-operation prefix, so "
+            "a record of length k supervises iteration k (against label-free prefix self-distillation: "
+            "results/own_data_cpu/README.md; --self_distillation true for the other)")
+
+
+__all__ = ["build_task", "merge_trained", "prepare_records", "trained_prompt_format", "training_mode",
+           "training_problems"]
