@@ -5,10 +5,11 @@
 
 Checkpoints trained before configs carried the record get it here, computed the way `train_par.py` computes it for a
 new run: the checkpoint's recorded training command is parsed by `train_par.py`'s own parser, and
-`train_par.trained_prompt_format` replays the problems and phrasings `build_dataset` drew for it (same task, seed,
-size, depths, start states; `state_tracking.data.trained_phrasings`). Only `config.json`'s `prompt_format.trained`
-changes; the weights, the tokenizer and every other field stay as they are. Every segment of a resumed run must have
-trained on the same data (they share the data flags), and the runs were single-process (world size 1).
+`state_tracking.training_data.trained_prompt_format` replays the problems and phrasings `build_dataset` drew for it
+(same task, seed, size, depths, start states; `state_tracking.data.trained_phrasings`). Only `config.json`'s
+`prompt_format.trained` changes; the weights, the tokenizer and every other field stay as they are. Every segment of a
+resumed run must have trained on the same data (they share the data flags), and the runs were single-process (world
+size 1).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def training_record(folder: Path, commands: list[str]) -> dict:
 
     from modeling_par.prompt_format import PromptFormat
     from state_tracking import load_task_from_dir
+    from state_tracking.training_data import build_task, trained_prompt_format, training_problems
 
     problems = None
     for command in commands:
@@ -46,7 +48,7 @@ def training_record(folder: Path, commands: list[str]) -> dict:
             raise ValueError(f"{folder}: not a train_par.py command: {command!r}")
         argv = argv[argv.index("examples/train_par.py") + 1:]
         model_args, task_args, _, train_args, _ = train_par.parse_all_args(argv)
-        these = (task_args, train_par.training_problems(task_args, train_args, world=1), model_args.init_from_par)
+        these = (task_args, training_problems(task_args, train_args, world=1), model_args.init_from_par)
         if problems is not None and these[1:] != problems[1:]:
             raise ValueError(f"{folder}: the training segments drew different data ({problems[1]} vs {these[1]}).")
         problems = these
@@ -54,10 +56,10 @@ def training_record(folder: Path, commands: list[str]) -> dict:
     if init_from_par:
         raise ValueError(f"{folder} was fine-tuned from {init_from_par}: record that checkpoint first.")
     task = load_task_from_dir(folder)  # the task the run saved (what --task / --task_file built)
-    if task.to_dict() != train_par.build_task(task_args).to_dict():
+    if task.to_dict() != build_task(task_args).to_dict():
         raise ValueError(f"{folder}: its saved task differs from the one its command builds.")
     config = json.loads((folder / "config.json").read_text())
-    fresh = train_par.trained_prompt_format(task, task_args, data)
+    fresh = trained_prompt_format(task, task_args, data)
     before = PromptFormat.from_dict(config["prompt_format"])
     if before.with_trained(None) != fresh.with_trained(None):
         raise ValueError(f"{folder}: its prompt_format is not the one {task.name!r} renders; re-export it.")
@@ -65,8 +67,10 @@ def training_record(folder: Path, commands: list[str]) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", type=true_or_false, nargs="?", const=True, default=False, help="only compare the configs with the recomputed records")
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", type=true_or_false, nargs="?", const=True, default=False,
+                        help="only compare the configs with the recomputed records")
     args = parser.parse_args(argv)
     stale = []
     for folder, record in SHIPPED.items():
