@@ -60,7 +60,7 @@ def one(view: str, variant: str, split: list[int], batch: int, depth: int, repea
     if tokenizer.pad_token_id is None:  # as train_par.py does for a pretrained tokenizer
         tokenizer.pad_token = tokenizer.eos_token
     ids = model_token_ids(tokenizer, task)
-    model = ParLoopedQwenForStateTracking.from_qwen2(
+    model = ParLoopedQwenForStateTracking.from_pretrained_parent(
         str(folder), *split, answer_token_ids=ids["answer_token_ids"], dtype=torch.float32, gguf_file=spec.gguf_file,
         truncate=True, **VIEWS[view]).train()
     if level >= 1:

@@ -5,38 +5,45 @@
 (with `config.answer_feedback`, the state handed on is the answer alone: s_k ← e + softmax(y_k) E at the queries,
 `answer_feedback_state`; off by default)
 
-P (prelude), C (weight-shared core) and Q (coda) are slices of one Qwen2 decoder stack, built from
-transformers' own `Qwen2Model` so every Qwen2 parameter keeps its name (`model.layers.{i}.…`,
-`model.embed_tokens`, `model.norm`, `lm_head`); the only new parameter is the adapter W (Linear 2h → h,
-initialised to [0 | I], so R = 1 computes exactly the parent model). The answer is a classification over
-the LM-head rows of the candidate tokens at the query positions; learned halting reads the ("Yes", "No")
-rows at the last query position.
+P (prelude), C (weight-shared core) and Q (coda) are slices of one Qwen2 decoder stack, built from transformers' own
+`Qwen2Model` so every Qwen2 parameter keeps its name (`model.layers.{i}.…`, `model.embed_tokens`, `model.norm`,
+`lm_head`); the only new parameter is the adapter W (Linear 2h → h, initialised to [0 | I], so R = 1 computes exactly
+the parent model). The answer is a classification over the LM-head rows of the candidate tokens at the query
+positions; learned halting reads the ("Yes", "No") rows at the last query position.
 
 This file holds the model and its reference recurrence: `forward` and `predict` drive one loop over a backend chosen
 once per batch (`_backend`): the whole-prompt `ReferenceLoop` below, or the local window (`window_path.WindowLoop`),
 tested equal to it. Beside it, imported relatively (remote code: a checkpoint needs only torch and transformers):
 `configuration_par.py`, `loop_views.py` (masks and positions of iteration k), `loop_types.py` (outputs, the backend
 interface, the named types between steps), `input_checks.py`, `runtime_options.py` (`model.runtime`, the fast paths'
-switches), `window_path.py`, `par_attention.py` ("par_eager"), `compile_support.py` (`compile_core`),
-`prompt_format.py` (raw text → `operation_ends`) and `pipeline_par.py` (the `state-tracking` pipeline).
+switches), `window_path.py`, `split_adapter.py`, `par_attention.py` ("par_eager"), `compile_support.py`
+(`compile_core`), `prompt_format.py` (raw text → `operation_ends`) and `pipeline_par.py` (the `state-tracking`
+pipeline). Not `parents.py`, the parent conversion: only `from_pretrained_parent` loads it, so no checkpoint carries it.
 """
 
 from __future__ import annotations
 
-import os
+import importlib
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from transformers import LlamaForCausalLM, PreTrainedModel, Qwen2ForCausalLM
+from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 
 from .compile_support import compile_parts, default_compile_options, eager_parts
 from .configuration_par import ParLoopedQwenConfig
-from .input_checks import check_inputs, check_iterations, check_operation_ends, check_position_ids
+from .input_checks import (
+    check_inputs,
+    check_iterations,
+    check_operation_ends,
+    check_position_ids,
+    check_predict_depth,
+    check_readout_iterations,
+)
 from .loop_types import (
     AdapterHalves,
     CandidateRows,
@@ -55,8 +62,8 @@ from .loop_types import (
 )
 from .loop_views import (
     LoopView,
+    full_view_mask,
     loop_view_mask,
-    mask_dtype,
     operations_read,
     padded_causal_mask,
     positions_from_mask,
@@ -66,9 +73,9 @@ from .loop_views import (
     whole_prompt_view,
 )
 from .par_attention import par_eager_attention, small_block_attention
-from .parents import load_parent, parent_dtype
 from .pipeline_par import StateTrackingPipeline  # noqa: F401  (imported so save_pretrained copies the pipeline code)
 from .runtime_options import RUNTIME_OPTION_NAMES, ParRuntimeOptions
+from .split_adapter import adapter_e_half, adapter_halves, adapter_input
 from .window_path import WindowLoop
 
 _RMS_EPS = 1e-12
@@ -286,12 +293,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         """Every weight drawn afresh as a new model of this config draws it (`_init_weights`: normal(0,
         initializer_range) matrices, unit norms, the adapter W = [0 | I]), from `seed`: a retrofit's shape and tokenizer
         without its pretrained weights, the control for what pretraining brings."""
-        generator_state = torch.random.get_rng_state()
-        torch.manual_seed(seed)
-        try:
+        with torch.random.fork_rng(devices=[]):  # the caller's CPU generator is left as it was
+            torch.manual_seed(seed)
             fresh = type(self)(self.config)
-        finally:
-            torch.random.set_rng_state(generator_state)
         self.load_state_dict(fresh.state_dict())
         return self
 
@@ -303,24 +307,12 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         self.model.embed_tokens.requires_grad_(False)
         return self
 
-    def get_input_embeddings(self):
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value):
-        self.model.embed_tokens = value
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, value):
-        self.lm_head = value
-
-    # ----------------------------------------------------------------------------------------------------------
+    # ------------------------------------------------------------------------------------------- from a parent LM
     @classmethod
-    def from_qwen2(cls, model_or_path, prelude_layers: int, core_layers: int, coda_layers: int,
-                   answer_token_ids: list[int], halt_token_ids: tuple[int, int] | None = None,
-                   dtype: torch.dtype | str | None = None, gguf_file: str | None = None, truncate: bool = False,
-                   **par_kwargs) -> ParLoopedQwenForStateTracking:
+    def from_pretrained_parent(cls, model_or_path, prelude_layers: int, core_layers: int, coda_layers: int,
+                               answer_token_ids: list[int], halt_token_ids: tuple[int, int] | None = None,
+                               dtype: torch.dtype | str | None = None, gguf_file: str | None = None,
+                               truncate: bool = False, **par_kwargs) -> ParLoopedQwenForStateTracking:
         """Retrofit a pretrained causal LM into a looped PAR model: a Qwen2 one (a Hub id, a local folder or a
         `Qwen2ForCausalLM`) or a Llama-architecture one (a `LlamaForCausalLM`, or a folder of one; `gguf_file` for a
         GGUF file in the folder), converted exactly into Qwen2 first (`parents.load_parent`: zero q/k/v biases; a
@@ -333,49 +325,18 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         final norm and LM head read layer P + C + Q; R = 1 equals that truncated parent).
 
         `dtype` (a `torch.dtype`, its name such as "bfloat16", or "auto": as saved) is the new model's; default the
-        parent's. A model passed in is only read: its weights are copied, never cast or cut.
+        parent's. A model passed in is only read: its weights are copied, never cast or cut. `par_kwargs` go to
+        `ParLoopedQwenConfig`. Needs the installed package: the conversion (`parents.retrofit`) is imported here only,
+        by importlib, which transformers' remote-code scanner does not follow, so no checkpoint carries it.
         """
-        if not isinstance(model_or_path, (str, os.PathLike, Qwen2ForCausalLM, LlamaForCausalLM)):
-            raise ValueError(
-                "from_qwen2: model_or_path must be a Hub id, a local path, a Qwen2ForCausalLM or a LlamaForCausalLM; "
-                f"got {type(model_or_path).__name__}."
-            )
-        dtype = parent_dtype(dtype)
-        from_path = isinstance(model_or_path, (str, os.PathLike))
-        # a model passed in is read as is (a Llama: converted into a new one); the copy below casts its weights
-        parent = load_parent(model_or_path, gguf_file=gguf_file, dtype=dtype if from_path else None)
-        layers = prelude_layers + core_layers + coda_layers
-        if truncate and layers > parent.config.num_hidden_layers:
-            raise ValueError(f"from_qwen2(truncate=True): prelude_layers + core_layers + coda_layers = {layers} exceeds "
-                             f"the parent's num_hidden_layers = {parent.config.num_hidden_layers}.")
-        parent_config = parent.config.to_dict()
-        for key in ("model_type", "architectures", "auto_map", "transformers_version", "dtype", "torch_dtype",
-                    "quantization_config"):
-            parent_config.pop(key, None)
-        if truncate:  # the first P + C + Q layers: cut the config and the weights read, never the caller's model
-            parent_config["num_hidden_layers"] = layers
-            if parent_config.get("layer_types") is not None:
-                parent_config["layer_types"] = list(parent_config["layer_types"])[:layers]
-        if parent_config.get("num_hidden_layers") != layers:
-            raise ValueError(
-                f"from_qwen2: prelude_layers + core_layers + coda_layers = {layers} must equal the parent's "
-                f"num_hidden_layers = {parent_config.get('num_hidden_layers')} (truncate=True keeps only the parent's "
-                "first P + C + Q layers)."
-            )
-        config = ParLoopedQwenConfig(prelude_layers=prelude_layers, core_layers=core_layers, coda_layers=coda_layers,
-                                     answer_token_ids=answer_token_ids, halt_token_ids=halt_token_ids, **par_kwargs,
-                                     **parent_config)
-        config._attn_implementation = parent.config._attn_implementation
-        weight = next(parent.parameters())
-        model = cls(config).to(dtype=dtype if isinstance(dtype, torch.dtype) else weight.dtype, device=weight.device)
-        weights = {k: v for k, v in parent.state_dict().items()
-                   if not (k.startswith("model.layers.") and int(k.split(".")[2]) >= layers)}
-        missing, unexpected = model.load_state_dict(weights, strict=False)
-        if unexpected or set(missing) - {"adapter.weight", "lm_head.weight"}:
-            raise ValueError(f"from_qwen2: parent weights do not match: missing {missing}, unexpected {unexpected}.")
-        if "lm_head.weight" in missing:  # a parent whose state dict left out its tied head
-            model.lm_head.weight = model.model.embed_tokens.weight
-        return model
+        parents = importlib.import_module(".parents", __package__)
+        return parents.retrofit(cls, model_or_path, prelude_layers, core_layers, coda_layers, answer_token_ids,
+                                halt_token_ids, dtype=dtype, gguf_file=gguf_file, truncate=truncate, **par_kwargs)
+
+    @classmethod
+    def from_qwen2(cls, *args, **kwargs) -> ParLoopedQwenForStateTracking:
+        """Alias of `from_pretrained_parent`, kept under its old name (it takes Llama and GGUF parents too)."""
+        return cls.from_pretrained_parent(*args, **kwargs)
 
     # ------------------------------------------------------------------------------------------------- the backend
     def _backend(self, input_ids, attention_mask, query_positions, position_scale, operation_ends=None,
@@ -396,12 +357,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                                operation_ends)
 
     def _full_view_mask(self, attention_mask: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor | None:
-        """The full view's mask: `padded_causal_mask`, or None (sdpa's causal kernel, the same mask implicitly) when
-        `runtime.causal_fast_path` is on, the layers use sdpa and no token of the batch is padding."""
-        if (self.runtime.causal_fast_path and self.config._attn_implementation == "sdpa"
-                and bool(attention_mask.bool().all())):
-            return None
-        return padded_causal_mask(attention_mask, mask_dtype(self.config, hidden))
+        """The full view's mask, or None for sdpa's causal kernel (`loop_views.full_view_mask`)."""
+        return full_view_mask(self.config, self.runtime.causal_fast_path, attention_mask, hidden)
 
     # ----------------------------------------------------------------------------------------------- the core update
     @staticmethod
@@ -412,15 +369,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         return hidden
 
     def compile_core(self, **compile_kwargs) -> ParLoopedQwenForStateTracking:
-        """`torch.compile` the loop's hot path (`compile_support.compile_parts`): the core update (C(W [e ; s]) and the
-        anchoring) on the whole prompt and on the local window, the no-grad unit of `runtime.block_iterations` window
-        iterations (`window_path.window_block`, one graph; its first compile takes longer), the coda + final norm, and
-        the prelude. `compile_kwargs` go to `torch.compile` (default `dynamic=None`: one graph per shape, then dynamic
-        shapes on a recompile); `compile_core(disable=True)` returns to eager. Same result up to kernel rounding. On a
-        CPU, inductor's C++ wrapper is on unless `options`/`mode` say otherwise (`default_compile_options`).
-        Each new input shape (depth, batch, window) recompiles, up to `torch._dynamo.config.recompile_limit` graphs;
-        past it the part runs eager (pass `dynamic=True` when shapes vary a lot). On a CPU, pair it with
-        `attn_implementation="par_eager"` for the local window's few-row attention (`par_attention`)."""
+        """`torch.compile` the loop's hot path: the core update, the window block, the coda and the prelude
+        (`compile_support.compile_parts`, where the options, recompiles and CPU advice are told). `compile_kwargs` go
+        to `torch.compile`; `compile_core(disable=True)` returns to eager. Same result up to kernel rounding."""
         self.compiled = None if compile_kwargs.pop("disable", False) else compile_parts(self, **compile_kwargs)
         return self
 
@@ -429,29 +380,17 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         """The loop's hot functions: compiled after `compile_core`, else eager (`compile_support.eager_parts`)."""
         return self.compiled if self.compiled is not None else eager_parts(self)
 
+    # The adapter W [e ; s] = W_e e + W_s s, split at its input so W_e e is computed once per batch (`split_adapter`).
     def _adapter_halves(self) -> AdapterHalves | None:
-        """(W_e, W_s), the adapter's weight cut at its input, W = [W_e | W_s]; None when the adapter is called whole
-        (`runtime.split_adapter` off, an adapter that is not a plain bias-free `nn.Linear`, e.g. wrapped by PEFT, or
-        one with forward hooks, e.g. accelerate's offloading, which only a call runs)."""
-        adapter = self.adapter
-        if (not self.runtime.split_adapter or type(adapter) is not nn.Linear or adapter.bias is not None
-                or adapter._forward_hooks or adapter._forward_pre_hooks):
-            return None
-        return AdapterHalves(*adapter.weight.split(self.config.hidden_size, dim=1))
+        return adapter_halves(self)
 
     def adapter_e_half(self, e: torch.Tensor) -> torch.Tensor:
-        """The part of the adapter that depends on e alone, W_e e: computed once per batch, since e does not change
-        across iterations. (e itself when the adapter is called whole.)"""
-        halves = self._adapter_halves()
-        return e if halves is None else F.linear(e, halves.e)
+        """W_e e, computed once per batch since e does not change across iterations (e itself, adapter called whole)."""
+        return adapter_e_half(self, e)
 
     def adapter_input(self, e_half: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        """W [e ; s] = W_e e + W_s s, from e's half (`adapter_e_half`): one product of s per iteration instead of one
-        of [e ; s]. Same value up to the order of the sum (tested against the whole adapter)."""
-        halves = self._adapter_halves()
-        if halves is None:
-            return self.adapter(torch.cat([e_half, s], dim=-1))
-        return e_half + F.linear(s, halves.s)
+        """W [e ; s], from e's half (`adapter_e_half`)."""
+        return adapter_input(self, e_half, s)
 
     def _core_block(self, e_half, s, mask, cos, sin):
         """C(W [e ; s]) — one pass of the shared core, from e's half of the adapter (`adapter_e_half`)."""
@@ -519,7 +458,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         key = (tuple(self.config.answer_token_ids), self.config.halt_token_ids and tuple(self.config.halt_token_ids),
                device)
         if self._candidate_rows_cache is None or self._candidate_rows_cache.key != key:
-            with torch.inference_mode(False):  # built under an evaluator's inference_mode, it must still index in training
+            with torch.inference_mode(False):  # built under an evaluator's inference_mode, it still indexes in training
                 halts = None if key[1] is None else torch.tensor(key[1], device=device)
                 self._candidate_rows_cache = CandidateRows(key, torch.tensor(key[0], device=device), halts)
         return self._candidate_rows_cache
@@ -542,12 +481,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         positions to use instead of the ordinary ones (e.g. randomized sorted positions during training).
         """
         num_iterations = check_iterations(self.config, 1 if num_iterations is None else num_iterations)
-        reads = [num_iterations] if readout_iterations is None else sorted(set(int(k) for k in readout_iterations))
-        if not reads or reads[0] < 1 or reads[-1] > num_iterations:
-            raise ValueError(
-                f"readout_iterations must be a non-empty list of iterations in [1, num_iterations={num_iterations}]; "
-                f"got {readout_iterations!r}."
-            )
+        reads = check_readout_iterations(readout_iterations, num_iterations)
         backend = self._backend(input_ids, attention_mask, query_positions, position_scale, operation_ends,
                                 position_ids)
         grad_from = grad_window_iterations(num_iterations, self.config.grad_window)[0]
@@ -595,39 +529,19 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
 
         Forced depth (`num_iterations` = R, an int or a (b,) tensor): read iteration R of each sample.
         Learned halting (`halting=True`, no iteration count given): read the first iteration R confirmed by
-        `halt_confirmed` over R..R+m−1, so a sample runs R + m − 1 iterations. One never confirmed by `max_iterations` (default
-        `config.max_iterations`) returns its last readout with `halted=False`. On the local window, forced depth runs
-        `runtime.block_iterations` iterations at a time up to the nearest depth, and halting runs them that many at a
-        time with their readouts in one coda call (a sample that halts inside a block leaves the batch at its end:
-        the same answers, up to K − 1 iterations computed and not read).
+        `halt_confirmed` over R..R+m−1, so a sample runs R + m − 1 iterations. One never confirmed by
+        `max_iterations` (default `config.max_iterations`) returns its last readout with `halted=False`. On the local
+        window, forced depth runs `runtime.block_iterations` iterations at a time up to the nearest depth, and halting
+        runs them that many at a time with their readouts in one coda call (a sample that halts inside a block leaves
+        the batch at its end: the same answers, up to K − 1 iterations computed and not read).
 
         Under the local view the depth is not hidden from the loop: `operation_ends` marks every operation, and
         iteration k > d reads an empty window, which is what a model trained with `halt_label_offset=1` learns to
         halt on (at R = d + 1). Halting there means "stop where the given operations end", not the paper's
         "depth unknown"; under the full view the queries must infer it from the prompt.
         """
-        batch = input_ids.shape[0]
-        device = input_ids.device
-        if not isinstance(halting, bool):
-            raise ValueError(f"predict: halting must be a bool; got {halting!r}.")
-        if halting:
-            if num_iterations is not None:
-                raise ValueError("predict: give num_iterations (forced depth) or halting=True, not both.")
-            if self.config.halt_token_ids is None:
-                raise ValueError("predict(halting=True) needs ParLoopedQwenConfig.halt_token_ids (Yes, No).")
-            limit = check_iterations(self.config,
-                self.config.max_iterations if max_iterations is None else max_iterations, "max_iterations"
-            )
-        else:
-            if num_iterations is None:
-                raise ValueError("predict: num_iterations (forced depth) is required unless halting=True.")
-            if max_iterations is not None:
-                raise ValueError("predict: max_iterations bounds learned halting (halting=True); forced depth runs "
-                                 "exactly num_iterations.")
-            target = torch.as_tensor(num_iterations, device=device).long().expand(batch).clone()
-            limit = check_iterations(self.config, int(target.max()), "num_iterations")
-            check_iterations(self.config, int(target.min()), "num_iterations")
-
+        batch, device = input_ids.shape[0], input_ids.device
+        limit, target = check_predict_depth(self.config, batch, device, num_iterations, halting, max_iterations)
         backend = self._backend(input_ids, attention_mask, query_positions, position_scale, operation_ends)
         sizes = (batch, backend.num_queries, len(self.config.answer_token_ids))
         record = PredictionRecord.empty(*sizes, device)
@@ -681,6 +595,6 @@ ParLoopedQwenForStateTracking.register_for_auto_class("AutoModel")
 __all__ = ["ParLoopedQwenPreTrainedModel", "ParLoopedQwenForStateTracking", "ParLoopedOutput", "ParPrediction",
            "ParRuntimeOptions", "IterationView", "LoopState", "LoopStep", "Readout", "ReadoutInput", "ReferenceLoop",
            "anchor_state_norm", "adapter_identity_init", "answer_feedback_state", "default_compile_options",
-           "grad_window_iterations", "halt_confirmed", "halt_iteration", "loop_view_mask", "operations_read", "padded_causal_mask",
-           "par_eager_attention", "progress_shift", "token_segments", "positions_from_mask", "small_block_attention",
-           "state_rms", "stretch_positions"]
+           "grad_window_iterations", "halt_confirmed", "halt_iteration", "loop_view_mask", "operations_read",
+           "padded_causal_mask", "par_eager_attention", "progress_shift", "token_segments", "positions_from_mask",
+           "small_block_attention", "state_rms", "stretch_positions"]

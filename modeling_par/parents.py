@@ -10,6 +10,9 @@ file (transformers dequantizes it to fp32 on load; it needs the `gguf` package).
 
     parent = load_parent("path/to/SmolLM2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", num_layers=9)
     # -> Qwen2ForCausalLM with the first 9 of SmolLM2's 30 layers, the final norm and the tied head
+
+`retrofit` is the body of `ParLoopedQwenForStateTracking.from_pretrained_parent`. The model file imports this module
+only inside that classmethod, so a checkpoint's remote code (what inference loads) does not carry it.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ def check_llama_config(config) -> None:
     """Refuse, naming the field, a Llama config that a Qwen2 decoder cannot compute exactly."""
     name = type(config).__name__
     if getattr(config, "attention_bias", False):
-        raise ValueError(f"{name}.attention_bias = True: Qwen2's o_proj has no bias, so this parent cannot be converted "
-                         "into Qwen2 exactly (allowed: attention_bias = False).")
+        raise ValueError(f"{name}.attention_bias = True: Qwen2's o_proj has no bias, so this parent cannot be "
+                         "converted into Qwen2 exactly (allowed: attention_bias = False).")
     if getattr(config, "mlp_bias", False):
         raise ValueError(f"{name}.mlp_bias = True: Qwen2's MLP has no biases (allowed: mlp_bias = False).")
     head_dim = getattr(config, "head_dim", None)
@@ -206,5 +209,58 @@ def load_parent(model_or_path, gguf_file: str | None = None, dtype: torch.dtype 
     return qwen2_copy(model_or_path, cast, num_layers)
 
 
-__all__ = ["DTYPE_NAMES", "check_llama_config", "first_layers", "load_parent", "parent_dtype", "qwen2_config_from_llama",
-           "qwen2_copy", "qwen2_from_llama"]
+def retrofit(model_class, model_or_path, prelude_layers: int, core_layers: int, coda_layers: int,
+             answer_token_ids: list[int], halt_token_ids: tuple[int, int] | None = None,
+             dtype: torch.dtype | str | None = None, gguf_file: str | None = None, truncate: bool = False,
+             **par_kwargs):
+    """A new `model_class` (`ParLoopedQwenForStateTracking`) from a pretrained parent: see its
+    `from_pretrained_parent`, whose body this is. The parent is `load_parent`'s (a Llama converted exactly into Qwen2);
+    its layers [0, P) become the prelude, [P, P+C) the core, the rest the coda, every weight copied unchanged and the
+    adapter new (W = [0 | I], from `_init_weights`). `par_kwargs` go to the PAR config."""
+    name = "from_pretrained_parent"
+    if not isinstance(model_or_path, (str, os.PathLike, Qwen2ForCausalLM, LlamaForCausalLM)):
+        raise ValueError(
+            f"{name}: model_or_path must be a Hub id, a local path, a Qwen2ForCausalLM or a LlamaForCausalLM; "
+            f"got {type(model_or_path).__name__}."
+        )
+    dtype = parent_dtype(dtype)
+    from_path = isinstance(model_or_path, (str, os.PathLike))
+    # a model passed in is read as is (a Llama: converted into a new one); the copy below casts its weights
+    parent = load_parent(model_or_path, gguf_file=gguf_file, dtype=dtype if from_path else None)
+    layers = prelude_layers + core_layers + coda_layers
+    if truncate and layers > parent.config.num_hidden_layers:
+        raise ValueError(f"{name}(truncate=True): prelude_layers + core_layers + coda_layers = {layers} exceeds "
+                         f"the parent's num_hidden_layers = {parent.config.num_hidden_layers}.")
+    parent_config = parent.config.to_dict()
+    for key in ("model_type", "architectures", "auto_map", "transformers_version", "dtype", "torch_dtype",
+                "quantization_config"):
+        parent_config.pop(key, None)
+    if truncate:  # the first P + C + Q layers: cut the config and the weights read, never the caller's model
+        parent_config["num_hidden_layers"] = layers
+        if parent_config.get("layer_types") is not None:
+            parent_config["layer_types"] = list(parent_config["layer_types"])[:layers]
+    if parent_config.get("num_hidden_layers") != layers:
+        raise ValueError(
+            f"{name}: prelude_layers + core_layers + coda_layers = {layers} must equal the parent's "
+            f"num_hidden_layers = {parent_config.get('num_hidden_layers')} (truncate=True keeps only the parent's "
+            "first P + C + Q layers)."
+        )
+    config = model_class.config_class(prelude_layers=prelude_layers, core_layers=core_layers,
+                                      coda_layers=coda_layers, answer_token_ids=answer_token_ids,
+                                      halt_token_ids=halt_token_ids, **par_kwargs, **parent_config)
+    config._attn_implementation = parent.config._attn_implementation
+    weight = next(parent.parameters())
+    model = model_class(config).to(dtype=dtype if isinstance(dtype, torch.dtype) else weight.dtype,
+                                   device=weight.device)
+    weights = {k: v for k, v in parent.state_dict().items()
+               if not (k.startswith("model.layers.") and int(k.split(".")[2]) >= layers)}
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or set(missing) - {"adapter.weight", "lm_head.weight"}:
+        raise ValueError(f"{name}: parent weights do not match: missing {missing}, unexpected {unexpected}.")
+    if "lm_head.weight" in missing:  # a parent whose state dict left out its tied head
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model
+
+
+__all__ = ["DTYPE_NAMES", "check_llama_config", "first_layers", "load_parent", "parent_dtype",
+           "qwen2_config_from_llama", "qwen2_copy", "qwen2_from_llama", "retrofit"]

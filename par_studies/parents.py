@@ -186,8 +186,8 @@ def parity(name: str, layers: tuple[int, int, int], truncate: bool = False, batc
                                                                                   "num_hidden_layers": n}))
             short.load_state_dict(loaded.state_dict(), strict=False)
             reference = short.eval()(ids).logits
-        model = ParLoopedQwenForStateTracking.from_qwen2(loaded, *layers, answer_token_ids=answer_ids,
-                                                         truncate=truncate).eval()
+        model = ParLoopedQwenForStateTracking.from_pretrained_parent(loaded, *layers, answer_token_ids=answer_ids,
+                                                                     truncate=truncate).eval()
         got = model(ids, query_positions=query_positions, num_iterations=1).answer_logits[0]
         expected = reference.gather(1, query_positions[..., None].expand(-1, -1, reference.shape[-1]))[..., answer_ids]
     return {"parent": parent_spec.label, "name": name, "architecture": type(loaded).__name__,

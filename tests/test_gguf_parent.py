@@ -1,6 +1,6 @@
 """The GGUF path of a retrofit, in CI: a tiny Qwen2 and a tiny Llama written with `gguf.GGUFWriter` (F32 tensors, a
 byte-level BPE tokenizer whose item names are one token each), read back by transformers with `gguf_file=`, through
-`load_parent`, `from_qwen2` and `train_par.py --init_from_qwen2 … --gguf_file …` — what the real parents
+`load_parent`, `from_pretrained_parent` and `train_par.py --init_from_qwen2 … --gguf_file …` — what the real parents
 (par_studies.parents: SmolLM2-135M, a Llama; the Qwen2.5-shaped 0.5B, a Qwen2) go through.
 
 `gguf` is in the dev extra (`pip install -e ".[dev]"`), so these run in CI; without it they skip, saying so.
@@ -47,7 +47,7 @@ def bpe_vocabulary() -> tuple[list[str], list[str]]:
 
 
 def llama_permute(weight: np.ndarray, heads: int) -> np.ndarray:
-    """llama.cpp's q/k row order (convert_hf_to_gguf's `permute`), which transformers undoes when reading a llama GGUF."""
+    """llama.cpp's q/k row order (convert_hf_to_gguf's `permute`), which transformers undoes reading a llama GGUF."""
     return weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(
         weight.shape)
 
@@ -117,7 +117,7 @@ def test_transformers_reads_the_tiny_gguf_as_written(tiny_gguf):
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
 
 
-def test_load_parent_and_from_qwen2_on_a_gguf_file_equal_the_parent_at_r1(tiny_gguf):
+def test_load_parent_and_from_pretrained_parent_on_a_gguf_file_equal_the_parent_at_r1(tiny_gguf):
     arch, folder, name, model = tiny_gguf
     parent = load_parent(folder, gguf_file=name)
     assert isinstance(parent, Qwen2ForCausalLM)
@@ -129,8 +129,8 @@ def test_load_parent_and_from_qwen2_on_a_gguf_file_equal_the_parent_at_r1(tiny_g
     with torch.no_grad():
         expected = model(ids).logits[:, 7:12][..., answer_ids]
         torch.testing.assert_close(parent(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
-        whole = ParLoopedQwenForStateTracking.from_qwen2(folder, 1, 1, 1, answer_token_ids=answer_ids,
-                                                         gguf_file=name).eval()
+        whole = ParLoopedQwenForStateTracking.from_pretrained_parent(folder, 1, 1, 1, answer_token_ids=answer_ids,
+                                                                     gguf_file=name).eval()
         torch.testing.assert_close(whole(ids, query_positions=queries, num_iterations=1).answer_logits[0], expected,
                                    rtol=0, atol=1e-5)
 
@@ -145,8 +145,8 @@ def test_a_truncated_gguf_retrofit_equals_the_parent_cut_to_its_first_layers(tmp
     cut.load_state_dict({k: v for k, v in model.state_dict().items() if ".layers.3." not in k})
     ids = torch.randint(0, model.config.vocab_size, (2, 10), generator=torch.Generator().manual_seed(3))
     queries = torch.arange(5, 10).expand(2, -1)
-    retrofit = ParLoopedQwenForStateTracking.from_qwen2(tmp_path, 1, 1, 1, answer_token_ids=answer_ids,
-                                                        gguf_file=name, truncate=True).eval()
+    retrofit = ParLoopedQwenForStateTracking.from_pretrained_parent(tmp_path, 1, 1, 1, answer_token_ids=answer_ids,
+                                                                    gguf_file=name, truncate=True).eval()
     with torch.no_grad():
         got = retrofit(ids, query_positions=queries, num_iterations=1).answer_logits[0]
         torch.testing.assert_close(got, cut(ids).logits[:, 5:10][..., answer_ids], rtol=0, atol=1e-5)

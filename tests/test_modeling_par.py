@@ -42,7 +42,7 @@ def test_r1_equals_parent_from_saved_checkpoint(tiny_parent, tmp_path):
     with torch.no_grad():
         expected = candidate_logits(tiny_parent, input_ids, qpos)
         for source in (tmp_path / "parent", str(tmp_path / "parent"), tiny_parent):
-            model = ParLoopedQwenForStateTracking.from_qwen2(
+            model = ParLoopedQwenForStateTracking.from_pretrained_parent(
                 source, prelude_layers=2, core_layers=2, coda_layers=2, answer_token_ids=ANSWER_IDS,
                 halt_token_ids=HALT_IDS,
             ).eval()
@@ -53,11 +53,50 @@ def test_r1_equals_parent_from_saved_checkpoint(tiny_parent, tmp_path):
             assert set(model.state_dict()) - set(tiny_parent.state_dict()) == {"adapter.weight"}
 
 
-def test_from_qwen2_rejects_layer_split_and_bad_source(tiny_parent):
+def test_from_pretrained_parent_rejects_layer_split_and_bad_source(tiny_parent):
     with pytest.raises(ValueError, match="num_hidden_layers"):
-        ParLoopedQwenForStateTracking.from_qwen2(tiny_parent, 2, 2, 3, answer_token_ids=ANSWER_IDS)
+        ParLoopedQwenForStateTracking.from_pretrained_parent(tiny_parent, 2, 2, 3, answer_token_ids=ANSWER_IDS)
     with pytest.raises(ValueError, match="model_or_path"):
-        ParLoopedQwenForStateTracking.from_qwen2(123, 2, 2, 2, answer_token_ids=ANSWER_IDS)
+        ParLoopedQwenForStateTracking.from_pretrained_parent(123, 2, 2, 2, answer_token_ids=ANSWER_IDS)
+
+
+def test_from_qwen2_is_an_alias_of_from_pretrained_parent(tiny_parent):
+    """The old name builds the same model and says it is the alias."""
+    torch.manual_seed(0)
+    new = ParLoopedQwenForStateTracking.from_pretrained_parent(tiny_parent, 2, 2, 2, answer_token_ids=ANSWER_IDS)
+    old = ParLoopedQwenForStateTracking.from_qwen2(tiny_parent, 2, 2, 2, answer_token_ids=ANSWER_IDS)
+    assert "Alias of `from_pretrained_parent`" in ParLoopedQwenForStateTracking.from_qwen2.__doc__
+    assert new.config.to_dict() == old.config.to_dict()
+    assert all(torch.equal(a, b) for a, b in zip(new.state_dict().values(), old.state_dict().values()))
+
+
+PARENTS_ON_FIRST_RETROFIT = """
+    import sys
+    import torch
+    from modeling_par import ParLoopedQwenForStateTracking
+    from tests.conftest import ANSWER_IDS, VOCAB, make_model, tiny_qwen2_config
+    from transformers import Qwen2ForCausalLM
+
+    model = make_model()
+    model.predict(torch.randint(1, VOCAB, (2, 6)), num_iterations=3)
+    print("parents after inference:", "modeling_par.parents" in sys.modules)
+    ParLoopedQwenForStateTracking.from_pretrained_parent(Qwen2ForCausalLM(tiny_qwen2_config()), 2, 2, 2,
+                                                         answer_token_ids=ANSWER_IDS)
+    print("parents after a retrofit:", "modeling_par.parents" in sys.modules)
+"""
+
+
+def test_the_parent_conversion_is_imported_only_by_a_retrofit():
+    """`modeling_par` builds and runs a model without importing `modeling_par.parents`; `from_pretrained_parent`
+    imports it on first use (by importlib, which transformers' remote-code scanner does not follow)."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    remote_code = get_relative_import_files(REPO / "modeling_par" / "modeling_par.py")
+    assert "parents.py" not in {Path(f).name for f in remote_code}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(PARENTS_ON_FIRST_RETROFIT)], capture_output=True,
+                          text=True, cwd=REPO, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-2:] == ["parents after inference: False", "parents after a retrofit: True"]
 
 
 def test_tied_embeddings_parent_keeps_tie():
@@ -65,7 +104,7 @@ def test_tied_embeddings_parent_keeps_tie():
 
     torch.manual_seed(0)
     parent = Qwen2ForCausalLM(tiny_qwen2_config(tie_word_embeddings=True)).eval()
-    model = ParLoopedQwenForStateTracking.from_qwen2(parent, 2, 2, 2, answer_token_ids=ANSWER_IDS).eval()
+    model = ParLoopedQwenForStateTracking.from_pretrained_parent(parent, 2, 2, 2, answer_token_ids=ANSWER_IDS).eval()
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     input_ids, qpos = random_batch()
     with torch.no_grad():
@@ -220,7 +259,8 @@ def test_unknown_or_ineffective_arguments_are_errors(tiny_model):
         tiny_model.predict(input_ids, query_positions=qpos, num_iterations=2, max_iterations=4)
     with pytest.raises(ValueError, match="halting must be a bool"):
         tiny_model.predict(input_ids, query_positions=qpos, halting=1)
-    assert tiny_model(input_ids, query_positions=qpos, num_iterations=2, operation_ends=None).answer_logits.shape[0] == 1
+    output = tiny_model(input_ids, query_positions=qpos, num_iterations=2, operation_ends=None)
+    assert output.answer_logits.shape[0] == 1
 
 
 # ---------------------------------------------------------------------------------------------------- halting

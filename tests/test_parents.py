@@ -55,8 +55,8 @@ def test_llama_parent_retrofits_with_r1_equal_to_it(tiny_llama, tmp_path):
     with torch.no_grad():
         expected = candidate_logits(tiny_llama, input_ids, qpos)
         for source in (tiny_llama, tmp_path / "llama", str(tmp_path / "llama")):
-            model = ParLoopedQwenForStateTracking.from_qwen2(source, 2, 2, 2, answer_token_ids=ANSWER_IDS,
-                                                             halt_token_ids=HALT_IDS).eval()
+            model = ParLoopedQwenForStateTracking.from_pretrained_parent(source, 2, 2, 2, answer_token_ids=ANSWER_IDS,
+                                                                         halt_token_ids=HALT_IDS).eval()
             got = model(input_ids, query_positions=qpos, num_iterations=1).answer_logits[0]
             torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
             assert set(model.state_dict()) - {k for k in model.state_dict() if "_proj.bias" in k} \
@@ -69,20 +69,22 @@ def test_truncated_parent_is_its_first_layers(tiny_llama):
     missing, unexpected = short.load_state_dict(tiny_llama.state_dict(), strict=False)
     assert not missing and all(".layers." in k for k in unexpected)
     input_ids, qpos = random_batch()
-    model = ParLoopedQwenForStateTracking.from_qwen2(tiny_llama, 1, 1, 1, answer_token_ids=ANSWER_IDS,
-                                                     truncate=True).eval()
+    model = ParLoopedQwenForStateTracking.from_pretrained_parent(tiny_llama, 1, 1, 1, answer_token_ids=ANSWER_IDS,
+                                                                 truncate=True).eval()
     assert model.config.num_hidden_layers == 3 and len(tiny_llama.model.layers) == 6  # the parent is not cut
     converted = qwen2_from_llama(tiny_llama)
-    same = ParLoopedQwenForStateTracking.from_qwen2(converted, 1, 1, 1, answer_token_ids=ANSWER_IDS, truncate=True)
+    same = ParLoopedQwenForStateTracking.from_pretrained_parent(converted, 1, 1, 1, answer_token_ids=ANSWER_IDS,
+                                                                truncate=True)
     assert len(converted.model.layers) == 6 and converted.config.num_hidden_layers == 6  # nor a Qwen2 one passed in
     torch.testing.assert_close(same.model.layers[2].mlp.up_proj.weight, converted.model.layers[2].mlp.up_proj.weight)
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids, query_positions=qpos, num_iterations=1).answer_logits[0],
                                    candidate_logits(short, input_ids, qpos), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="truncate=True keeps only"):
-        ParLoopedQwenForStateTracking.from_qwen2(tiny_llama, 1, 1, 1, answer_token_ids=ANSWER_IDS)
+        ParLoopedQwenForStateTracking.from_pretrained_parent(tiny_llama, 1, 1, 1, answer_token_ids=ANSWER_IDS)
     with pytest.raises(ValueError, match="= 9 exceeds the parent's num_hidden_layers = 6"):
-        ParLoopedQwenForStateTracking.from_qwen2(tiny_llama, 3, 3, 3, answer_token_ids=ANSWER_IDS, truncate=True)
+        ParLoopedQwenForStateTracking.from_pretrained_parent(tiny_llama, 3, 3, 3, answer_token_ids=ANSWER_IDS,
+                                                             truncate=True)
     with pytest.raises(ValueError, match=r"num_layers must be an integer in \[1, 6\]"):
         first_layers(qwen2_from_llama(tiny_llama), 0)
 
@@ -106,14 +108,14 @@ def test_other_architectures_and_bad_sources_are_refused(tmp_path):
     with pytest.raises(ValueError, match="model_type 'gpt2'"):
         load_parent(tmp_path / "gpt2")
     with pytest.raises(ValueError, match="model_or_path"):
-        ParLoopedQwenForStateTracking.from_qwen2(object(), 2, 2, 2, answer_token_ids=ANSWER_IDS)
+        ParLoopedQwenForStateTracking.from_pretrained_parent(object(), 2, 2, 2, answer_token_ids=ANSWER_IDS)
     with pytest.raises(ValueError, match="gguf_file names a file inside a folder"):
         load_parent(LlamaForCausalLM(tiny_llama_config(num_hidden_layers=1)), gguf_file="x.gguf")
 
 
 def test_freeze_prelude_trains_only_core_coda_and_adapter(tiny_llama):
-    model = ParLoopedQwenForStateTracking.from_qwen2(tiny_llama, 2, 2, 2, answer_token_ids=ANSWER_IDS,
-                                                     halt_token_ids=HALT_IDS).freeze_prelude()
+    model = ParLoopedQwenForStateTracking.from_pretrained_parent(tiny_llama, 2, 2, 2, answer_token_ids=ANSWER_IDS,
+                                                                 halt_token_ids=HALT_IDS).freeze_prelude()
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert "adapter.weight" in trainable and "model.layers.2.mlp.up_proj.weight" in trainable
     assert "model.layers.5.self_attn.q_proj.weight" in trainable and "model.norm.weight" in trainable
@@ -251,20 +253,20 @@ def test_load_parent_honours_dtype_names_and_never_changes_the_model_passed_in(a
 
 
 @pytest.mark.parametrize("architecture", ["qwen2", "llama"])
-def test_from_qwen2_casts_its_own_copy_never_the_model_passed_in(architecture, tiny_llama):
-    """from_qwen2(model, dtype="bfloat16") gives a bfloat16 PAR model (the name was ignored for a model passed in),
-    and neither a torch.dtype nor truncate=True casts or cuts the caller's model."""
+def test_from_pretrained_parent_casts_its_own_copy_never_the_model_passed_in(architecture, tiny_llama):
+    """from_pretrained_parent(model, dtype="bfloat16") gives a bfloat16 PAR model (the name was ignored for a model
+    passed in), and neither a torch.dtype nor truncate=True casts or cuts the caller's model."""
     source = qwen2_from_llama(tiny_llama) if architecture == "qwen2" else tiny_llama
     before = _snapshot(source)
     for dtype in ("bfloat16", torch.bfloat16):
-        model = ParLoopedQwenForStateTracking.from_qwen2(source, 1, 1, 1, answer_token_ids=ANSWER_IDS, dtype=dtype,
-                                                         truncate=True)
+        model = ParLoopedQwenForStateTracking.from_pretrained_parent(source, 1, 1, 1, answer_token_ids=ANSWER_IDS,
+                                                                     dtype=dtype, truncate=True)
         assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
         assert model.config.num_hidden_layers == 3
         torch.testing.assert_close(model.model.layers[2].mlp.up_proj.weight,
                                    before["model.layers.2.mlp.up_proj.weight"].to(torch.bfloat16), atol=0, rtol=0)
         _unchanged(source, before, 6)
-    model = ParLoopedQwenForStateTracking.from_qwen2(source, 2, 2, 2, answer_token_ids=ANSWER_IDS)
+    model = ParLoopedQwenForStateTracking.from_pretrained_parent(source, 2, 2, 2, answer_token_ids=ANSWER_IDS)
     assert {p.dtype for p in model.parameters()} == {torch.float32}  # default: the parent's dtype
     _unchanged(source, before, 6)
 
@@ -281,8 +283,8 @@ def test_load_parent_names_a_missing_folder_or_gguf_file(tmp_path):
     with pytest.raises(ValueError, match=r"gguf_file 'missing.gguf': no such file in .*\['other.gguf'\]"):
         load_parent(tmp_path / "empty", gguf_file="missing.gguf")
     with pytest.raises(ValueError, match="gguf_file 'missing.gguf': no such file"):
-        ParLoopedQwenForStateTracking.from_qwen2(str(tmp_path / "empty"), 1, 1, 1, answer_token_ids=ANSWER_IDS,
-                                                 gguf_file="missing.gguf")
+        ParLoopedQwenForStateTracking.from_pretrained_parent(str(tmp_path / "empty"), 1, 1, 1,
+                                                             answer_token_ids=ANSWER_IDS, gguf_file="missing.gguf")
 
 
 def test_pretrained_study_docstring_names_its_rows_and_only_those():

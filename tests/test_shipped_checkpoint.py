@@ -104,14 +104,62 @@ def test_generator_rewrites_stale_code_and_removes_what_is_not_needed(tmp_path, 
         write_remote_code(tmp_path)
 
 
+LOAD_WITHOUT_PARENTS = """
+    import importlib.abc
+    import torch
+    from transformers import AutoModel
+
+    class NoParents(importlib.abc.MetaPathFinder):  # the parent conversion must not load on the inference path
+        def find_spec(self, name, path, target=None):
+            if name.rsplit(".", 1)[-1] == "parents":
+                raise ImportError("blocked: " + name)
+
+    sys.meta_path.insert(0, NoParents())
+    model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True, dtype=torch.float32).eval()
+    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    b = {k: torch.tensor(v) for k, v in json.loads(sys.argv[3]).items()}
+    input_ids = b.pop("input_ids")
+    forced = model.predict(input_ids, num_iterations=9, **b).answer_logits
+    halting = model.predict(input_ids, halting=True, max_iterations=24, **b)
+    print(json.dumps({"forced": forced.tolist(), "halting": halting.answer_logits.tolist(),
+                      "iterations": halting.iterations.tolist(),
+                      "parents_loaded": sorted(m for m in sys.modules if m.rsplit(".", 1)[-1] == "parents")}))
+"""
+
+
+def test_shipped_checkpoint_loads_and_answers_without_the_parent_conversion(shipped, tmp_path, monkeypatch):
+    """A copy of the shipped folder holding a stale parents.py: the generator removes it (inference never imports the
+    conversion), and the folder alone (package blocked, any module named `parents` blocked, a fresh module cache)
+    loads with trust_remote_code and answers as the package's model does, forced and halting."""
+    folder = tmp_path / "par-swap-s5-small-no-parents"
+    shutil.copytree(CHECKPOINT, folder)
+    shutil.copyfile(CHECKPOINT.parents[1] / "modeling_par" / "parents.py", folder / "parents.py")
+    assert "parents.py" not in REMOTE_CODE and write_remote_code(folder) == ["removed parents.py"]
+    assert sorted(p.name for p in folder.glob("*.py")) == REMOTE_CODE
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+    model, tokenizer, task = shipped
+    input_ids, kw = encode(task, tokenizer, task.sample_ops(np.random.default_rng(3), 4, 8))
+    payload = {"input_ids": input_ids.tolist(), **{k: v.tolist() for k, v in kw.items()}}
+    got = json.loads(run_blocked(LOAD_WITHOUT_PARENTS, folder, json.dumps(payload)))
+    assert got["parents_loaded"] == []
+    assert not list((tmp_path / "modules").rglob("parents.py"))  # transformers copied no conversion to its cache
+    with torch.no_grad():
+        forced = model.predict(input_ids, num_iterations=9, **kw).answer_logits
+        halting = model.predict(input_ids, halting=True, max_iterations=24, **kw)
+    torch.testing.assert_close(torch.tensor(got["forced"]), forced, atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(got["halting"]), halting.answer_logits, atol=1e-5, rtol=0)
+    assert got["iterations"] == halting.iterations.tolist()
+
+
 FAST_PATHS_REMOTE = """
     import torch
     from transformers import AutoModel
     model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True, attn_implementation="par_eager",
                                       dtype=torch.float32).eval()
-    assert type(model).__module__.startswith("transformers_modules") and model.config._attn_implementation == "par_eager"
+    assert type(model).__module__.startswith("transformers_modules")
+    assert model.config._attn_implementation == "par_eager"
     b = {k: torch.tensor(v) for k, v in json.loads(sys.argv[3]).items()}
-    kw = dict(attention_mask=b["attention_mask"], query_positions=b["query_positions"], operation_ends=b["operation_ends"])
+    kw = {k: b[k] for k in ("attention_mask", "query_positions", "operation_ends")}
 
     def run():
         forced = model.predict(b["input_ids"], num_iterations=b["depth"], **kw)

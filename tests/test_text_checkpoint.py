@@ -8,19 +8,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scripts.sync_remote_code import remote_code_files
 from state_tracking import load_task_from_dir
 from state_tracking.prompts import text_prompt
 from tests.test_modeling_par import run_blocked
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINT = REPO / "checkpoints" / "par-batch-process-text"
-REMOTE_CODE = sorted(p.name for p in (REPO / "modeling_par").glob("*.py") if p.name != "__init__.py")
+REMOTE_CODE = [p.name for p in remote_code_files(CHECKPOINT)]  # the generator's list: what its config's modules import
 
 
 @pytest.mark.parametrize("name", REMOTE_CODE)
 def test_text_checkpoint_remote_code_is_the_package_code(name):
     assert (CHECKPOINT / name).read_text() == (REPO / "modeling_par" / name).read_text(), \
-        f"re-export {CHECKPOINT.name} (examples/reproduce/batch_process_text.py --export random_start): {name} is stale"
+        f"{CHECKPOINT.name}: {name} is stale; run python scripts/sync_remote_code.py checkpoints/*"
+
+
+def test_text_checkpoint_holds_exactly_the_remote_code():
+    """The folder holds the generator's list and nothing else: not the parent conversion, which inference never
+    imports."""
+    assert sorted(p.name for p in CHECKPOINT.glob("*.py")) == REMOTE_CODE
+    assert "pipeline_par.py" in REMOTE_CODE and "parents.py" not in REMOTE_CODE
 
 
 ANSWER_RAW_TEXT = """
@@ -108,4 +116,5 @@ def test_shipped_records_of_training_sentences_are_recomputed_from_the_training_
     trained = json.loads((CHECKPOINT / "config.json").read_text())["prompt_format"]["trained"]
     task = load_task_from_dir(CHECKPOINT)
     assert trained["operations"] == {name: options[:-1] for name, options in zip(task.op_names, task.op_phrasings)}
-    assert len(trained["preamble"][0]) == 2 * task.num_candidates and trained["queries"] == [task.query_phrasings[0][:-1]]
+    assert len(trained["preamble"][0]) == 2 * task.num_candidates
+    assert trained["queries"] == [task.query_phrasings[0][:-1]]

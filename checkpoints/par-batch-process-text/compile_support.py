@@ -4,6 +4,13 @@ Five functions, each a plain function or method that the eager model also runs: 
 (C(W [e ; s]) and the anchoring), the same on the local window's rows, the no-grad unit of `block_iterations` window
 iterations, the coda with its final norm, and the prelude. The Python loop and the mask / position bookkeeping stay
 eager.
+
+`compile_kwargs` go to `torch.compile` (default `dynamic=None`: one graph per shape, then dynamic shapes on a
+recompile). The window block is one graph; its first compile takes longer. On a CPU, inductor's C++ wrapper is on
+unless `options`/`mode` say otherwise (`default_compile_options`). Each new input shape (depth, batch, window)
+recompiles, up to `torch._dynamo.config.recompile_limit` graphs; past it the part runs eager (pass `dynamic=True` when
+shapes vary a lot). On a CPU, pair it with `attn_implementation="par_eager"` for the local window's few-row attention
+(`par_attention`).
 """
 
 from __future__ import annotations

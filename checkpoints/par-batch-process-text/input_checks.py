@@ -112,4 +112,48 @@ def check_iterations(config, num_iterations, name="num_iterations"):
     return num_iterations
 
 
-__all__ = ["CheckedInputs", "check_inputs", "check_iterations", "check_operation_ends", "check_position_ids"]
+def check_readout_iterations(readout_iterations, num_iterations: int) -> list[int]:
+    """`forward`'s readout iterations, sorted without repeats: default [num_iterations], else a non-empty list of
+    iterations in [1, num_iterations]."""
+    reads = [num_iterations] if readout_iterations is None else sorted(set(int(k) for k in readout_iterations))
+    if not reads or reads[0] < 1 or reads[-1] > num_iterations:
+        raise ValueError(
+            f"readout_iterations must be a non-empty list of iterations in [1, num_iterations={num_iterations}]; "
+            f"got {readout_iterations!r}."
+        )
+    return reads
+
+
+class PredictDepth(NamedTuple):
+    """`predict`'s depth after `check_predict_depth`."""
+
+    limit: int  # the most iterations any sample runs
+    target: torch.Tensor | None  # (b,) long: each sample's forced depth, or None under learned halting
+
+
+def check_predict_depth(config, batch: int, device, num_iterations, halting, max_iterations) -> PredictDepth:
+    """`predict`'s depth: forced (`num_iterations`, an int or a (b,) tensor, each in [1, max_iterations]) or learned
+    halting (`halting=True`, needing `config.halt_token_ids`, up to `max_iterations`, default config.max_iterations),
+    exactly one of them."""
+    if not isinstance(halting, bool):
+        raise ValueError(f"predict: halting must be a bool; got {halting!r}.")
+    if halting:
+        if num_iterations is not None:
+            raise ValueError("predict: give num_iterations (forced depth) or halting=True, not both.")
+        if config.halt_token_ids is None:
+            raise ValueError("predict(halting=True) needs ParLoopedQwenConfig.halt_token_ids (Yes, No).")
+        limit = config.max_iterations if max_iterations is None else max_iterations
+        return PredictDepth(check_iterations(config, limit, "max_iterations"), None)
+    if num_iterations is None:
+        raise ValueError("predict: num_iterations (forced depth) is required unless halting=True.")
+    if max_iterations is not None:
+        raise ValueError("predict: max_iterations bounds learned halting (halting=True); forced depth runs "
+                         "exactly num_iterations.")
+    target = torch.as_tensor(num_iterations, device=device).long().expand(batch).clone()
+    limit = check_iterations(config, int(target.max()), "num_iterations")
+    check_iterations(config, int(target.min()), "num_iterations")
+    return PredictDepth(limit, target)
+
+
+__all__ = ["CheckedInputs", "PredictDepth", "check_inputs", "check_iterations", "check_operation_ends",
+           "check_position_ids", "check_predict_depth", "check_readout_iterations"]

@@ -167,6 +167,15 @@ def mask_dtype(config, hidden: torch.Tensor) -> torch.dtype | None:
     return None if config._attn_implementation == "sdpa" else hidden.dtype
 
 
+def full_view_mask(config, causal_fast_path: bool, attention_mask: torch.Tensor,
+                   hidden: torch.Tensor) -> torch.Tensor | None:
+    """The full view's mask: `padded_causal_mask`, or None (sdpa's causal kernel, the same mask implicitly) when
+    `causal_fast_path` (`runtime.causal_fast_path`) is on, the layers use sdpa and no token of the batch is padding."""
+    if causal_fast_path and config._attn_implementation == "sdpa" and bool(attention_mask.bool().all()):
+        return None
+    return padded_causal_mask(attention_mask, mask_dtype(config, hidden))
+
+
 def rotary_at(config, rotary_emb, loop: LoopView, positions: torch.Tensor, is_query: torch.Tensor,
               iteration: int | torch.Tensor, hidden: torch.Tensor,
               samples: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,6 +201,6 @@ def whole_prompt_view(config, rotary_emb, loop: LoopView, iteration: int, hidden
     return IterationView(attention_bias(allowed, mask_dtype(config, hidden)), cos, sin)
 
 
-__all__ = ["LoopView", "attention_bias", "loop_view_mask", "mask_dtype", "operations_read", "padded_causal_mask",
-           "positions_from_mask", "progress_shift", "rotary_at", "stretch_positions", "token_segments",
-           "whole_prompt_view"]
+__all__ = ["LoopView", "attention_bias", "full_view_mask", "loop_view_mask", "mask_dtype", "operations_read",
+           "padded_causal_mask", "positions_from_mask", "progress_shift", "rotary_at", "stretch_positions",
+           "token_segments", "whole_prompt_view"]
