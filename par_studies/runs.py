@@ -78,7 +78,8 @@ def train_segment(folder: Path, seed: int, flags: Mapping[str, str], name: str) 
     with open(log_file, "w") as log:
         code = subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=thread_env(), stdout=log,
                               stderr=subprocess.STDOUT).returncode
-    segments[-1].update(wall_seconds=round(time.time() - started, 1), status="finished" if code == 0 else f"exit {code}")
+    segments[-1].update(wall_seconds=round(time.time() - started, 1),
+                        status="finished" if code == 0 else f"exit {code}")
     segments_file.write_text(json.dumps(segments, indent=1))
     if code != 0:
         raise SystemExit(f"{name} seed {seed}: train_par.py exited {code}; see {log_file}")
@@ -134,6 +135,19 @@ def blocked_pipeline_check(folder: Path, task, script: str, phrasings, depth: in
     finally:
         cases_file.unlink()
     return {"depth": depth, "n": n, "start": "idle", "fresh_generator_seed": seed + 4242, "by_phrasing": result}
+
+
+def load_train_par():
+    """examples/train_par.py as a module (its parser and `main`), loaded once per process under the name tests'
+    `load_example` gives it ("example_train_par")."""
+    name = "example_train_par"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / "train_par.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def repo_module(dotted: str):

@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from par_studies.paper_scale import flops, harness
 from tests.conftest import load_example
 from trainers.model_setup import PAPER_VIEW, resolve_view
 
@@ -99,7 +100,7 @@ def test_flop_counter_matches_the_analytic_count(dry_run):
             assert run["flops"] == pytest.approx(entry["analytic_flops"][str(run["R"])]["total"], rel=0.01)
     # and the counter itself sees the attention products (registered for the CPU kernel), not only the matmuls
     shape = record["shape"]
-    layer = paper_retrofit.layer_flops(shape, 100)
+    layer = flops.layer_flops(shape, 100)
     assert layer["attention"] == 4 * 100 * 100 * shape["hidden_size"]
 
 
@@ -119,7 +120,7 @@ def test_gradient_window_bounds_activation_memory(dry_run):
     assert w8["forward_flops"] == ckpt["forward_flops"]
     # bytes per kept layer pass are the same whatever the window (the prediction used for cases not run)
     split = (2, 2, 2)
-    per_pass = [s["saved_activation_bytes"] / paper_retrofit.grad_layer_passes(split, 32, w)
+    per_pass = [s["saved_activation_bytes"] / flops.grad_layer_passes(split, 32, w)
                 for s, w in ((w8, 8), (w32, 32))]
     assert per_pass[0] == pytest.approx(per_pass[1], rel=0.1)
 
@@ -152,15 +153,17 @@ def test_tokenizer_is_qwens_class_with_one_token_per_piece(dry_run):
 
 def test_print_command_holds_every_preset_flag(tmp_path, capsys):
     folder = qwen2_folder(tmp_path / "qwen")
-    paper_retrofit.main(["--init_from_qwen2", str(folder), "--print_command"])
+    paper_retrofit.main(["--init_from_parent", str(folder), "--print_command"])
     line = capsys.readouterr().out.strip()
-    assert line.startswith("python examples/train_par.py --init_from_qwen2 ")
+    assert line.startswith("python examples/train_par.py --init_from_parent ")
     argv = shlex.split(line)[2:]
     flags = paper_retrofit.parse_flags(argv)  # (an error if a flag came twice)
     assert len(flags) == len(argv) // 2 == len(paper_retrofit.PRESET) + 1
     for flag, value in paper_retrofit.PRESET.items():
         assert flags[flag] == paper_retrofit.flag_value(value), flag
-    assert flags["--init_from_qwen2"] == str(folder)
+    assert flags["--init_from_parent"] == str(folder)
+    paper_retrofit.main(["--init_from_qwen2", str(folder), "--print_command"])  # the old name, an alias
+    assert capsys.readouterr().out.strip() == line
     assert int(flags["--per_device_train_batch_size"]) * int(flags["--gradient_accumulation_steps"]) * int(
         flags["--max_steps"]) == 400_000
     # another seed gets its own folder; flags after the script's own win
@@ -178,9 +181,9 @@ def test_print_command_holds_every_preset_flag(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    ([], "--init_from_qwen2 is required for a run"),
-    (["--init_from_qwen2", "{tmp}/absent"], "is not a folder"),
-    (["--init_from_qwen2", "{tmp}/empty"], "has no config.json"),
+    ([], "--init_from_parent is required for a run"),
+    (["--init_from_parent", "{tmp}/absent"], "is not a folder"),
+    (["--init_from_parent", "{tmp}/empty"], "has no config.json"),
     (["--init_from_qwen2", "{tmp}/llama"], "holds model_type 'llama'"),
     (["--init_from_qwen2", "{tmp}/qwen28"], "has num_hidden_layers = 28"),
     (["--dry_run", "--depths", "0,8"], "--depths must be comma-separated integers >= 1"),
@@ -272,8 +275,8 @@ def test_fsdp2_shards_the_retrofitted_model_on_two_cpu_processes(tmp_path):
 
 
 def test_a_run_passes_every_flag_it_does_not_own_through(tmp_path, capsys):
-    """In a run the wrapper owns only --init_from_qwen2, --seed, --print_command: --eval_depths (a dry-run flag of the
-    same name) and --bf16 (once an abbreviation of --bf16_depths) reach train_par.py unchanged."""
+    """In a run the wrapper owns only --init_from_parent (or its old name), --seed, --print_command: --eval_depths (a
+    dry-run flag of the same name) and --bf16 (once an abbreviation of --bf16_depths) reach train_par.py unchanged."""
     folder = qwen2_folder(tmp_path / "qwen")
     command = paper_retrofit.main(["--init_from_qwen2", str(folder), "--print_command", "--eval_depths", "32,64",
                                    "--bf16", "false", "--eval_halting=false"])
@@ -287,7 +290,7 @@ def test_a_killed_run_continues_from_its_newest_checkpoint_and_deletes_nothing(t
     """Run the same command again after an interruption: it resumes from the newest checkpoint of its output folder
     (the earlier checkpoints stay, save_total_limit rotates the continued run's); a finished run is refused."""
     parent = tmp_path / "parent"
-    paper_retrofit.make_parent(parent, "tiny")
+    harness.make_parent(parent, "tiny")
     out = tmp_path / "out"
     argv = ["--init_from_qwen2", str(parent), "--prelude_layers", "2", "--core_layers", "2", "--coda_layers", "2",
             "--max_train_depth", "3", "--curriculum_start_depth", "3", "--max_steps", "4", "--save_steps", "2",

@@ -149,14 +149,14 @@ def test_train_par_retrofits_a_truncated_llama_folder_with_a_frozen_prelude(tmp_
     parent's, a trained core."""
     from safetensors.torch import load_file
 
+    from par_studies.paper_scale.harness import EOS, qwen_like_tokenizer
     from state_tracking import load_task
     from tests.conftest import load_example
 
     train_par = load_example("examples/train_par.py")
-    paper_retrofit = load_example("examples/reproduce/paper_retrofit.py")
     task = load_task(REPO / "examples" / "tasks" / "batch_process_phrasings.json")
-    tokenizer = paper_retrofit.qwen_like_tokenizer(task)
-    tokenizer.pad_token = tokenizer.eos_token = paper_retrofit.EOS
+    tokenizer = qwen_like_tokenizer(task)
+    tokenizer.pad_token = tokenizer.eos_token = EOS
     torch.manual_seed(0)
     parent = LlamaForCausalLM(tiny_llama_config(vocab_size=len(tokenizer), num_hidden_layers=5, pad_token_id=None))
     parent.save_pretrained(tmp_path / "llama")

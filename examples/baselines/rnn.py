@@ -274,8 +274,9 @@ def evaluate_encoded(model, encoded, pad_token_id: int, batch_size: int, quiet: 
 
 
 def prepare_records(args: argparse.Namespace) -> dict:
-    """Read and encode the training records (and the evaluation splits) as `train_par.prepare_records` does, and set
-    the depth range and curriculum start from the lengths present where not given."""
+    """Read and encode the training records (and the evaluation splits) as train_par.py does
+    (`state_tracking.training_data.prepare_records`), and set the depth range and curriculum start from the lengths
+    present where not given."""
     columns = RecordColumns(args.operations_column, args.state_column, args.step_states_column,
                             args.initial_state_column, args.operation_delimiter)
     records = read_record_splits(columns, args.train_file, args.validation_file, args.test_file, args.dataset_name,
