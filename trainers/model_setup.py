@@ -86,7 +86,7 @@ def build_model(model_args, token_ids: dict, train_args=None):
     elif model_args.init_from_parent:
         # fp32 master weights whatever the parent was saved in: Qwen2.5 ships bf16, from_pretrained's dtype="auto" would
         # keep it, and AdamW's lr-2e-5 steps then mostly round away; --bf16 autocasts the compute
-        model = ParLoopedQwenForStateTracking.from_qwen2(
+        model = ParLoopedQwenForStateTracking.from_pretrained_parent(
             model_args.init_from_parent, model_args.prelude_layers, model_args.core_layers, model_args.coda_layers,
             answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"],
             dtype=torch.float32, gguf_file=model_args.gguf_file, truncate=model_args.truncate_parent, **par_fields,
