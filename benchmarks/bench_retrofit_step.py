@@ -16,13 +16,16 @@ Variants (each adds to the one before):
 
 One optimizer step is what `ParTrainer` runs at forced depth: the forward over R = d iterations, the PAR loss over
 the gradient window, backward, AdamW (fused, the Trainer's default). Each (view, variant) runs in a fresh process with
-one torch thread; its peak RSS is that process's. Random ids are not used: the batch is real swap-S5 text at depth d.
+one torch thread for its peak RSS; the seconds per step come from one process per view that builds every variant
+and times them in turns (round r steps each variant once; the median over rounds), so the machine's load touches
+every variant alike. Random ids are not used: the batch is real swap-S5 text at depth d.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -39,23 +42,21 @@ VIEWS = {"full": dict(loop_view="full", progress_positions=False, bidirectional_
 TASKS = {"long": {"group": "swap_s5"}, "short": {"group": "swap_s5", "text": "short"}}
 
 
-def one(view: str, variant: str, split: list[int], batch: int, depth: int, repeats: int, parent: str) -> dict:
-    """One (view, variant) in this process: seconds per step (median of `repeats` after one warm-up) and tokens."""
+def build(view: str, variant: str, split: list[int], batch: int, depth: int, parent: str):
+    """(step function, facts) of one (view, variant): the retrofit, its batch and one optimizer step of it."""
     import torch
+    from transformers import AutoTokenizer
 
     from modeling_par import ParLoopedQwenForStateTracking
     from par_studies.parents import get_parent
     from state_tracking import StateTrackingCollator, build_dataset, load_task, model_token_ids
     from trainers import answer_loss, progress_targets
 
-    torch.set_num_threads(1)
     torch.manual_seed(0)
     level = VARIANTS.index(variant)
     spec = get_parent(parent)
     folder = spec.ensure(quiet=True)
     task = load_task(TASKS["short" if level >= 2 else "long"])
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=spec.gguf_file)
     if tokenizer.pad_token_id is None:  # as train_par.py does for a pretrained tokenizer
         tokenizer.pad_token = tokenizer.eos_token
@@ -83,20 +84,49 @@ def one(view: str, variant: str, split: list[int], batch: int, depth: int, repea
         optimizer.step()
         optimizer.zero_grad()
 
-    started = time.perf_counter()
+    facts = {"view": view, "variant": variant, "tokens_per_prompt": int(batch_["attention_mask"].sum(1).float().mean()),
+             "trained_parameters": sum(p.numel() for p in params),
+             "parameters": sum(p.numel() for p in model.parameters())}
+    return step, facts
+
+
+def peak_memory(view: str, variant: str, split, batch, depth, parent) -> dict:
+    """One (view, variant) alone in this process: two steps (the first compiles where it compiles), peak RSS."""
+    import torch
+
+    torch.set_num_threads(1)
+    step, facts = build(view, variant, split, batch, depth, parent)
     step()
-    first = time.perf_counter() - started
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
+    step()
+    return {**facts, "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+
+
+def interleaved(view: str, variants: list[str], split, batch, depth, repeats: int, parent) -> dict:
+    """Seconds per step of every variant of `view`, built in this process and timed in turns (round r times each
+    variant once), so a change in the machine's load touches every variant alike: the median over `repeats` rounds
+    after one warm-up step each."""
+    import torch
+
+    torch.set_num_threads(1)
+    steps = {v: build(view, v, split, batch, depth, parent)[0] for v in variants}
+    for step in steps.values():
         step()
-        times.append(time.perf_counter() - started)
-    return {"view": view, "variant": variant, "seconds_per_step": round(statistics.median(times), 3),
-            "first_step_seconds": round(first, 2), "steps_timed": repeats,
-            "tokens_per_prompt": int(batch_["attention_mask"].sum(1).float().mean()),
-            "trained_parameters": sum(p.numel() for p in params),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+    times = {v: [] for v in variants}
+    for _ in range(repeats):
+        for v, step in steps.items():
+            started = time.perf_counter()
+            step()
+            times[v].append(time.perf_counter() - started)
+    return {v: {"seconds_per_step": round(statistics.median(t), 3), "rounds": [round(x, 3) for x in t]}
+            for v, t in times.items()}
+
+
+def child(args: list[str]) -> dict:
+    result = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if result.returncode:
+        raise SystemExit(f"{args} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> None:
@@ -109,37 +139,42 @@ def main(argv=None) -> None:
     parser.add_argument("--views", nargs="+", default=list(VIEWS), choices=list(VIEWS))
     parser.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
     parser.add_argument("--json", help="also write the rows here")
-    parser.add_argument("--one", nargs=2, metavar=("VIEW", "VARIANT"), help=argparse.SUPPRESS)  # the child process
+    parser.add_argument("--memory", nargs=2, metavar=("VIEW", "VARIANT"), help=argparse.SUPPRESS)  # child
+    parser.add_argument("--timing", metavar="VIEW", help=argparse.SUPPRESS)  # child
     args = parser.parse_args(argv)
-    if args.one:
-        print(json.dumps(one(*args.one, args.split, args.batch, args.depth, args.repeats, args.parent)))
+    shape = (args.split, args.batch, args.depth)
+    if args.memory:
+        print(json.dumps(peak_memory(*args.memory, *shape, args.parent)))
         return
+    if args.timing:
+        print(json.dumps(interleaved(args.timing, args.variants, *shape, args.repeats, args.parent)))
+        return
+    common = ["--split", *map(str, args.split), "--batch", str(args.batch), "--depth", str(args.depth), "--parent",
+              args.parent, "--repeats", str(args.repeats), "--variants", *args.variants]
     rows = []
     for view in args.views:
+        timing = child([*common, "--timing", view])
         for variant in args.variants:
-            command = [sys.executable, __file__, "--one", view, variant, "--split", *map(str, args.split), "--batch",
-                       str(args.batch), "--depth", str(args.depth), "--repeats", str(args.repeats), "--parent",
-                       args.parent]
-            result = subprocess.run(command, capture_output=True, text=True, env={"OMP_NUM_THREADS": "1",
-                                                                                    **__import__("os").environ})
-            if result.returncode:
-                raise SystemExit(f"{view}/{variant} failed:\n{result.stderr[-3000:]}")
-            row = json.loads(result.stdout.strip().splitlines()[-1])
+            row = {**child([*common, "--memory", view, variant]), **timing[variant]}
             rows.append(row)
             print(f"{view:5s} {variant:17s} {row['seconds_per_step']:7.3f} s/step  peak {row['peak_rss_gb']:5.2f} GB  "
                   f"{row['tokens_per_prompt']} tokens  trained {row['trained_parameters'] / 1e6:.1f} M", flush=True)
     for view in args.views:
         base = next(r for r in rows if r["view"] == view and r["variant"] == args.variants[0])
+        for r in rows:
+            if r["view"] == view:
+                r["speedup_over_first"] = round(base["seconds_per_step"] / r["seconds_per_step"], 2)
         best = min((r for r in rows if r["view"] == view), key=lambda r: r["seconds_per_step"])
-        print(f"{view}: {args.variants[0]} / {best['variant']} = {base['seconds_per_step'] / best['seconds_per_step']:.2f}x")
+        print(f"{view}: {args.variants[0]} / {best['variant']} = {best['speedup_over_first']:.2f}x")
     if args.json:
         import torch
 
         from state_tracking.evaluation import environment_info
 
         record = {"command": "python benchmarks/bench_retrofit_step.py " + " ".join(
-            a for a in (argv if argv is not None else sys.argv[1:])), "parent": args.parent, "split": args.split,
+            argv if argv is not None else sys.argv[1:]), "parent": args.parent, "split": args.split,
             "batch": args.batch, "depth": args.depth, "rows": rows, "date": time.strftime("%Y-%m-%d"),
+            "timing": "interleaved: every variant of a view built in one process, timed in turns, median of rounds",
             "environment": environment_info(torch.device("cpu"))}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")

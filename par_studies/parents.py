@@ -182,8 +182,11 @@ def parity(name: str, layers: tuple[int, int, int], truncate: bool = False, batc
         conversion = (load_parent(loaded)(ids).logits - parent_logits).abs().max().item()
         reference = parent_logits
         if truncate:
-            short = AutoModelForCausalLM.from_config(loaded.config.__class__(**{**loaded.config.to_dict(),
-                                                                                  "num_hidden_layers": n}))
+            config = loaded.config.to_dict()
+            config["num_hidden_layers"] = n
+            if config.get("layer_types") is not None:
+                config["layer_types"] = config["layer_types"][:n]
+            short = AutoModelForCausalLM.from_config(loaded.config.__class__(**config))
             short.load_state_dict(loaded.state_dict(), strict=False)
             reference = short.eval()(ids).logits
         model = ParLoopedQwenForStateTracking.from_pretrained_parent(loaded, *layers, answer_token_ids=answer_ids,

@@ -7,7 +7,7 @@ on swap-S5 where a randomly initialised one of the same shape does not?
 
 Task: swap-S5 in its short text rendering (`examples/tasks/swap_s5_short.json`: "swap 1 3." per operation, "skip."
 for the identity, the start state stated, five "Box b contains the ?" questions), identity start, train d ≤ 8,
-forced depth, the mastery curriculum (from d ≤ 2; d_max + 1 once the final answers of the last 20 steps at d_max are
+forced depth, the token embeddings (and the tied LM head) frozen, the mastery curriculum (from d ≤ 2; d_max + 1 once the final answers of the last 20 steps at d_max are
 90% right, at least 50 steps apart). The parent's BPE tokenizer reads the prompt; the answers are the LM-head rows of
 the five item names. Each row trains until a probe of 128 fixed prompts at d = 8 is ≥ 99% twice in a row (in range
 reached), or its step / time budget ends (the miss, with its curve); a row resumes from its newest checkpoint.
@@ -58,6 +58,8 @@ SMOLLM2 = {
     "--prelude_layers": "1", "--core_layers": "2", "--coda_layers": "1",
     "--learning_rate": "1e-4", "--adapter_learning_rate": "1e-3", "--warmup_steps": "50",
     "--per_device_train_batch_size": "8", "--max_steps": "3000", "--max_train_seconds": str(BUDGET),
+    # the cheaper step (benchmarks/bench_retrofit_step.py, step_cost.json): the embeddings and tied head not trained
+    "--freeze_embeddings": "true",
 }
 PRETRAINED = {"--parent_weights": "pretrained"}
 RANDOM = {"--parent_weights": "random"}
