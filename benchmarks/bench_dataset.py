@@ -21,7 +21,8 @@ task = get_task(args.task)
 tokenizer = build_tokenizer(task, args.rendering)
 start = time.perf_counter()
 dataset = build_dataset(
-    task, tokenizer, args.rendering, n=args.n, depths=(1, args.max_depth), seed=args.seed, random_initial=args.random_initial
+    task, tokenizer, args.rendering, n=args.n, depths=(1, args.max_depth), seed=args.seed,
+    random_initial=args.random_initial,
 )
 seconds = time.perf_counter() - start
 print(dataset)

@@ -20,11 +20,13 @@ from state_tracking import evaluate_length_generalization, load_task_from_dir  #
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="checkpoints/par-swap-s5-small")
     parser.add_argument("--depths", default="64,512")
     parser.add_argument("--n", type=int, default=256)
-    parser.add_argument("--masked_max_depth", "--masked-max-depth", type=int, default=64, help="skip the slow masked path above this depth")
+    parser.add_argument("--masked_max_depth", "--masked-max-depth", type=int, default=64,
+                        help="skip the slow masked path above this depth")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     model = ParLoopedQwenForStateTracking.from_pretrained(args.model, dtype=torch.float32).eval()

@@ -150,7 +150,8 @@ def build_inputs(depths: list[int], batch_size: int, seed: int, path: Path) -> d
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--depths", default="64,256,512")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3, help="timed calls after the first (median)")

@@ -28,7 +28,8 @@ sys.path.insert(0, str(REPO))
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--formats", default="csv,jsonl")
     parser.add_argument("--out", default=None)

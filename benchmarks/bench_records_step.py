@@ -118,7 +118,8 @@ def main(argv=None) -> dict:
             model = par_model(token_ids, **spec)
         else:
             tracker = repo_module("examples.baselines.rnn").RNNStateTracker
-            model = tracker(spec["cell"], token_ids["vocab_size"], spec["hidden"], 1, num_queries, num_candidates).train()
+            model = tracker(spec["cell"], token_ids["vocab_size"], spec["hidden"], 1, num_queries,
+                            num_candidates).train()
         parameters = sum(p.numel() for p in model.parameters())
         for depth in (int(d) for d in args.lengths.split(",")):
             batch = collate([encoded[int(i)] for i in np.flatnonzero(depths == depth)[:args.batch_size]])
@@ -143,7 +144,8 @@ def main(argv=None) -> dict:
             print(json.dumps(rows[-1]), flush=True)
     result = {"command": "python benchmarks/bench_records_step.py " + " ".join(argv or sys.argv[1:]),
               "batch_size": args.batch_size, "repeats": args.repeats, "threads": 1, "rows": rows,
-              "torch": torch.__version__, "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.processor()})",
+              "torch": torch.__version__,
+              "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.processor()})",
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -95,7 +95,8 @@ def default_model(view: dict, seed: int = 0, attn: str = "sdpa") -> tuple[ParLoo
     config = ParLoopedQwenConfig(
         vocab_size=ids["vocab_size"], pad_token_id=ids["pad_token_id"], hidden_size=128, intermediate_size=256,
         num_attention_heads=4, num_key_value_heads=4, prelude_layers=1, core_layers=2, coda_layers=1,
-        answer_token_ids=ids["answer_token_ids"], halt_token_ids=ids["halt_token_ids"], attn_implementation=attn, **view)
+        answer_token_ids=ids["answer_token_ids"], halt_token_ids=ids["halt_token_ids"], attn_implementation=attn,
+        **view)
     return ParLoopedQwenForStateTracking(config).train(), ids
 
 
@@ -388,9 +389,10 @@ def markdown(report: dict) -> str:
             lines.append(f"| train | {r['view']} | {r['depth']} | | {r['path']} | skipped: {r['skipped']} | | | | |")
             continue
         if r["section"] == "train":
-            lines.append(f"| train | {r['view']} | {r['depth']} | forced | {r['path']} | {r['ms_per_step']:.0f} ms/step "
-                         f"| {r['samples_per_s']:.0f} samples/s | {r['gflop_per_s']:.1f} | "
-                         f"{100 * r['fraction_of_fp32_ceiling']:.0f}% | {r['speedup_vs_before']:.2f} |")
+            lines.append(f"| train | {r['view']} | {r['depth']} | forced | {r['path']} | "
+                         f"{r['ms_per_step']:.0f} ms/step | {r['samples_per_s']:.0f} samples/s | "
+                         f"{r['gflop_per_s']:.1f} | {100 * r['fraction_of_fp32_ceiling']:.0f}% | "
+                         f"{r['speedup_vs_before']:.2f} |")
         else:
             lines.append(f"| eval | {r['model']} | {r['depth']} | {r['mode']} | {r['path']} | "
                          f"{r['seconds_per_256']:.2f} s / 256 | {r['sequences_per_s']:.1f} seq/s | "
@@ -423,19 +425,22 @@ def summary(report: dict) -> str:
 
         lines.append(
             f"| {section}, {name}, {mode}, d = {depth} | {cell(before)} | "
-            f"{cell(default) if default else '–'} | {default['speedup_vs_before']:.2f} | {best['path']}: {cell(best)} | "
+            f"{cell(default) if default else '–'} | {default['speedup_vs_before']:.2f} | "
+            f"{best['path']}: {cell(best)} | "
             f"{best['speedup_vs_before']:.2f} | {100 * before['fraction_of_fp32_ceiling']:.0f}% → "
             f"{100 * default['fraction_of_fp32_ceiling']:.0f}% |")
     return "\n".join(lines)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (median reported)")
     parser.add_argument("--batch_size", "--batch-size", type=int, default=64)
     parser.add_argument("--eval_depth", "--eval-depth", type=int, default=64)
     parser.add_argument("--eval_n", "--eval-n", type=int, default=256)
-    parser.add_argument("--bf16_eval_n", "--bf16-eval-n", type=int, default=16, help="bf16 is slow on CPUs without bf16 matmul units")
+    parser.add_argument("--bf16_eval_n", "--bf16-eval-n", type=int, default=16,
+                        help="bf16 is slow on CPUs without bf16 matmul units")
     parser.add_argument("--bf16_max_depth", "--bf16-max-depth", type=int, default=8)
     parser.add_argument("--sections", default="ceiling,train,eval")
     parser.add_argument("--out", default=None, help="JSON report (and a .md table beside it)")

@@ -4,14 +4,15 @@
     python benchmarks/compare_worktrees.py --before ../before --after . [--rounds 3] [--repeats 5] \
         [--out results/speed_cpu/split_before_after.json]
 
-Each round runs one measuring process per checkout (the order alternates between rounds), so both see the
-machine's drift alike. With `--interleaved`, one live process per checkout instead, timed in turn case by case
-(`--repeats` calls each, the order alternating): no process-to-process or compile differences. A process imports that checkout's own `modeling_par` and `benchmarks/bench_speed.py`
-helpers (`default_model`, `make_step`, `training_batch`, the shipped checkpoint) and times, after warm-up (which
-compiles), the median of `--repeats` calls of each case: one training step at d = 8 and d = 32 and evaluation of
-256 sequences at d = 64 (forced and learned halting) on the recipe's CPU default ("par_eager" attention +
-`compile_core()`), and the paper's full view (sdpa, no compile: its default) at d = 32 / d = 64. Reported: per case
-the median over rounds for each checkout and after / before. Nothing is asserted: a benchmark, not a test.
+Each round runs one measuring process per checkout (the order alternates between rounds), so both see the machine's
+drift alike. With `--interleaved`, one live process per checkout instead, timed in turn case by case (`--repeats`
+calls each, the order alternating): no process-to-process or compile differences. A process imports that checkout's
+own `modeling_par` and `benchmarks/bench_speed.py` helpers (`default_model`, `make_step`, `training_batch`, the
+shipped checkpoint) and times, after warm-up (which compiles), the median of `--repeats` calls of each case: one
+training step at d = 8 and d = 32 and evaluation of 256 sequences at d = 64 (forced and learned halting) on the
+recipe's CPU default ("par_eager" attention + `compile_core()`), and the paper's full view (sdpa, no compile: its
+default) at d = 32 / d = 64. Reported: per case the median over rounds for each checkout and after / before. Nothing
+is asserted: a benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def git_commit(tree: Path) -> str | None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, help="checkout of the code before the change")
     parser.add_argument("--after", type=Path, help="checkout of the code after the change")
     parser.add_argument("--rounds", type=int, default=3)

@@ -39,7 +39,8 @@ DDP = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", 
 # path -> (group, reference path of the group, python args)
 PATHS = {
     "recipe_eager": ("recipe", "recipe_eager", TRAIN + LOCAL + SDPA),
-    "recipe_compile": ("recipe", "recipe_eager", TRAIN + LOCAL + ["--attn_implementation", "sdpa", "--compile_core", "true"]),
+    "recipe_compile": ("recipe", "recipe_eager",
+                       TRAIN + LOCAL + ["--attn_implementation", "sdpa", "--compile_core", "true"]),
     "recipe_ddp_2x1": ("recipe", "recipe_eager", DDP + LOCAL + SDPA + ["--per_device_train_batch_size", "32"]),
     "recipe_eager_attention_compile": ("recipe", "recipe_eager", TRAIN + LOCAL + ["--attn_implementation", "eager",
                                                                                   "--compile_core", "true"]),
@@ -89,7 +90,8 @@ def compare(curve: list[dict], reference: list[dict]) -> dict:
 
 def collect() -> str:
     rows = {p.stem: json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))}
-    lines = ["| path | group | vs | logged steps | mean |Δloss|/loss | max | final loss (ref) | acc d=8 | train s | command |",
+    lines = ["| path | group | vs | logged steps | mean |Δloss|/loss | max | final loss (ref) | acc d=8 | train s "
+             "| command |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for path, (group, reference, _) in PATHS.items():
         if path not in rows:
@@ -110,7 +112,8 @@ def collect() -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--path", choices=list(PATHS))
     parser.add_argument("--collect", action="store_true")
     args = parser.parse_args(argv)

@@ -45,12 +45,14 @@ def tag(cls, name: str) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--view", choices=["recipe", "paper"], default="recipe")
     parser.add_argument("--depth", type=int, default=32)
     parser.add_argument("--attn", choices=["sdpa", "eager"], default="eager")
     parser.add_argument("--compile", action="store_true")
-    parser.add_argument("--python_wrapper", "--python-wrapper", action="store_true", help="compile with inductor's Python wrapper")
+    parser.add_argument("--python_wrapper", "--python-wrapper", action="store_true",
+                        help="compile with inductor's Python wrapper")
     parser.add_argument("--rows", type=int, default=15)
     args = parser.parse_args(argv)
     view = next(v for k, v in VIEWS.items() if k.startswith(args.view))

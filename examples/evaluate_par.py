@@ -58,9 +58,11 @@ from state_tracking.flag_values import true_or_false
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="checkpoint folder (save_pretrained output)")
-    parser.add_argument("--task", default=None, help=f"preset {list(GROUP_TASK_NAMES)} or task JSON; default: from the checkpoint")
+    parser.add_argument("--task", default=None,
+                        help=f"preset {list(GROUP_TASK_NAMES)} or task JSON; default: from the checkpoint")
     parser.add_argument("--depths", default="32,64,128,256,512", help="comma-separated test depths")
     parser.add_argument("--test_file", "--test-file", default=None,
                         help="records checkpoint: the records to score (path, glob or comma list; CSV / JSON Lines / "
@@ -72,11 +74,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for role in ("operations", "state", "step_states", "initial_state"):
         parser.add_argument(f"--{role}_column", default=None, help=f"records: the {role.replace('_', ' ')} column")
     parser.add_argument("--operation_delimiter", default=None, help="records: regex splitting a string of operations")
-    parser.add_argument("--skip_bad_records", type=true_or_false, nargs="?", const=True, default=False, help="records: drop unreadable records, report")
+    parser.add_argument("--skip_bad_records", type=true_or_false, nargs="?", const=True, default=False,
+                        help="records: drop unreadable records, report")
     parser.add_argument("--n", type=int, default=1024, help="sequences per depth")
     parser.add_argument("--mode", choices=MODES, default="forced")
     parser.add_argument("--rendering", choices=RENDERINGS, default="symbolic")
-    parser.add_argument("--random_initial", "--random-initial", type=true_or_false, nargs="?", const=True, default=False, help="random start assignment (shown in the prompt)")
+    parser.add_argument("--random_initial", "--random-initial", type=true_or_false, nargs="?", const=True,
+                        default=False, help="random start assignment (shown in the prompt)")
     parser.add_argument("--phrasing", choices=["canonical", "seen", "held_out"], default="canonical",
                         help="text rendering: first forms, drawn among the phrasings training saw, or the task's "
                              "held-out phrasings")
@@ -84,14 +88,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plot", default=None, help="optional PNG of accuracy vs depth")
     parser.add_argument("--batch_size", "--batch-size", type=int, default=256)
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--train_max_depth", "--train-max-depth", type=int, default=None, help="longest training depth, for G = d50 / d_train")
-    parser.add_argument("--step_size", "--step-size", type=int, default=None, help="c for forced R = ceil(d / c); default model.config.step_size")
+    parser.add_argument("--train_max_depth", "--train-max-depth", type=int, default=None,
+                        help="longest training depth, for G = d50 / d_train")
+    parser.add_argument("--step_size", "--step-size", type=int, default=None,
+                        help="c for forced R = ceil(d / c); default model.config.step_size")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--no_progress", "--no-progress", "--disable_tqdm", dest="no_progress", type=true_or_false, nargs="?", const=True, default=False)
+    parser.add_argument("--no_progress", "--no-progress", "--disable_tqdm", dest="no_progress", type=true_or_false,
+                        nargs="?", const=True, default=False)
     parser.add_argument("--dtype", choices=["float32", "auto", "bfloat16"], default="float32",
                         help="weights at evaluation: float32 (default; fast on CPU), auto (as stored), bfloat16")
     parser.add_argument("--fixed_iterations", "--fixed-iterations", type=int, default=None,
-                        help="forced mode: R at every depth (a model trained with a fixed R, e.g. R = 1 plain Transformer)")
+                        help="forced mode: R at every depth (a model trained with a fixed R, e.g. R = 1 plain "
+                             "Transformer)")
     parser.add_argument("--workers", type=int, default=0,
                         help="run each batch as this many parts at once, one CPU thread each; 0 (default): one per "
                              "CPU thread (≤ 4) on a CPU (1 with eager attention), 1 on an accelerator "
@@ -99,12 +107,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", type=true_or_false, nargs="?", const=True, default=False,
                         help="torch.compile the core update and the coda (model.compile_core()); pays back only on "
                              "long evaluations (compiling costs ~20-50 s)")
-    parser.add_argument("--attn_implementation", "--attn-implementation", default="auto", choices=list(ATTN_IMPLEMENTATIONS),
+    parser.add_argument("--attn_implementation", "--attn-implementation", default="auto",
+                        choices=list(ATTN_IMPLEMENTATIONS),
                         help="auto (default): par_eager on a CPU for the local view's few-row windows (eager "
                              "attention; under --compile its few-key blocks are fused broadcast products), else "
                              "sdpa (benchmarks/bench_speed.py)")
     parser.add_argument("--profile", default=None, help="also write the progress profile (JSON) here")
-    parser.add_argument("--profile_plot", "--profile-plot", default=None, help="heatmap PNG of the profile (and padding control)")
+    parser.add_argument("--profile_plot", "--profile-plot", default=None,
+                        help="heatmap PNG of the profile (and padding control)")
     parser.add_argument("--padding_control", "--padding-control", type=int, default=None, metavar="D0",
                         help="with --profile: also profile D0 random ops + identity ops up to each depth")
     args = parser.parse_args(argv)
@@ -122,7 +132,8 @@ def resolve_task(model_dir: str, task_arg: str | None):
     if os.path.isfile(os.path.join(model_dir, TASK_FILE_NAME)):
         saved = load_task_from_dir(model_dir)
         if requested is not None and requested != saved:
-            raise ValueError(f"--task {task_arg!r} disagrees with the checkpoint's task {saved.name!r} ({TASK_FILE_NAME})")
+            raise ValueError(f"--task {task_arg!r} disagrees with the checkpoint's task {saved.name!r} "
+                             f"({TASK_FILE_NAME})")
         return saved
     if requested is None:
         raise ValueError(f"--model {model_dir} has no {TASK_FILE_NAME}; pass --task ({list(GROUP_TASK_NAMES)} or a "
@@ -187,9 +198,9 @@ def evaluate_record_file(args) -> dict:
 
         datasets.disable_progress_bars()
     # the columns and delimiter the checkpoint remembers from its training file, unless a flag names others
+    delimiter = args.operation_delimiter if args.operation_delimiter is not None else record_format.delimiter
     columns = RecordColumns(args.operations_column, args.state_column, args.step_states_column,
-                            args.initial_state_column,
-                            args.operation_delimiter if args.operation_delimiter is not None else record_format.delimiter)
+                            args.initial_state_column, delimiter)
     split = "test" if args.test_file else args.split
     loaded = load_record_files(args.test_file, columns, args.dataset_name, args.dataset_config_name, args.split,
                                query_names=list(record_format.query_names), skip_bad_records=args.skip_bad_records,
@@ -261,7 +272,8 @@ def main(argv: list[str] | None = None) -> dict:
     results["command"] = command_line(__file__, sys.argv[1:] if argv is None else argv)
     save_results(results, args.out)
     if args.plot:
-        plot_accuracy_vs_depth({os.path.basename(os.path.normpath(args.model)): [results]}, args.plot, title=f"{task.name}, {args.mode}")
+        plot_accuracy_vs_depth({os.path.basename(os.path.normpath(args.model)): [results]}, args.plot,
+                               title=f"{task.name}, {args.mode}")
     if args.profile:
         write_profiles(model, tokenizer, task, args)
     elif args.profile_plot or args.padding_control:

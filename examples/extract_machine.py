@@ -213,7 +213,8 @@ def plot_machine(machine: dict, path: str) -> bool:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="a checkpoint trained on records (train_par.py --train_file)")
     parser.add_argument("--out", required=True, help="the JSON to write")
     parser.add_argument("--plot", default=None, help="a picture of the machine (≤ 12 states)")

@@ -40,17 +40,23 @@ from state_tracking.records import EXTENSIONS, task_records  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True, help=f"a preset {list(GROUP_TASK_NAMES)} or a task JSON file")
-    parser.add_argument("--depths", required=True, help="lo-hi (uniform, with --n) or a comma list (with --n_per_depth)")
+    parser.add_argument("--depths", required=True,
+                        help="lo-hi (uniform, with --n) or a comma list (with --n_per_depth)")
     parser.add_argument("--n", type=int, default=None, help="records drawn over a lo-hi range")
     parser.add_argument("--n_per_depth", type=int, default=None, help="records per depth of a comma list")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="the file to write (.csv, .tsv, .jsonl, .json, .parquet)")
-    parser.add_argument("--final_only", type=true_or_false, nargs="?", const=True, default=False, help="no step_states column (final states only)")
-    parser.add_argument("--random_initial", type=true_or_false, nargs="?", const=True, default=False, help="random start states, written to initial_state")
-    parser.add_argument("--state_ids", type=true_or_false, nargs="?", const=True, default=False, help="a group task's state as one label: its index")
-    parser.add_argument("--text", type=true_or_false, nargs="?", const=True, default=False, help="operations as the task's English sentences")
+    parser.add_argument("--final_only", type=true_or_false, nargs="?", const=True, default=False,
+                        help="no step_states column (final states only)")
+    parser.add_argument("--random_initial", type=true_or_false, nargs="?", const=True, default=False,
+                        help="random start states, written to initial_state")
+    parser.add_argument("--state_ids", type=true_or_false, nargs="?", const=True, default=False,
+                        help="a group task's state as one label: its index")
+    parser.add_argument("--text", type=true_or_false, nargs="?", const=True, default=False,
+                        help="operations as the task's English sentences")
     args = parser.parse_args(argv)
     ext = os.path.splitext(args.out)[1].lower()
     if ext not in EXTENSIONS:

@@ -66,7 +66,8 @@ def boundaries_from_marks(end_marks: torch.Tensor, query_marks: torch.Tensor, nu
     query_positions (b, Q)."""
     marked = end_marks.bool()
     counts = marked.sum(-1)  # (b,) d + 1
-    order = torch.argsort((~marked).int(), dim=-1, stable=True)[:, : int(counts.max())]  # marked indices first, in order
+    # marked indices first, in order
+    order = torch.argsort((~marked).int(), dim=-1, stable=True)[:, : int(counts.max())]
     width = torch.arange(order.shape[1], device=order.device)
     operation_ends = torch.where(width[None] < counts[:, None], order, -1)
     query_positions = torch.stack([(query_marks == j + 1).int().argmax(-1) for j in range(num_queries)], dim=-1)

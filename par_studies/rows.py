@@ -49,10 +49,10 @@ def combine(row: str, *parts: Preset | Mapping[str, str]) -> dict[str, str]:
 class Row:
     """One row of a study.
 
-    name: the row's name (`--row NAME`); label: what the table calls it; flags: what it adds to or changes in the study's
-    common flags; kind: the script that trains it (`KINDS`); halting: it trains learned halting (set by a halting
-    preset); budget: seconds of training (`--max_train_seconds`) where the study sets one; init_from: the row whose
-    trained model (same seed) it fine-tunes; group: the table's group of the row (a variant, a kind of baseline).
+    name: the row's name (`--row NAME`); label: what the table calls it; flags: what it adds to or changes in the
+    study's common flags; kind: the script that trains it (`KINDS`); halting: it trains learned halting (set by a
+    halting preset); budget: seconds of training (`--max_train_seconds`) where the study sets one; init_from: the row
+    whose trained model (same seed) it fine-tunes; group: the table's group of the row (a variant, a kind of baseline).
     """
 
     name: str

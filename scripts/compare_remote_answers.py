@@ -35,7 +35,8 @@ assert type(model).__module__.startswith("transformers_modules"), type(model).__
 batches = torch.load(sys.argv[2])
 out = {}
 for depth, b in batches.items():
-    kw = dict(attention_mask=b["attention_mask"], query_positions=b["query_positions"], operation_ends=b["operation_ends"])
+    kw = dict(attention_mask=b["attention_mask"], query_positions=b["query_positions"],
+              operation_ends=b["operation_ends"])
     forced = model.predict(b["input_ids"], num_iterations=depth, **kw)
     halting = model.predict(b["input_ids"], halting=True, **kw)
     out[depth] = {"forced": forced.answer_logits, "halting": halting.answer_logits,

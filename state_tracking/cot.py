@@ -199,7 +199,8 @@ def build_cot_dataset(
         length = int(prompt_lengths[rows[0]])
         prompt = prompts[prompt_offsets[rows][:, None] + np.arange(length)]  # (m, Lp)
         width = (int(d) + 1) * num_queries
-        states = labels_flat[label_offsets[rows][:, None] + np.arange(width)].reshape(len(rows), int(d) + 1, num_queries)
+        states = labels_flat[label_offsets[rows][:, None] + np.arange(width)]
+        states = states.reshape(len(rows), int(d) + 1, num_queries)
         completion = cot_completion_ids(states, ids)  # (m, Lc)
         positions = offsets[rows][:, None] + np.arange(length + completion.shape[1])  # (m, L)
         input_ids[positions] = np.concatenate([prompt, completion], axis=1)
@@ -251,7 +252,8 @@ class CotParse:
         return self.answer is not None
 
 
-def parse_cot_completion(generated: Sequence[int] | np.ndarray | torch.Tensor, ids: CotTokenIds, num_queries: int) -> CotParse:
+def parse_cot_completion(generated: Sequence[int] | np.ndarray | torch.Tensor, ids: CotTokenIds,
+                         num_queries: int) -> CotParse:
     """Read one generated completion (ids after the prompt; trailing padding allowed after ``<eos>``).
 
     Well-formed means exactly: k >= 1 groups of ``num_queries`` candidate tokens separated by ``No``,
@@ -281,7 +283,8 @@ def parse_cot_completion(generated: Sequence[int] | np.ndarray | torch.Tensor, i
     return CotParse(indices[:-num_queries].reshape(steps, num_queries), indices[-num_queries:], num_tokens)
 
 
-def parse_cot_answer(generated: Sequence[int] | np.ndarray | torch.Tensor, tokenizer: PreTrainedTokenizerBase, task: Task) -> np.ndarray | None:
+def parse_cot_answer(generated: Sequence[int] | np.ndarray | torch.Tensor, tokenizer: PreTrainedTokenizerBase,
+                     task: Task) -> np.ndarray | None:
     """The final state (Q,) candidate indices from one generated completion, or None if malformed
     (malformed output counts as wrong)."""
     return parse_cot_completion(generated, cot_token_ids(tokenizer, task), task.num_queries).answer
@@ -390,7 +393,8 @@ def evaluate_cot(
         "mean_generated_tokens": [row["mean_generated_tokens"] for row in per_depth],
         "per_depth": per_depth,
         "d50": longest_accurate_depth(depths, accuracies),
-        "extrapolation_factor": None if train_max_depth is None else extrapolation_factor(depths, accuracies, train_max_depth),
+        "extrapolation_factor": (None if train_max_depth is None
+                                 else extrapolation_factor(depths, accuracies, train_max_depth)),
         "model_config": to_json(config.to_dict()) if hasattr(config, "to_dict") else None,
         "environment": environment_info(device if device is not None else getattr(model, "device", None)),
     }
@@ -404,7 +408,8 @@ def score_cot(generated: Sequence[np.ndarray], states: np.ndarray, ids: CotToken
     answers = np.array([p.answer if p.well_formed else np.full(task.num_queries, MALFORMED) for p in parses])
     targets = states[:, -1]  # (n, Q)
     right_count = np.array([p.states is not None and len(p.states) == depth for p in parses])
-    chain_right = np.array([bool(c) and bool((p.states == states[i, 1:]).all()) for i, (p, c) in enumerate(zip(parses, right_count))])
+    chain_right = np.array([bool(c) and bool((p.states == states[i, 1:]).all())
+                            for i, (p, c) in enumerate(zip(parses, right_count))])
     written = [len(p.states) for p in parses if p.states is not None]
     return {
         "accuracy": overall_state_accuracy(answers, targets),

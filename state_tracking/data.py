@@ -45,7 +45,9 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def parse_depths(depths: int | tuple[int, int] | range | Sequence[int] | Mapping[int, float]) -> tuple[np.ndarray, np.ndarray]:
+def parse_depths(
+    depths: int | tuple[int, int] | range | Sequence[int] | Mapping[int, float],
+) -> tuple[np.ndarray, np.ndarray]:
     """Depth distribution -> (depth values, probabilities).
 
     * ``int`` d: always d.
@@ -60,7 +62,8 @@ def parse_depths(depths: int | tuple[int, int] | range | Sequence[int] | Mapping
         values, probs = [int(depths)], [1.0]
     elif isinstance(depths, tuple):
         if len(depths) != 2 or not all(_is_int(d) for d in depths) or depths[0] > depths[1]:
-            raise ValueError(f"a depths tuple must be (lo, hi) with integers lo <= hi (inclusive range), got {depths!r}")
+            raise ValueError(f"a depths tuple must be (lo, hi) with integers lo <= hi (inclusive range), "
+                             f"got {depths!r}")
         values = list(range(int(depths[0]), int(depths[1]) + 1))
         probs = [1.0 / len(values)] * len(values)
     elif isinstance(depths, (range, list)):
@@ -135,7 +138,8 @@ def build_dataset(
     num_queries = task.num_queries
     columns = {
         "input_ids": _list_array(*_gather_ragged(pieces["input_ids"], n)),
-        "query_positions": pa.FixedSizeListArray.from_arrays(pa.array(query_positions.reshape(-1).astype(np.int32)), num_queries),
+        "query_positions": pa.FixedSizeListArray.from_arrays(
+            pa.array(query_positions.reshape(-1).astype(np.int32)), num_queries),
         "operation_ends": _list_array(*_gather_ragged(pieces["operation_ends"], n)),
         "step_labels": _nested_list_array(*_gather_ragged(pieces["step_labels"], n), num_queries),
         "depth": pa.array(sample_depths.astype(np.int32)),
@@ -234,8 +238,8 @@ def _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed,
     """A fingerprint from the build arguments (same arguments -> same data), instead of hashing
     the built table."""
     vocab = sorted(tokenizer.get_vocab().items())
-    parts = (DATA_FORMAT_VERSION, task.to_dict(), vocab, rendering, n, depth_values.tolist(), depth_probs.tolist(), seed,
-             random_initial, phrasing)
+    parts = (DATA_FORMAT_VERSION, task.to_dict(), vocab, rendering, n, depth_values.tolist(), depth_probs.tolist(),
+             seed, random_initial, phrasing)
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
 
@@ -256,7 +260,8 @@ def _gather_ragged(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n: i
 def _list_array(offsets: np.ndarray, values: np.ndarray | pa.Array) -> pa.ListArray:
     if offsets[-1] >= 2**31:
         raise ValueError("dataset too large for one Arrow list column (>= 2**31 values); build it in shards")
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values if isinstance(values, pa.Array) else pa.array(values))
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                    values if isinstance(values, pa.Array) else pa.array(values))
 
 
 def _nested_list_array(offsets: np.ndarray, values: np.ndarray, width: int) -> pa.ListArray:
@@ -300,12 +305,14 @@ def truncate_to_prefix(
         ops_column, labels_column = [ops_column], [labels_column]
     ops_rows = [_to_numpy(row)[:d] for row, d in zip(ops_column, depth)]
     labels_rows = [_to_numpy(row)[: d + 1] for row, d in zip(labels_column, depth)]
-    if any(len(row) != d for row, d in zip(ops_rows, depth)) or any(len(row) != d + 1 for row, d in zip(labels_rows, depth)):
+    if (any(len(row) != d for row, d in zip(ops_rows, depth))
+            or any(len(row) != d + 1 for row, d in zip(labels_rows, depth))):
         raise ValueError("every example needs depth ops and depth + 1 rows of step_labels")
 
     keep = np.broadcast_to(np.asarray(_to_numpy(j), dtype=np.int64), depth.shape)
     if (keep < 0).any() or (keep > depth).any():
-        raise ValueError(f"prefix length j must satisfy 0 <= j <= depth for every example, got j={keep.tolist()} depth={depth.tolist()}")
+        raise ValueError(f"prefix length j must satisfy 0 <= j <= depth for every example, got j={keep.tolist()} "
+                         f"depth={depth.tolist()}")
     initial = np.stack([row[0] for row in labels_rows]).astype(np.int64)  # (B, Q)
     if not random_initial and not (initial == task.default_initial(len(initial))).all():
         raise ValueError("an example starts from a non-default state; pass random_initial=True for such data")
@@ -374,7 +381,8 @@ class StateTrackingCollator:
             if key not in keys:
                 raise ValueError(f"every example needs {key!r}; got keys {sorted(keys)}")
         if keys - set(COLUMNS):
-            raise ValueError(f"unknown example keys {sorted(keys - set(COLUMNS))}; the collator handles {list(COLUMNS)}")
+            raise ValueError(f"unknown example keys {sorted(keys - set(COLUMNS))}; "
+                             f"the collator handles {list(COLUMNS)}")
         if keys & {"step_labels", "ops"} and "depth" not in keys:
             raise ValueError("examples with step_labels or ops also need 'depth'")
 

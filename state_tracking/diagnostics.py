@@ -113,7 +113,8 @@ def progress_profile(
     if not isinstance(extra_iterations, int) or extra_iterations < 0:
         raise ValueError(f"extra_iterations must be an integer >= 0, got {extra_iterations!r}")
     if padding_control_depth is not None and not 1 <= padding_control_depth <= depths[0]:
-        raise ValueError(f"padding_control_depth must lie in [1, smallest depth={depths[0]}], got {padding_control_depth}")
+        raise ValueError(f"padding_control_depth must lie in [1, smallest depth={depths[0]}], "
+                         f"got {padding_control_depth}")
     c = int(model.config.step_size)
     profiles, finals, first_failure = [], [], []
     for depth in depths:

@@ -42,7 +42,9 @@ ACCURACY_THRESHOLD = 0.5
 STATE_ACCURACY_METRIC_PATH = os.path.join(os.path.dirname(__file__), "metrics", "state_accuracy")
 
 
-def longest_accurate_depth(depths: Sequence[int], accuracies: Sequence[float], threshold: float = ACCURACY_THRESHOLD) -> int:
+def longest_accurate_depth(
+    depths: Sequence[int], accuracies: Sequence[float], threshold: float = ACCURACY_THRESHOLD
+) -> int:
     """d50: the largest tested depth d such that accuracy >= threshold at d *and at every smaller
     tested depth* (the curve is cut at its first failure, so a lucky long depth after a failure
     does not count). 0 if the smallest tested depth already fails."""
@@ -72,7 +74,8 @@ def extrapolation_factor(
 def _check_curve(depths, accuracies) -> tuple[np.ndarray, np.ndarray]:
     depths, accuracies = np.asarray(depths), np.asarray(accuracies, dtype=np.float64)
     if depths.ndim != 1 or depths.shape != accuracies.shape or len(depths) == 0:
-        raise ValueError(f"depths and accuracies must be non-empty 1-d and of equal length, got {depths.shape} and {accuracies.shape}")
+        raise ValueError(f"depths and accuracies must be non-empty 1-d and of equal length, got {depths.shape} and "
+                         f"{accuracies.shape}")
     if len(set(depths.tolist())) != len(depths):
         raise ValueError(f"depths must be distinct, got {depths.tolist()}")
     return depths, accuracies
@@ -201,7 +204,8 @@ def evaluate_length_generalization(
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if fixed_iterations is not None and (mode != "forced" or isinstance(fixed_iterations, bool)
-                                         or not isinstance(fixed_iterations, (int, np.integer)) or fixed_iterations < 1):
+                                         or not isinstance(fixed_iterations, (int, np.integer))
+                                         or fixed_iterations < 1):
         raise ValueError(f"fixed_iterations must be None or a positive integer with mode='forced', got "
                          f"{fixed_iterations!r} (mode={mode!r})")
     step_size = int(model.config.step_size if step_size is None else step_size)
@@ -234,7 +238,8 @@ def evaluate_length_generalization(
         answers, iterations, halted = predict_encoded(model, encoded, collate, mode, num_iterations, batch_size,
                                                       workers, device, on_batch=lambda: bar.update(1))
         if answers.shape != targets.shape:
-            raise ValueError(f"model.predict returned answers of shape {answers.shape[1:]} per batch row, expected ({task.num_queries},)")
+            raise ValueError(f"model.predict returned answers of shape {answers.shape[1:]} per batch row, "
+                             f"expected ({task.num_queries},)")
         per_depth.append(depth_result(depth, answers, targets, iterations, halted, num_iterations, task.query_names))
         accuracy = per_depth[-1]["accuracy"]
         bar.set_postfix(depth=depth, accuracy=f"{accuracy:.3f}")
@@ -260,7 +265,8 @@ def evaluate_length_generalization(
         "accuracy": accuracies,
         "per_depth": per_depth,
         "d50": d50,
-        "extrapolation_factor": None if train_max_depth is None else extrapolation_factor(depths, accuracies, train_max_depth),
+        "extrapolation_factor": (None if train_max_depth is None
+                                 else extrapolation_factor(depths, accuracies, train_max_depth)),
         "extrapolation_factor_is_lower_bound": bool(min(accuracies) >= ACCURACY_THRESHOLD),
         "model_config": to_json(model.config.to_dict()),
         "tokenizer": {"name_or_path": getattr(tokenizer, "name_or_path", None), **to_json(token_ids)},
@@ -353,7 +359,8 @@ def evaluate_until_failed(
     accuracies = [row["accuracy"] for row in rows]
     results.update(
         depths=done, accuracy=accuracies, per_depth=rows, d50=longest_accurate_depth(done, accuracies),
-        extrapolation_factor=None if train_max_depth is None else extrapolation_factor(done, accuracies, train_max_depth),
+        extrapolation_factor=(None if train_max_depth is None
+                              else extrapolation_factor(done, accuracies, train_max_depth)),
         extrapolation_factor_is_lower_bound=bool(min(accuracies) >= ACCURACY_THRESHOLD),
         grid=grid, stopped_early=len(done) < len(grid), stop_below=stop_below,
     )
@@ -441,7 +448,9 @@ def legend_label(label: str, results: list[dict]) -> str:
     return f"{label} ({len(results)} seed{'s' if len(results) > 1 else ''})"
 
 
-def plot_accuracy_vs_depth(runs: dict[str, list[dict[str, Any]]], path: str | os.PathLike, title: str | None = None) -> None:
+def plot_accuracy_vs_depth(
+    runs: dict[str, list[dict[str, Any]]], path: str | os.PathLike, title: str | None = None
+) -> None:
     """Accuracy vs depth (log x), one curve per run: mean over its seeds with a ± sd band.
 
     Args:

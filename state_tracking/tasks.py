@@ -158,7 +158,8 @@ class Task(ABC):
         """Validate an op array and return it as int64 (n, d)."""
         ops = np.asarray(ops)
         if ops.ndim != 2 or not (np.issubdtype(ops.dtype, np.integer) or ops.size == 0):
-            raise ValueError(f"ops must be an integer array of shape (n, depth), got dtype {ops.dtype} shape {ops.shape}")
+            raise ValueError(f"ops must be an integer array of shape (n, depth), got dtype {ops.dtype} "
+                             f"shape {ops.shape}")
         if ops.size and (ops.min() < 0 or ops.max() >= self.num_ops):
             raise ValueError(f"ops holds operation indices outside [0, {self.num_ops}) for task {self.name!r}")
         return ops.astype(np.int64)
@@ -335,7 +336,8 @@ def get_task(name: str, items: list[str] | tuple[str, ...] | None = None, text: 
         text: the text rendering's wording of the operations, one of :data:`GROUP_TEXT_STYLES`.
     """
     if name not in _GROUP_PRESETS:
-        raise ValueError(f"unknown task name {name!r}; allowed: {list(GROUP_TASK_NAMES)} (or load_task for a JSON spec)")
+        raise ValueError(f"unknown task name {name!r}; allowed: {list(GROUP_TASK_NAMES)} "
+                         "(or load_task for a JSON spec)")
     items = list(DEFAULT_ITEMS if items is None else items)
     if len(items) != NUM_BOXES:
         raise ValueError(f"items must name exactly {NUM_BOXES} items (one per box), got {len(items)}")
@@ -436,7 +438,8 @@ def state_machine_from_dict(spec: dict[str, Any]) -> StateMachineTask:
         raise ValueError("state-machine spec is missing 'operations' (a mapping op name -> {state: next state})")
     operations = spec["operations"]
     if not isinstance(operations, dict) or not operations:
-        raise ValueError(f"'operations' must be a non-empty mapping op name -> {{state: next state}}, got {operations!r}")
+        raise ValueError("'operations' must be a non-empty mapping op name -> {state: next state}, "
+                         f"got {operations!r}")
     op_names = list(operations)
     _check_names("operations", op_names)
     _check_disjoint("operations", op_names, "states", states)
@@ -493,7 +496,8 @@ def _machine_text(text: Any, op_names: list[str]) -> dict[str, Any]:
         try:
             template.format(state="x")
         except (KeyError, IndexError, ValueError) as error:
-            raise ValueError(f"text 'initial' may use only the placeholder '{{state}}': {template!r} ({error})") from None
+            raise ValueError(f"text 'initial' may use only the placeholder '{{state}}': {template!r} "
+                             f"({error})") from None
     sentences("'query'", query)
     op_texts = text.get("operations", {op: f"Apply {op}." for op in op_names})
     if not isinstance(op_texts, dict):

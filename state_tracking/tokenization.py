@@ -163,7 +163,8 @@ def encode_ragged(
     return _encode_text(task, tokenizer, ops, initial, phrasing, rng)
 
 
-def _encode_symbolic(task: Task, tokenizer: PreTrainedTokenizerBase, ops: np.ndarray, initial: np.ndarray | None) -> np.ndarray:
+def _encode_symbolic(task: Task, tokenizer: PreTrainedTokenizerBase, ops: np.ndarray,
+                     initial: np.ndarray | None) -> np.ndarray:
     """Pure id mapping: <bos> [initial] ops queries.  # (n, 1 [+ Q] + d + Q) int64"""
     vocab = tokenizer.get_vocab()
     queries = [query_token(q) for q in range(task.num_queries)]
@@ -192,13 +193,13 @@ def _encode_text(
     prompt (and must give back its own operations) and `token_boundaries` maps them to tokens."""
     n = len(ops)
     if n == 0:
-        return (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, task.num_queries), dtype=np.int64),
-                np.zeros((0, ops.shape[1] + 1), dtype=np.int64))
+        return (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                np.zeros((0, task.num_queries), dtype=np.int64), np.zeros((0, ops.shape[1] + 1), dtype=np.int64))
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(
-            f"the text rendering needs a tokenizer with character offsets (a fast tokenizer): {type(tokenizer).__name__} "
-            "has none (is_fast is False). Load it with AutoTokenizer.from_pretrained(..., use_fast=True) or use "
-            "build_tokenizer(task, 'text')."
+            "the text rendering needs a tokenizer with character offsets (a fast tokenizer): "
+            f"{type(tokenizer).__name__} has none (is_fast is False). Load it with "
+            "AutoTokenizer.from_pretrained(..., use_fast=True) or use build_tokenizer(task, 'text')."
         )
     prompt_format = prompt_format_of(task, "text")
     prompts = [text_prompt(task, ops[i], None if initial is None else initial[i], phrasing, rng)[0] for i in range(n)]
@@ -214,7 +215,8 @@ def _encode_text(
     for i in range(n):
         word = unknown_word(tokenizer, encoding, i, prompts[i])
         if word is not None:
-            raise ValueError(f"word {word!r} of the text prompt is unknown to the tokenizer; use build_tokenizer(task, 'text')")
+            raise ValueError(f"word {word!r} of the text prompt is unknown to the tokenizer; "
+                             "use build_tokenizer(task, 'text')")
     bounds = [token_boundaries(encoding, i, prompts[i], seg) for i, seg in enumerate(segments)]
     query_positions = np.array([queries for _, queries in bounds], dtype=np.int64).reshape(n, task.num_queries)
     operation_token_ends = np.array([ends for ends, _ in bounds], dtype=np.int64).reshape(n, ops.shape[1] + 1)

@@ -44,8 +44,8 @@ class ParTrainingArguments(TrainingArguments):
 
     objective: str = field(default="par", metadata={"help": f"one of {OBJECTIVES}"})
     depth_schedule: str = field(default="forced", metadata={
-        "help": "forced: R = ⌈d/c⌉; hold: R ≥ ⌈d/c⌉ (see hold_tail); ablations: fixed: R = fixed_iterations whatever d; "
-                "random: R ~ U{1..random_max_iterations} whatever d"})
+        "help": "forced: R = ⌈d/c⌉; hold: R ≥ ⌈d/c⌉ (see hold_tail); ablations: fixed: R = fixed_iterations "
+                "whatever d; random: R ~ U{1..random_max_iterations} whatever d"})
     fixed_iterations: int | None = field(default=None, metadata={
         "help": "depth_schedule=fixed: the R of every step (evaluate with the same R: train_par.py does)"})
     random_max_iterations: int | None = field(default=None, metadata={
@@ -58,9 +58,10 @@ class ParTrainingArguments(TrainingArguments):
     curriculum_every_steps: int = field(default=40, metadata={"help": "curriculum: steps between increments"})
     curriculum_increment: int = field(default=1, metadata={"help": "curriculum: depth added each time"})
     curriculum_advance_accuracy: float | None = field(default=None, metadata={
-        "help": "mastery curriculum (instead of the fixed pace): d_max grows by curriculum_increment once the final-answer "
-                "accuracy (all queries right) averaged over the last curriculum_window steps at depth d_max reaches "
-                "this, and at least curriculum_every_steps steps after the previous growth (None: the fixed pace)"})
+        "help": "mastery curriculum (instead of the fixed pace): d_max grows by curriculum_increment once the "
+                "final-answer accuracy (all queries right) averaged over the last curriculum_window steps at depth "
+                "d_max reaches this, and at least curriculum_every_steps steps after the previous growth (None: the "
+                "fixed pace)"})
     curriculum_window: int = field(default=20, metadata={
         "help": "mastery curriculum: steps at depth d_max averaged for the advance test"})
     hold_tail: str = field(default="additive", metadata={
@@ -75,9 +76,9 @@ class ParTrainingArguments(TrainingArguments):
         "help": "halting labels say Yes when c·(k − offset) ≥ d: 0 is the paper's; 1 (Yes once no operation is left to "
                 "read) suits loop_view=local, whose queries cannot see that an operation is the last"})
     halting_loss_weight: float = field(default=0.0, metadata={
-        "help": "learned halting loss weight (paper: 0.5); needs --depth_schedule hold. Scale: the answer loss is a SUM "
-                "of per-iteration CEs over the window (≈ grad_window terms), the halting loss one class-balanced MEAN, "
-                "so at weight 0.5 halting is ~1/16 of the answer loss with an 8-iteration window"})
+        "help": "learned halting loss weight (paper: 0.5); needs --depth_schedule hold. Scale: the answer loss is "
+                "a SUM of per-iteration CEs over the window (≈ grad_window terms), the halting loss one "
+                "class-balanced MEAN, so at weight 0.5 halting is ~1/16 of the answer loss with an 8-iteration window"})
     stretch_steps: int = field(default=0, metadata={"help": "positional-stretch phase: the last N steps (0: off)"})
     stretch_max_scale: float = field(default=8.0, metadata={"help": "s_max reached at the end of the phase"})
     stretch_fraction: float = field(
@@ -149,8 +150,8 @@ class ParTrainingArguments(TrainingArguments):
         if self.halt_label_offset < 0:
             fail("halt_label_offset", "≥ 0")
         if self.halting_loss_weight > 0 and self.depth_schedule in ("fixed", "random"):
-            fail("halting_loss_weight", f"0 under depth_schedule={self.depth_schedule!r} (R does not follow d, so there "
-                 "is no iteration at which the answer is complete to label)")
+            fail("halting_loss_weight", f"0 under depth_schedule={self.depth_schedule!r} (R does not follow d, so "
+                 "there is no iteration at which the answer is complete to label)")
         if self.halting_loss_weight > 0 and self.depth_schedule == "forced":
             fail("halting_loss_weight", "0 under depth_schedule='forced' (forced depth never runs past d, while the "
                  "halting rule reads P(Yes) on R..R+m−1): use --depth_schedule hold (additive tail ≥ halt_window − 1)")
@@ -304,7 +305,8 @@ class ParTrainer(Trainer):
         )
         loader = DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                             num_workers=a.dataloader_num_workers,
-                            pin_memory=a.dataloader_pin_memory and a.device.type != "cpu")  # pinning is for copies to an accelerator
+                            # pinning is for copies to an accelerator
+                            pin_memory=a.dataloader_pin_memory and a.device.type != "cpu")
         return self.accelerator.prepare(loader)
 
     # ------------------------------------------------------------------------------------------------ per-step rng
@@ -368,7 +370,8 @@ class ParTrainer(Trainer):
             if self.args.objective == "final_only":
                 reads = window
             # negatives are the iterations k < ⌈d/c⌉; under `hold` the window may start past them
-            below = min(window[0], iterations_for_depth(depth, self.model.config.step_size) + self.args.halt_label_offset)
+            below = min(window[0],
+                        iterations_for_depth(depth, self.model.config.step_size) + self.args.halt_label_offset)
             if below > 1:
                 extra = int(self._step_rng("negative").integers(1, below))
         return reads, extra
@@ -426,7 +429,8 @@ class ParTrainer(Trainer):
         if self.args.halting_loss_weight > 0:
             if out.halt_logits is None:
                 raise ValueError("halting_loss_weight > 0 needs ParLoopedQwenConfig.halt_token_ids.")
-            loss_halt = balanced_halt_loss(out.halt_logits, halt_labels(read_index, depth, c, self.args.halt_label_offset))
+            halting_labels = halt_labels(read_index, depth, c, self.args.halt_label_offset)
+            loss_halt = balanced_halt_loss(out.halt_logits, halting_labels)
             loss = loss + self.args.halting_loss_weight * loss_halt
             self._log_value("loss_halt", loss_halt.item())
 

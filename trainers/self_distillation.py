@@ -147,7 +147,8 @@ class PrefixSelfDistillationTrainer(ParTrainer):
             raise ValueError("PrefixSelfDistillationTrainer without a task (records from files) reads the teacher's "
                              "prefix answers from one pass, which needs a prefix-invariant view: loop_view 'local' or "
                              "'prefix' with progress_positions=True (the recipe); got loop_view="
-                             f"{self.model.config.loop_view!r}, progress_positions={self.model.config.progress_positions}.")
+                             f"{self.model.config.loop_view!r}, "
+                             f"progress_positions={self.model.config.progress_positions}.")
         self.ema_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.prefix_collator = StateTrackingCollator(pad_token_id=self.processing_class.pad_token_id)
         self.add_callback(_EmaCallback(self))

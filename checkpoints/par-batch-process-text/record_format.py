@@ -17,8 +17,8 @@ The model reads one record as token ids
 
 where words(op) are the tokenizer's tokens of the operation string, `operation_ends` marks each operation's last
 token (and the preamble's) and the readout is taken at <q_j>. `layout` is that layout, written once: `encode` (the
-pipeline) and the records reader that training uses (`state_tracking.records.encode`) both go through it. An operation or a label the
-training data never held is refused with `PromptFormatError`, never guessed.
+pipeline) and the records reader that training uses (`state_tracking.records.encode`) both go through it. An
+operation or a label the training data never held is refused with `PromptFormatError`, never guessed.
 
 This format is itself the record of what training used (`PromptFormat.trained` for a task's format): its operations
 and candidates are discovered from the training records alone (`state_tracking.records.discover_format`; validation
@@ -226,8 +226,8 @@ class RecordFormat:
             missing = [q for q in self.query_names if q not in state]
             extra = sorted(set(state) - set(self.query_names))
             if missing or extra:
-                raise PromptFormatError(f"the {what} must name the queries {list(self.query_names)}; missing {missing}, "
-                                        f"unknown {extra}.")
+                raise PromptFormatError(f"the {what} must name the queries {list(self.query_names)}; "
+                                        f"missing {missing}, unknown {extra}.")
             labels = [state[q] for q in self.query_names]
         elif len(self.query_names) == 1:
             labels = [state]
@@ -269,8 +269,8 @@ class RecordFormat:
                  *(candidate_token(c) for c in self.candidates)]
         missing = [n for n in names if n not in vocab]
         if missing:
-            raise ValueError(f"the tokenizer lacks the records tokens {missing[:5]}; use the checkpoint's own tokenizer "
-                             "(state_tracking.records.build_record_tokenizer).")
+            raise ValueError(f"the tokenizer lacks the records tokens {missing[:5]}; use the checkpoint's own "
+                             "tokenizer (state_tracking.records.build_record_tokenizer).")
         q = len(self.query_names)
         ids = [vocab[n] for n in names]
         special = {"bos": ids[0], "queries": ids[1:1 + q], "candidates": ids[1 + q:]}

@@ -160,7 +160,7 @@ class PromptFormat:
         text = _norm(unit)
         return text.rstrip(".!").rstrip() if self.delimiter is not None and not text.endswith(QUESTION_MARK) else text
 
-    # ------------------------------------------------------------------------------------------ validation, (de)serialisation
+    # ------------------------------------------------------------------------------------ validation, (de)serialisation
     def _validate(self) -> None:
         def fail(name, allowed, value):
             raise ValueError(f"prompt_format.{name} must be {allowed}; got {value!r}.")
@@ -397,7 +397,8 @@ class PromptFormat:
         p = len(self.preamble)
         if len(spans) < p + q:
             raise PromptFormatError(
-                f"the prompt has {len(spans)} unit(s) ({'sentences' if self.delimiter is None else 'delimited pieces'});"
+                f"the prompt has {len(spans)} unit(s) "
+                f"({'sentences' if self.delimiter is None else 'delimited pieces'});"
                 f" a {self.task_name} prompt needs {p} start sentence(s), then the operations, then {q} question(s) "
                 f"({self._query_example()}).")
         for j in range(p):
@@ -516,7 +517,8 @@ class PromptFormat:
             f"of task {self.task_name!r} ({len(known)} known){hint}. An empty or unknown operation is never answered.")
 
     def _query_example(self) -> str:
-        return " ".join(f"{alternatives[0]} ?" for alternatives in self.queries[:2]) + (" ..." if len(self.queries) > 2 else "")
+        return (" ".join(f"{alternatives[0]} ?" for alternatives in self.queries[:2])
+                + (" ..." if len(self.queries) > 2 else ""))
 
 
 def unknown_word(tokenizer, encoding, i: int, prompt: str) -> str | None:
@@ -538,9 +540,9 @@ def token_boundaries(encoding, i: int, prompt: str, segments: Segments) -> tuple
         if token is None:
             raise PromptFormatError(
                 f"the tokenizer's offsets map no token to character {end - 1} ({prompt[end - 1]!r}, the end of {what}) "
-                f"of prompt {i}: char_to_token returned None, so the operation and query boundaries cannot be found. Use a "
-                "fast tokenizer whose "
-                "offsets cover every word (the checkpoint's own tokenizer, or e.g. Qwen2's).")
+                f"of prompt {i}: char_to_token returned None, so the operation and query boundaries cannot be found. "
+                "Use a fast tokenizer whose offsets cover every word (the checkpoint's own tokenizer, or e.g. "
+                "Qwen2's).")
         return token
 
     if segments.preamble_end is None:

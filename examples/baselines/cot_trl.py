@@ -40,11 +40,13 @@ CURVE_KEYS = ("step", "loss", "learning_rate", "grad_norm", "mean_token_accuracy
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     task = parser.add_argument_group("task")
     task.add_argument("--task", default="swap_s5", choices=["swap_s5", "s5", "a5"])
     task.add_argument("--task_file", default=None, help="a user state-machine task (JSON); overrides --task")
-    task.add_argument("--random_initial", type=true_or_false, nargs="?", const=True, default=False, help="random start states (written in the prompt)")
+    task.add_argument("--random_initial", type=true_or_false, nargs="?", const=True, default=False,
+                      help="random start states (written in the prompt)")
     task.add_argument("--min_train_depth", type=int, default=1)
     task.add_argument("--max_train_depth", type=int, default=8)
     task.add_argument("--train_size", type=int, default=None, help="training problems (default: steps × batch)")
@@ -72,7 +74,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     out = parser.add_argument_group("output")
     out.add_argument("--output_dir", default="runs/cot-trl")
     out.add_argument("--results_json", default=None, help="default: <output_dir>/results.json")
-    out.add_argument("--save_model", type=true_or_false, nargs="?", const=True, default=False, help="save the final model and tokenizer to --output_dir")
+    out.add_argument("--save_model", type=true_or_false, nargs="?", const=True, default=False,
+                     help="save the final model and tokenizer to --output_dir")
     args = parser.parse_args(argv)
     args.eval_depths = [int(d) for d in args.eval_depths.split(",") if d.strip()]
     for name in ("min_train_depth", "max_train_depth", "max_steps", "per_device_train_batch_size", "eval_n",
@@ -124,7 +127,8 @@ def main(argv=None) -> dict:
     set_seed(args.seed)
     model = build_model(args, tokenizer, task)
     config = SFTConfig(
-        output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=args.per_device_train_batch_size,
+        output_dir=args.output_dir, max_steps=args.max_steps,
+        per_device_train_batch_size=args.per_device_train_batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, lr_scheduler_type=args.lr_scheduler_type,
         weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, logging_steps=args.logging_steps,
         seed=args.seed, data_seed=args.seed,
@@ -170,7 +174,8 @@ def main(argv=None) -> dict:
         "train_depths": [args.min_train_depth, args.max_train_depth],
         "max_train_depth": args.max_train_depth,
         "max_length": max_length,
-        "wall_time_seconds": {"data": round(data_seconds, 2), "train": round(train_seconds, 2), "eval": round(eval_seconds, 2)},
+        "wall_time_seconds": {"data": round(data_seconds, 2), "train": round(train_seconds, 2),
+                              "eval": round(eval_seconds, 2)},
         "seconds_per_step": round(train_seconds / max(1, trainer.state.global_step), 4),
         "machine": {"platform": platform.platform(), "processor": platform.processor() or None,
                     "cpu_count": os.cpu_count(), "torch_num_threads": torch.get_num_threads(),
@@ -200,7 +205,8 @@ def main(argv=None) -> dict:
     path = Path(args.results_json) if args.results_json else Path(args.output_dir) / "results.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2))
-    print(f"{METHOD} {task.name} seed {args.seed}: {trainer.state.global_step} steps in {train_seconds:.0f}s, eval {eval_seconds:.0f}s")
+    print(f"{METHOD} {task.name} seed {args.seed}: {trainer.state.global_step} steps in {train_seconds:.0f}s, "
+          f"eval {eval_seconds:.0f}s")
     for depth, row in per_depth.items():
         marker = " (train)" if int(depth) <= args.max_train_depth else ""
         print(f"  d={depth}{marker}: accuracy {row['accuracy']:.3f}  intermediate {row['intermediate_accuracy']:.3f}  "

@@ -74,8 +74,8 @@ LABELS = ("step", "final")
 # depth range and curriculum start from the lengths present, and have no task, train size or test depths.
 GENERATED_DEFAULTS = {"task": "swap_s5", "min_train_depth": 1, "max_train_depth": 8, "curriculum_start_depth": 2,
                       "eval_depths": "8,16,32,64,128,256,512", "eval_n": 256}
-# what describes generated data (refused with records) and what needs --train_file / --dataset_name: the table train_par.py
-# and evaluate_par.py share (state_tracking.flag_modes)
+# what describes generated data (refused with records) and what needs --train_file / --dataset_name: the table
+# train_par.py and evaluate_par.py share (state_tracking.flag_modes)
 GENERATED_ONLY, RECORD_FLAGS = FLAG_MODES["rnn.py"]
 # the validation probe's defaults with records (train_par.py's: --probe_n, --probe_every_steps, --probe_stop_patience)
 PROBE_DEFAULTS = {"stop_when_validation_exact": True, "probe_n": 256, "probe_every_steps": 250,
@@ -431,7 +431,8 @@ def main(argv=None) -> dict:
         "task": task.name if records is None else record_format.task_name, "seed": args.seed, "cell": args.cell,
         "hidden": args.hidden, "layers": args.layers, "labels": args.labels,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "steps": steps, "max_steps": args.max_steps, "batch_size": args.batch_size, "max_train_depth": args.max_train_depth,
+        "steps": steps, "max_steps": args.max_steps, "batch_size": args.batch_size,
+        "max_train_depth": args.max_train_depth,
         "curriculum": {"start": args.curriculum_start_depth, "every_steps": args.curriculum_every_steps},
         "data_seconds": round(data_seconds, 1), "train_seconds": round(train_seconds, 1),
         "eval_seconds": round(time.time() - started, 1), "threads": args.threads,

@@ -50,9 +50,11 @@ PHRASINGS = ["seen", "held_out"]
 BUDGET = 3300  # seconds of training per full row (--max_train_seconds), the same for the from-scratch row
 
 BATCH_PROCESS = {"--task_file": TASK_FILE, "--random_initial": "true"}  # the text task with held-out phrasings
-SWAP_S5 = {"--task": "swap_s5"}  # the paper's task in its text rendering ("Swap the contents of Box 1 and Box 3."), identity start
+# the paper's task in its text rendering ("Swap the contents of Box 1 and Box 3."), identity start
+SWAP_S5 = {"--task": "swap_s5"}
 COMMON = {
-    "--rendering": "text", "--max_train_depth": str(TRAIN_MAX_DEPTH), "--eval_depths": "8", "--eval_n": "64", "--logging_steps": "25",
+    "--rendering": "text", "--max_train_depth": str(TRAIN_MAX_DEPTH), "--eval_depths": "8", "--eval_n": "64",
+    "--logging_steps": "25",
     "--disable_tqdm": "true", "--report_to": "none", "--save_strategy": "steps", "--save_steps": "100",
     "--save_total_limit": "1",
 }
@@ -301,13 +303,15 @@ def rows_table(records: list[dict]) -> str:
     for r in records:
         if "seen" not in r["evaluation"] or r["row"].startswith("pilot_"):
             continue
-        lines.append(f"| {r['row']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | {r['seconds_per_step']} | "
-                     f"{r.get('peak_rss_gb', '–')} | {r['trainable_parameters'] / 1e6:.1f} M | "
+        lines.append(f"| {r['row']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | "
+                     f"{r['seconds_per_step']} | {r.get('peak_rss_gb', '–')} | "
+                     f"{r['trainable_parameters'] / 1e6:.1f} M | "
                      + " | ".join(cell(accuracy_at(r, p, d)) for p in PHRASINGS for d in DEPTHS) + " |")
     others = [r for r in records if "canonical" in r["evaluation"]]
     if others:
-        lines += ["", "swap-S5 (text rendering, canonical phrasing, identity start; the stop rule ends a grid after two "
-                  "depths under 2%):", "", "| row | seed | steps | train s | s / step | peak RSS GB | d=8 | d=32 | d=64 |",
+        lines += ["", "swap-S5 (text rendering, canonical phrasing, identity start; the stop rule ends a grid after "
+                  "two depths under 2%):", "",
+                  "| row | seed | steps | train s | s / step | peak RSS GB | d=8 | d=32 | d=64 |",
                   "|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['row']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | {r['seconds_per_step']} | "
                   f"{r.get('peak_rss_gb', '–')} | " + " | ".join(
@@ -316,7 +320,8 @@ def rows_table(records: list[dict]) -> str:
     pilots = [r for r in records if r["row"].startswith("pilot_")]
     if pilots:
         lines += ["", "Pilots (train d ≤ 4, 150 steps, 256 prompts at d = 4):", "",
-                  "| row | train s | s / step | trained params | seen d=4 | held-out d=4 |", "|---|---|---|---|---|---|"]
+                  "| row | train s | s / step | trained params | seen d=4 | held-out d=4 |",
+                  "|---|---|---|---|---|---|"]
         lines += [f"| {r['row']} | {r['train_seconds']:.0f} | {r['seconds_per_step']} | "
                   f"{r['trainable_parameters'] / 1e6:.1f} M | {cell(accuracy_at(r, 'seen', 4))} | "
                   f"{cell(accuracy_at(r, 'held_out', 4))} |" for r in pilots]
@@ -356,7 +361,8 @@ def collect() -> dict:
                       "steps": retrofit["steps"], "train_seconds": retrofit["train_seconds"],
                       "seconds_per_step": retrofit["seconds_per_step"], "peak_rss_gb": retrofit.get("peak_rss_gb"),
                       "parameters": retrofit["parameters"]},
-            # the whole stack costs what its layers cost: P, C and Q each 10 / 3 as deep (embedding and readout the same)
+            # the whole stack costs what its layers cost: P, C and Q each 10 / 3 as deep
+            # (embedding and readout the same)
             full_stack_estimate={"layers": PAPER_LAYERS, "split": [10, 10, 10], "kind": "extrapolated, not run",
                                  "seconds_per_step": round(retrofit["seconds_per_step"] * PAPER_LAYERS / 9, 2),
                                  "hours_for_the_same_steps": round(
@@ -439,10 +445,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--row", choices=sorted(ROWS))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--parity", type=true_or_false, nargs="?", const=True, default=False, help="R = 1 of the retrofit against the parent, real weights")
-    parser.add_argument("--diagnose", choices=sorted(ROWS), help="held-out phrasings one slot at a time (a trained row)")
+    parser.add_argument("--parity", type=true_or_false, nargs="?", const=True, default=False,
+                        help="R = 1 of the retrofit against the parent, real weights")
+    parser.add_argument("--diagnose", choices=sorted(ROWS),
+                        help="held-out phrasings one slot at a time (a trained row)")
     parser.add_argument("--export", choices=sorted(ROWS), help=f"a trained row as a pipeline checkpoint ({EXPORT})")
-    parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False, help="README.md and summary.json from runs/*.json")
+    parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False,
+                        help="README.md and summary.json from runs/*.json")
     args = parser.parse_args(argv)
     if not (args.row or args.parity or args.diagnose or args.export or args.collect):
         parser.error("give --row, --parity, --diagnose, --export or --collect")

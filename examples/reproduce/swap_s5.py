@@ -156,7 +156,8 @@ def write_report(records: list[dict], out_dir: Path, scale: str, command: str, b
 Overall state accuracy (%, all five boxes right) on {records[0]['evaluation']['forced']['n_per_depth']} fresh
 sequences per depth (evaluation seed separate from training), mean ± sd across seeds where there are several.
 Train depth ≤ {train_max}; G = d50 / d_train (d50: the longest tested depth whose accuracy, and every shorter
-one's, is ≥ 50%). All runs trained in parallel, each for its step budget (see `steps`) under a {budget:.0f} s wall-clock cap.
+one's, is ≥ 50%). All runs trained in parallel, each for its step budget (see `steps`) under a {budget:.0f} s \
+wall-clock cap.
 
 {table}
 
@@ -190,7 +191,8 @@ def save_best_checkpoint(records: list[dict], work: Path, target: Path, results_
         work / best["run"], target, repo_id=f"par-swap-s5-small-{scale}", dtype="bfloat16", results=results_markdown,
         training_data=(f"swap-S5 word problems (identity start, symbolic prompts), depths ≤ {best['max_train_depth']} "
                        f"with a depth curriculum; {best['samples_seen']:,} samples seen in {best['steps']} steps "
-                       f"({best['train_seconds']:.0f} s, {scale.upper()} scale); run `{best['run']}`, seed {best['seed']}."),
+                       f"({best['train_seconds']:.0f} s, {scale.upper()} scale); run `{best['run']}`, "
+                       f"seed {best['seed']}."),
         limits=f"A {scale.upper()}-scale from-scratch model: see the results for how far it extrapolates.",
     )
     (target / "training_summary.json").write_text(json.dumps(
@@ -203,7 +205,8 @@ def save_best_checkpoint(records: list[dict], work: Path, target: Path, results_
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     parser.add_argument("--out", default=None, help="results folder (default results/swap_s5[_cpu])")
     parser.add_argument("--work_dir", "--work-dir", default="runs/reproduce_swap_s5", help="run folders (models, logs)")
@@ -246,7 +249,8 @@ def main(argv=None):
         if previous.is_file():
             command = json.loads(previous.read_text())["reproduce_command"]
     print(f"all runs finished in {time.time() - started:.0f} s", flush=True)
-    records = [collect(name, ROWS[name].label, work, out_dir, args.scale, command) for name in names if name not in failed]
+    records = [collect(name, ROWS[name].label, work, out_dir, args.scale, command)
+               for name in names if name not in failed]
     if not records:
         raise SystemExit("every run failed")
     table = write_report(records, out_dir, args.scale, command, budget)

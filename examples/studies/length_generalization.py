@@ -50,7 +50,8 @@ FAILED = STOP_BELOW  # two consecutive depths below it end a grid early (d50 is 
 PROFILE_DEPTHS = [8, 16, 32]
 TRAIN_MAX_DEPTH = 8
 
-ROWS = rows_by_name(  # name, what it tests, flags on top of train_par.py's defaults (explicit, whatever the defaults are)
+# name, what it tests, flags on top of train_par.py's defaults (explicit, whatever the defaults are)
+ROWS = rows_by_name(
     Row.of("baseline", "faithful PAR: the paper's setting (full view, ordinary positions, 2,000 steps)", FULL),
     Row.of("stretch_all", "positional stretch ramped 1→8 over the whole run", FULL,
            {"--stretch_steps": "2000", "--stretch_max_scale": "8"}),
@@ -145,7 +146,8 @@ def collect() -> None:
     by_run: dict[str, list] = {}
     for r in rows:
         by_run.setdefault(r["run"], []).append(r)
-    summary = ["| run | seeds | " + " | ".join(f"d={d}" for d in GRID) + " | G |", "|---|---|" + "---|" * len(GRID) + "---|"]
+    summary = ["| run | seeds | " + " | ".join(f"d={d}" for d in GRID) + " | G |",
+               "|---|---|" + "---|" * len(GRID) + "---|"]
     for name, group in by_run.items():
         g = [r["G"] for r in group]
         summary.append(f"| {name} | {len(group)} | " + " | ".join(seeds_cell(group, d) for d in GRID)
@@ -173,7 +175,8 @@ def collect() -> None:
     marker = "<!-- generated below by examples/studies/length_generalization.py --collect -->"
     head_text = text.split(marker)[0] if marker in text else (text or "# Length generalization at CPU scale\n\n")
     body = ["## Mean over seeds (overall state accuracy, %, 256 fresh sequences per depth, forced depth)", "",
-            *summary, "", "## Every run", "", *lines, "", "## Progress profiles (accuracy of iteration k vs z_min(k, d), %)",
+            *summary, "", "## Every run", "", *lines, "",
+            "## Progress profiles (accuracy of iteration k vs z_min(k, d), %)",
             "", "| run | prompts | d | k = 1, 2, … |", "|---|---|---|---|", *profiles, "",
             "Commands, curves, environment: `runs/<run>_s<seed>.json`.", ""]
     (OUT / "README.md").write_text(head_text + marker + "\n\n" + "\n".join(body))
@@ -211,16 +214,19 @@ def export_checkpoint(name: str, seed: int, target: Path = RUN_DIR / "export") -
     rows = {"forced depth": row["accuracy"]}
     if row.get("halting"):
         rows["learned halting"] = row["halting"]["accuracy"]
-    text = hub.results_section(intro, row["depths"], rows, (row.get("halting") or {}).get("per_depth"), row.get("curve"))
+    halting_per_depth = (row.get("halting") or {}).get("per_depth")
+    text = hub.results_section(intro, row["depths"], rows, halting_per_depth, row.get("curve"))
     results = OUT / "runs" / f"{name}_s{seed}_card.md"
     results.write_text(text)
     if target.exists():
         shutil.rmtree(target)
-    hub.export_for_hub(run_path(name, seed), target, repo_id="par-swap-s5-small", dtype="bfloat16", results=results,
-                   training_data=(f"swap-S5 word problems (identity start, symbolic prompts), depths 1..{TRAIN_MAX_DEPTH} "
-                                  f"with a depth curriculum; {row['steps']} steps of 64 samples, from scratch."),
-                   limits=f"A CPU-scale from-scratch model trained on d ≤ {TRAIN_MAX_DEPTH}; its length generalization "
-                          "comes from the local loop view (see the study); it reads symbolic prompts only.")
+    hub.export_for_hub(
+        run_path(name, seed), target, repo_id="par-swap-s5-small", dtype="bfloat16", results=results,
+        training_data=(f"swap-S5 word problems (identity start, symbolic prompts), depths 1..{TRAIN_MAX_DEPTH} "
+                       f"with a depth curriculum; {row['steps']} steps of 64 samples, from scratch."),
+        limits=(f"A CPU-scale from-scratch model trained on d ≤ {TRAIN_MAX_DEPTH}; its length generalization "
+                "comes from the local loop view (see the study); it reads symbolic prompts only."),
+    )
     results.unlink()
     summary = {k: row[k] for k in ("run", "seed", "description", "command", "steps", "train_seconds", "depths",
                                    "accuracy", "d50", "G")}
@@ -231,11 +237,13 @@ def export_checkpoint(name: str, seed: int, target: Path = RUN_DIR / "export") -
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--run", choices=list(ROWS), help="train and evaluate one run")
     group.add_argument("--evaluate", choices=list(ROWS), help="evaluate a trained run again")
-    group.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False, help="rebuild the table, plots and README")
+    group.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False,
+                       help="rebuild the table, plots and README")
     group.add_argument("--export", choices=list(ROWS), help="export this run to runs/length_generalization/export")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

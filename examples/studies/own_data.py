@@ -257,7 +257,8 @@ def train_row(machine: str, row: str, seed: int, train_n: int) -> dict:
 
 
 def extract(machine: str, row: str, seed: int, train_n: int) -> dict:
-    """`extract_machine.py` on a trained PAR run: the machine it learned, and its agreement with the model at d = 256."""
+    """`extract_machine.py` on a trained PAR run: the machine it learned, and its agreement with the model
+    at d = 256."""
     name = run_name(machine, row, seed, train_n)
     out = RESULTS / "machines" / f"{name}.json"
     run_logged(["python", "examples/extract_machine.py", "--model", repo_relative(RUNS / name), "--out",
@@ -360,7 +361,8 @@ def results_table(folder: Path) -> str:
     import numpy as np
 
     records = load_records(folder)
-    lines = ["| machine | row | train records | seeds | steps | d = 16 | d = 64 (4×) | d = 256 (16×) | train s (mean) |",
+    lines = ["| machine | row | train records | seeds | steps | d = 16 | d = 64 (4×) | d = 256 (16×) "
+             "| train s (mean) |",
              "|---|---|---|---|---|---|---|---|---|"]
     groups: dict[tuple, list[dict]] = {}
     for r in records:
@@ -398,8 +400,8 @@ def time_table(folder: Path, goal: float = 0.99, baselines: tuple[str, ...] = ("
         reached = [m["train_seconds"] for m in members if at_16x(m) >= goal]
         return float(np.mean(reached)) if reached else None
 
-    lines = [f"| machine | row | seeds | run on | steps | train s per seed | 16× % per seed | seeds ≥ {100 * goal:g}% | "
-             "mean s (those) | / the fastest LSTM row at the goal |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| machine | row | seeds | run on | steps | train s per seed | 16× % per seed | seeds ≥ {100 * goal:g}% "
+             "| mean s (those) | / the fastest LSTM row at the goal |", "|---|---|---|---|---|---|---|---|---|---|"]
     order, rows = {m: i for i, m in enumerate(MACHINES)}, {r: i for i, r in enumerate(ROWS)}
     for (machine, row), members in sorted(groups.items(), key=lambda x: (order[x[0][0]], rows[x[0][1]])):
         members = sorted(members, key=lambda m: m["seed"])
@@ -419,7 +421,8 @@ def time_table(folder: Path, goal: float = 0.99, baselines: tuple[str, ...] = ("
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--make_data", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--machine", choices=list(MACHINES))
     parser.add_argument("--row", choices=list(ROWS))

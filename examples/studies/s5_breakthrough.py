@@ -244,8 +244,8 @@ def record(row: str, seed: int, segments: list[dict], tiny: bool = False) -> dic
         train_seconds=row_train_seconds(segments),
         wall_seconds=round(sum(s.get("wall_seconds", 0) for s in segments), 1),
         budget_seconds=float(flags["--max_train_seconds"]),
-        probe=dict(depth=PROBE_DEPTH, n=int(flags["--probe_n"]), every_steps=int(flags["--probe_every_steps"]), seed=seed,
-                   left_chance_threshold=LEFT_CHANCE, chance=CHANCE),
+        probe=dict(depth=PROBE_DEPTH, n=int(flags["--probe_n"]), every_steps=int(flags["--probe_every_steps"]),
+                   seed=seed, left_chance_threshold=LEFT_CHANCE, chance=CHANCE),
         curve=curve, left_chance_step=left_chance_step(probed), final_probe_accuracy=final["accuracy"],
         final_step=final["step"], evaluation=evaluation, loss_curve=summary.get("curve"),
         curriculum_growth_steps=curriculum_growth(folder),
@@ -389,12 +389,16 @@ def describe() -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", choices=list(ROWS), metavar="ROW", help="train (or resume) and record one row")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False, help="README.md table and plot from the records")
-    parser.add_argument("--list", type=true_or_false, nargs="?", const=True, default=False, help="the rows and their flags")
-    parser.add_argument("--tiny", type=true_or_false, nargs="?", const=True, default=False, help="every row shrunk to seconds, in runs/s5_breakthrough_tiny")
+    parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False,
+                        help="README.md table and plot from the records")
+    parser.add_argument("--list", type=true_or_false, nargs="?", const=True, default=False,
+                        help="the rows and their flags")
+    parser.add_argument("--tiny", type=true_or_false, nargs="?", const=True, default=False,
+                        help="every row shrunk to seconds, in runs/s5_breakthrough_tiny")
     args = parser.parse_args(argv)
     if args.list:
         print(describe())

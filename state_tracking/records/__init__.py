@@ -62,11 +62,10 @@ from .splits import (
 )
 
 __all__ = [
-    "COLUMN_NAMES", "ENCODED", "EXTENSIONS", "MIN_VALIDATION_RECORDS", "NORMALIZED", "OPERATION_TOKENS",
-    "SCALAR_QUERY", "Encoder",
-    "LoadedRecords", "Normalizer", "ReadOptions", "RecordColumns", "RecordError", "RecordSplits", "build_record_tokenizer", "check_delimiter",
-    "check_distinct_encodings", "check_record_lengths", "dataset_split_names", "discover_format", "encode_records",
-    "evaluate_records", "find_query_names", "has_step_states", "load_record_files", "longest_records", "normalize", "read_file",
-    "read_record_splits", "record_token_ids", "records_progress_profile", "resolve_columns", "resolve_files",
-    "task_records", "within_reach",
+    "COLUMN_NAMES", "ENCODED", "EXTENSIONS", "MIN_VALIDATION_RECORDS", "NORMALIZED", "OPERATION_TOKENS", "SCALAR_QUERY",
+    "Encoder", "LoadedRecords", "Normalizer", "ReadOptions", "RecordColumns", "RecordError", "RecordSplits",
+    "build_record_tokenizer", "check_delimiter", "check_distinct_encodings", "check_record_lengths",
+    "dataset_split_names", "discover_format", "encode_records", "evaluate_records", "find_query_names",
+    "has_step_states", "load_record_files", "longest_records", "normalize", "read_file", "read_record_splits",
+    "record_token_ids", "records_progress_profile", "resolve_columns", "resolve_files", "task_records", "within_reach",
 ]

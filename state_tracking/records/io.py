@@ -118,7 +118,8 @@ def read_file(path: str, cache_dir: str | None = None) -> Dataset:
     builder = EXTENSIONS[ext]
     kwargs = {"delimiter": "\t"} if ext == ".tsv" else {}
     if _is_empty(path):
-        raise RecordError(f"file {path!r} holds no record (it is empty{', or only a header' if builder == 'csv' else ''}).")
+        raise RecordError(f"file {path!r} holds no record "
+                          f"(it is empty{', or only a header' if builder == 'csv' else ''}).")
     if _extension(path)[1] == ".zst":
         try:
             import zstandard  # noqa: F401
@@ -135,7 +136,8 @@ def read_file(path: str, cache_dir: str | None = None) -> Dataset:
             raise RecordError(f"file {path!r} holds no record (it is empty, or only a header).") from None
         raise RecordError(f"file {path!r} does not parse as {builder}: {type(cause).__name__}: {cause}") from None
     if len(data) == 0:
-        raise RecordError(f"file {path!r} holds no record (it is empty{', or only a header' if builder == 'csv' else ''}).")
+        raise RecordError(f"file {path!r} holds no record "
+                          f"(it is empty{', or only a header' if builder == 'csv' else ''}).")
     return data
 
 

@@ -70,10 +70,12 @@ def parse_state(value: Any, where: str) -> dict[str, str] | str:
             if label is None or (isinstance(label, str) and not label.strip()):
                 raise RecordError(f"{where}: the label of {query!r} is missing.")
             if isinstance(label, (dict, list)):
-                raise RecordError(f"{where}: the label of {query!r} must be a string, number or boolean; got {label!r}.")
+                raise RecordError(f"{where}: the label of {query!r} must be a string, number or boolean; "
+                                  f"got {label!r}.")
             out[str(query)] = label_string(label)
         return out
-    if value is None or (isinstance(value, float) and np.isnan(value)) or (isinstance(value, str) and not value.strip()):
+    if (value is None or (isinstance(value, float) and np.isnan(value))
+            or (isinstance(value, str) and not value.strip())):
         raise RecordError(f"{where}: the state is missing.")
     if isinstance(value, (list, tuple)):
         raise RecordError(f"{where}: a state must be a label or a mapping query -> label; got a list {value!r}.")
@@ -117,7 +119,8 @@ def split_cell(value: Any, splitter: re.Pattern, where: str, what: str) -> list[
         return [piece for piece in splitter.split(text) if piece.strip()] if text else []
     if value is None:
         return []
-    raise RecordError(f"{where}: the {what} must be a list or a delimited string; got {type(value).__name__} {value!r}.")
+    raise RecordError(f"{where}: the {what} must be a list or a delimited string; "
+                      f"got {type(value).__name__} {value!r}.")
 
 
 def _kinds(items: list) -> set[str]:

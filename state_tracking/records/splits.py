@@ -107,7 +107,8 @@ def load_record_files(files: str | Sequence[str] | None = None, columns: RecordC
         parts.append(normalized)
     dataset = parts[0] if len(parts) == 1 else concatenate_datasets(parts)
     if len(dataset) == 0:
-        raise RecordError(f"no record left to read in {sources}" + (f" ({len(skipped)} skipped)" if skipped else "") + ".")
+        raise RecordError(f"no record left to read in {sources}"
+                          + (f" ({len(skipped)} skipped)" if skipped else "") + ".")
     return LoadedRecords(dataset, resolved, sources, skipped, list(query_names))
 
 
