@@ -7,6 +7,25 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread_per_process():
+    """One intra-op thread in this process and in every process a test starts (OMP_NUM_THREADS, inherited), as each
+    study's row process runs (`par_studies.thread_env`). The models here are tiny, so a second thread gains little; on
+    a 2-core machine that is busy with other work, two threads per process make some runs many times slower. (Before
+    this fixture the session was one-threaded anyway once test_cot.py was collected, but not its subprocesses.)"""
+    import os
+
+    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    yield
+    torch.set_num_threads(threads)
+    if omp is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = omp
+
+
 @pytest.fixture(autouse=True)
 def _no_datasets_cache():
     """Every map in a test runs (datasets' cache off): a test that swaps a code path must see it run, never a cached
@@ -74,3 +93,51 @@ def load_example(relative_path: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+IN_PROCESS_SCRIPTS = ("examples/train_par.py", "examples/baselines/rnn.py")
+
+
+@pytest.fixture
+def scripts_in_process(monkeypatch):
+    """`par_studies.runs` (train_segment, run_logged) runs train_par.py and rnn.py in this process instead of a fresh
+    `python` each: the same argv through the scripts' own `run_cli(main, argv)` (a bad input still exits 2), from the
+    repository root, one torch thread (the rows' `thread_env`), output to the segment's log. For tests of a study's
+    bookkeeping (segments, resumes, records, tables), where the process boundary is not what is tested; yields the
+    list of each run's [script, *argv]. Any other command is a real subprocess; the thread count is restored."""
+    import contextlib
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from par_studies import runs
+    from state_tracking.cli import run_cli
+
+    repo = Path(__file__).resolve().parents[1]
+    calls, threads = [], torch.get_num_threads()
+
+    def run(command, *args, cwd=None, env=None, stdout=None, stderr=None, **kwargs):
+        script = command[1] if len(command) > 1 and command[0] == sys.executable else None
+        if script not in IN_PROCESS_SCRIPTS:
+            return subprocess.run(command, *args, cwd=cwd, env=env, stdout=stdout, stderr=stderr, **kwargs)
+        module = runs.load_train_par() if script == "examples/train_par.py" else load_example(script)
+        calls.append(command[1:])
+        here, code = os.getcwd(), 0
+        out = stdout if stdout is not None and stdout is not subprocess.PIPE else sys.stdout
+        try:
+            os.chdir(cwd or repo)
+            torch.set_num_threads(1)  # as the row's own process (runs.thread_env)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                run_cli(module.main, list(command[2:]))
+        except SystemExit as error:
+            code = error.code if isinstance(error.code, int) else 1
+        finally:
+            os.chdir(here)
+            torch.set_num_threads(threads)
+        return subprocess.CompletedProcess(command, code)
+
+    monkeypatch.setattr(runs, "subprocess", SimpleNamespace(run=run, STDOUT=subprocess.STDOUT, PIPE=subprocess.PIPE))
+    yield calls
+    torch.set_num_threads(threads)

@@ -6,11 +6,14 @@ import json
 from tests.conftest import load_example
 
 
-def test_batch_process_text_tiny_end_to_end(tmp_path):
+def test_batch_process_text_tiny_end_to_end(tmp_path, scripts_in_process):
+    """train_par.py runs in this process with the command the record shows (`scripts_in_process`); the pipeline
+    check is still the fresh, package-blocked process."""
     script = load_example("examples/reproduce/batch_process_text.py")
     script.main(["--tiny", str(tmp_path), "--row", "random_start", "--steps", "6", "--export", "random_start",
                  "--collect"])
     record = json.loads((tmp_path / "results" / "runs" / "random_start_s0.json").read_text())
+    assert ["python " + " ".join(command) for command in scripts_in_process] == record["train_commands"]
     assert set(record["evaluation"]) == {f"{p}/{m}" for p in ("canonical", "seen", "held_out")
                                          for m in ("forced", "halting")}
     assert "--random_initial true" in record["train_commands"][0] and record["steps"] == 6

@@ -36,7 +36,8 @@ def paths(tmp_path):
 
 
 TRAIN_PAR_CASES = [
-    (["--task_file", "/nonexistent.json"], "error: --task_file /nonexistent.json: does not exist; give a task JSON file"),
+    (["--task_file", "/nonexistent.json"],
+     "error: --task_file /nonexistent.json: does not exist; give a task JSON file"),
     (["--task_file", "{tmp}/empty"], "--task_file {tmp}/empty: is a folder; give a task JSON file"),
     (["--task_file", "{tmp}/not_json.json"], "--task_file {tmp}/not_json.json: not a task spec: task file"),
     (["--task_file", "{tmp}/bad_items.json"], "--task_file {tmp}/bad_items.json: not a task spec: 'int' object"),
@@ -133,7 +134,8 @@ def test_a_hub_id_passes_the_checkpoint_check():
 
 
 @pytest.mark.parametrize("script, argv", [
-    ("examples/make_dataset.py", ["--task", "/nonexistent.json", "--depths", "1-2", "--n", "2", "--out", "{tmp}/d.csv"]),
+    ("examples/make_dataset.py",
+     ["--task", "/nonexistent.json", "--depths", "1-2", "--n", "2", "--out", "{tmp}/d.csv"]),
     ("examples/push_to_hub.py", ["--checkpoint", "/nonexistent", "--output_dir", "{tmp}/export"]),
 ])
 def test_scripts_run_as_commands_go_through_run_cli(tmp_path, capsys, monkeypatch, script, argv):

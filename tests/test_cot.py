@@ -123,8 +123,9 @@ def test_dataset_matches_par_problems_and_masks_completion(random_initial):
         parsed = parse_cot_completion(np.array(row["input_ids"])[mask == 1], ids, task.num_queries)
         np.testing.assert_array_equal(parsed.states, np.array(row["step_labels"])[1:])
     # reproducible from the seed, different across seeds
-    assert build_cot_dataset(task, tokenizer, n=200, depths=(1, 8), seed=3, random_initial=random_initial)["input_ids"] == data["input_ids"]
-    assert build_cot_dataset(task, tokenizer, n=200, depths=(1, 8), seed=4, random_initial=random_initial)["input_ids"] != data["input_ids"]
+    same = build_cot_dataset(task, tokenizer, n=200, depths=(1, 8), seed=3, random_initial=random_initial)
+    other = build_cot_dataset(task, tokenizer, n=200, depths=(1, 8), seed=4, random_initial=random_initial)
+    assert same["input_ids"] == data["input_ids"] and other["input_ids"] != data["input_ids"]
 
 
 def test_bad_arguments_raise_value_error():

@@ -23,7 +23,8 @@ LAMP = {
     "name": "lamp",
     "states": ["off", "on"],
     "operations": {"press": {"off": "on", "on": "off"}, "wait": {"off": "off", "on": "on"}},
-    "text": {"initial": "The lamp is {state}.", "query": "The lamp is", "operations": {"press": "Press the switch.", "wait": "Wait a minute."}},
+    "text": {"initial": "The lamp is {state}.", "query": "The lamp is",
+             "operations": {"press": "Press the switch.", "wait": "Wait a minute."}},
 }
 
 
@@ -36,7 +37,8 @@ def bpe_tokenizer(task) -> PreTrainedTokenizerFast:
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=1000, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        vocab_size=1000, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     backend.train_from_iterator(corpus, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<|endoftext|>", eos_token="<|endoftext|>")
@@ -48,7 +50,8 @@ def bpe_tokenizer(task) -> PreTrainedTokenizerFast:
 def test_symbolic_prompt_and_tokenizer_round_trip(tmp_path):
     tokenizer = build_tokenizer(SWAP, "symbolic")
     ops = np.array([[1, 5, 0], [10, 10, 2]])
-    assert symbolic_tokens(SWAP, ops[0]) == ["<bos>", "swap_1_2", "swap_2_3", "identity", "<q1>", "<q2>", "<q3>", "<q4>", "<q5>"]
+    assert symbolic_tokens(SWAP, ops[0]) == [
+        "<bos>", "swap_1_2", "swap_2_3", "identity", "<q1>", "<q2>", "<q3>", "<q4>", "<q5>"]
     encoded = encode_batch(SWAP, tokenizer, "symbolic", ops)
     assert encoded["query_positions"] == [[4, 5, 6, 7, 8]] * 2
     # the numpy id mapping equals what the tokenizer makes of the same words (it adds <bos> itself)
@@ -81,7 +84,8 @@ def test_model_token_ids():
     assert ids["pad_token_id"] == tokenizer.pad_token_id and ids["vocab_size"] == len(tokenizer) == 26
 
 
-@pytest.mark.parametrize("make_tokenizer", [lambda task: build_tokenizer(task, "text"), bpe_tokenizer], ids=["word_level", "bpe"])
+@pytest.mark.parametrize("make_tokenizer", [lambda task: build_tokenizer(task, "text"), bpe_tokenizer],
+                         ids=["word_level", "bpe"])
 def test_text_prompt_queries_sit_before_question_marks(make_tokenizer):
     tokenizer = make_tokenizer(SWAP)
     ops = np.array([[1, 0], [6, 6]])
@@ -147,7 +151,8 @@ def test_build_dataset_columns_and_labels():
         labels = np.array(example["step_labels"])
         assert labels.shape == (d + 1, 5)
         np.testing.assert_array_equal(labels, SWAP.prefix_states(np.array([example["ops"]]))[0])
-        assert example["input_ids"] == encode_batch(SWAP, tokenizer, "symbolic", np.array([example["ops"]]))["input_ids"][0]
+        encoded = encode_batch(SWAP, tokenizer, "symbolic", np.array([example["ops"]]))
+        assert example["input_ids"] == encoded["input_ids"][0]
 
 
 def test_build_dataset_is_reproducible():
@@ -195,7 +200,8 @@ def test_build_dataset_random_initial_and_text():
     assert (np.sort(starts, axis=1) == np.arange(5)).all() and not (starts == np.arange(5)).all()
     example = dataset[0]
     assert len(example["input_ids"]) == 1 + 5 + example["depth"] + 5
-    assert tokenizer.convert_ids_to_tokens(example["input_ids"][1:6]) == [SWAP.candidate_names[i] for i in example["step_labels"][0]]
+    assert tokenizer.convert_ids_to_tokens(example["input_ids"][1:6]) == [
+        SWAP.candidate_names[i] for i in example["step_labels"][0]]
 
     text_tokenizer = build_tokenizer(SWAP, "text")
     text = build_dataset(SWAP, text_tokenizer, "text", n=30, depths=(1, 4), seed=0, random_initial=True)
@@ -203,7 +209,8 @@ def test_build_dataset_random_initial_and_text():
         tokens = text_tokenizer.convert_ids_to_tokens(example["input_ids"])
         assert [tokens[p] for p in example["query_positions"]] == ["the"] * 5
         np.testing.assert_array_equal(
-            example["step_labels"], SWAP.prefix_states(np.array([example["ops"]]), np.array([example["step_labels"][0]]))[0]
+            example["step_labels"],
+            SWAP.prefix_states(np.array([example["ops"]]), np.array([example["step_labels"][0]]))[0],
         )
 
 
@@ -295,7 +302,8 @@ def test_truncate_to_prefix_equals_building_with_first_j_ops(rendering, random_i
         assert {k: got[k][i] for k in got} == want
 
     collated = StateTrackingCollator(tokenizer.pad_token_id, "left")([dataset[i] for i in range(8)])
-    from_tensors = truncate_to_prefix(collated, torch.as_tensor(keep), SWAP, tokenizer, rendering, random_initial=random_initial)
+    from_tensors = truncate_to_prefix(collated, torch.as_tensor(keep), SWAP, tokenizer, rendering,
+                                      random_initial=random_initial)
     assert from_tensors == got
 
 

@@ -103,7 +103,8 @@ class OracleModel(PreTrainedModel):
     def _read_symbolic(task, tokens):
         ops = [task.op_names.index(t) for t in tokens if t in task.op_names]
         shown = tokens[1 : 1 + task.num_queries]
-        initial = np.array([[task.candidate_names.index(t) for t in shown]]) if shown[0] in task.candidate_names else None
+        initial = (np.array([[task.candidate_names.index(t) for t in shown]]) if shown[0] in task.candidate_names
+                   else None)
         return ops, initial
 
     @staticmethod
@@ -115,7 +116,8 @@ class OracleModel(PreTrainedModel):
             if token == ".":
                 sentences.append(tuple(current))
                 current = []
-        op_sentences = {tuple(w for w, _ in Whitespace().pre_tokenize_str(text)): o for o, text in enumerate(task.op_texts)}
+        op_sentences = {tuple(w for w, _ in Whitespace().pre_tokenize_str(text)): o
+                        for o, text in enumerate(task.op_texts)}
         initial = [task.candidate_names.index(s[4]) for s in sentences[: task.num_queries]]
         ops = [op_sentences[s] for s in sentences[task.num_queries :]]
         return ops, np.array([initial])
@@ -137,7 +139,8 @@ class RandomModel(torch.nn.Module):
     def predict(self, input_ids, attention_mask=None, query_positions=None, num_iterations=None, halting=False):
         batch = len(input_ids)
         answers = torch.randint(self.num_candidates, (batch, self.num_queries), generator=self.generator)
-        return SimpleNamespace(answers=answers, iterations=torch.ones(batch, dtype=torch.long), halted=torch.ones(batch, dtype=torch.bool))
+        return SimpleNamespace(answers=answers, iterations=torch.ones(batch, dtype=torch.long),
+                               halted=torch.ones(batch, dtype=torch.bool))
 
 
 AutoConfig.register(OracleConfig.model_type, OracleConfig, exist_ok=True)
@@ -148,7 +151,8 @@ def make_oracle(task, tokenizer, rendering="symbolic", **config):
     vocab = tokenizer.get_vocab()
     vocabulary = [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
     answer_ids = model_token_ids(tokenizer, task)["answer_token_ids"]
-    return OracleModel(OracleConfig(task_spec=task.to_dict(), rendering=rendering, vocabulary=vocabulary, answer_token_ids=answer_ids, **config))
+    return OracleModel(OracleConfig(task_spec=task.to_dict(), rendering=rendering, vocabulary=vocabulary,
+                                    answer_token_ids=answer_ids, **config))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,7 +190,8 @@ def test_forced_oracle_is_exact():
         assert row["num_iterations"] == math.ceil(depth / 2) == row["mean_iterations"]
         assert row["fraction_not_halted"] == 0.0 and row["n"] == 96
         assert row["per_query_accuracy"] == {f"box_{b}": 1.0 for b in range(1, 6)}
-    assert results["d50"] == 16 and results["extrapolation_factor"] == 4.0 and results["extrapolation_factor_is_lower_bound"]
+    assert results["d50"] == 16 and results["extrapolation_factor"] == 4.0
+    assert results["extrapolation_factor_is_lower_bound"]
     assert results["step_size"] == 2 and results["task_spec"] == SWAP.to_dict() and results["mode"] == "forced"
     assert results["model_config"]["step_size"] == 2
     assert {"date", "torch", "transformers", "numpy", "hostname", "platform"} <= set(results["environment"])
@@ -206,7 +211,8 @@ def test_forced_mode_uses_ceil_depth_over_step_size():
 def test_halting_mode_reports_iterations_and_not_halted():
     tokenizer = build_tokenizer(SWAP)
     model = make_oracle(SWAP, tokenizer, step_size=1, halt_max_depth=8)
-    results = evaluate_length_generalization(model, tokenizer, SWAP, [4, 12], n_per_depth=64, mode="halting", progress=False)
+    results = evaluate_length_generalization(model, tokenizer, SWAP, [4, 12], n_per_depth=64, mode="halting",
+                                             progress=False)
     assert results["accuracy"] == [1.0, 1.0]
     assert [row["mean_iterations"] for row in results["per_depth"]] == [4.0, 12.0]
     assert [row["fraction_not_halted"] for row in results["per_depth"]] == [0.0, 1.0]
@@ -272,7 +278,8 @@ def test_oracle_with_random_initial(rendering):
     tokenizer = build_tokenizer(SWAP, rendering)
     model = make_oracle(SWAP, tokenizer, rendering, step_size=1)
     results = evaluate_length_generalization(
-        model, tokenizer, SWAP, [2, 5], n_per_depth=32, batch_size=16, rendering=rendering, random_initial=True, progress=False
+        model, tokenizer, SWAP, [2, 5], n_per_depth=32, batch_size=16, rendering=rendering, random_initial=True,
+        progress=False,
     )
     assert results["accuracy"] == [1.0, 1.0] and results["random_initial"] and results["rendering"] == rendering
     assert len({" ".join(prompt.split()[:6]) for prompt in model.seen_prompts}) > 1  # <bos> + the shown start differ
@@ -290,7 +297,8 @@ def test_test_sets_depend_only_on_seed_and_depth():
     assert prompts([5], seed=1) != prompts([5], seed=2)
     # not the stream a training set with the same seed starts from
     training_ops = SWAP.sample_ops(np.random.default_rng(1), 16, 5)
-    training = [" ".join(["<bos>", *(SWAP.op_names[o] for o in row), "<q1> <q2> <q3> <q4> <q5>"]) for row in training_ops]
+    training = [" ".join(["<bos>", *(SWAP.op_names[o] for o in row), "<q1> <q2> <q3> <q4> <q5>"])
+                for row in training_ops]
     assert prompts([5], seed=1) != training
 
 
@@ -318,7 +326,8 @@ def test_save_results_and_plot(tmp_path):
         runs[label] = []
         for seed in (0, 1):
             model = make_oracle(SWAP, tokenizer) if label == "oracle" else RandomModel(SWAP, step_size)
-            results = evaluate_length_generalization(model, tokenizer, SWAP, [2, 4, 8], n_per_depth=32, seed=seed, train_max_depth=4, progress=False)
+            results = evaluate_length_generalization(model, tokenizer, SWAP, [2, 4, 8], n_per_depth=32, seed=seed,
+                                                     train_max_depth=4, progress=False)
             path = tmp_path / label / f"seed{seed}.json"
             save_results(results, path)
             assert load_results(path) == json.loads(json.dumps(results))
@@ -349,7 +358,8 @@ def test_accuracy_functions_and_evaluate_metric():
 # The command line, with a checkpoint loaded through AutoModel / AutoTokenizer
 # ---------------------------------------------------------------------------------------------
 def load_cli():
-    spec = importlib.util.spec_from_file_location("evaluate_par", os.path.join(REPO_ROOT, "examples", "evaluate_par.py"))
+    spec = importlib.util.spec_from_file_location("evaluate_par",
+                                                  os.path.join(REPO_ROOT, "examples", "evaluate_par.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -366,7 +376,8 @@ def test_cli_end_to_end(tmp_path):
     out, png = tmp_path / "results" / "a5.json", tmp_path / "results" / "a5.png"
     results = cli.main([
         "--model", str(checkpoint), "--depths", "2,4", "--n", "24", "--batch-size", "16", "--mode", "forced",
-        "--out", str(out), "--plot", str(png), "--train-max-depth", "2", "--seed", "3", "--device", "cpu", "--no-progress",
+        "--out", str(out), "--plot", str(png), "--train-max-depth", "2", "--seed", "3", "--device", "cpu",
+        "--no-progress",
     ])
     saved = load_results(out)
     assert saved["task"] == "a5" and saved["accuracy"] == [1.0, 1.0] and saved["extrapolation_factor"] == 2.0
@@ -378,7 +389,8 @@ def test_cli_end_to_end(tmp_path):
     os.remove(checkpoint / "state_tracking_task.json")
     with pytest.raises(ValueError, match="pass --task"):
         cli.main(["--model", str(checkpoint), "--out", str(out), "--no-progress"])
-    results = cli.main(["--model", str(checkpoint), "--task", "a5", "--depths", "3", "--n", "8", "--out", str(out), "--no-progress"])
+    results = cli.main(["--model", str(checkpoint), "--task", "a5", "--depths", "3", "--n", "8", "--out", str(out),
+                        "--no-progress"])
     assert results["accuracy"] == [1.0]
 
 
@@ -425,7 +437,8 @@ def test_evaluator_on_a_real_tiny_par_model():
             assert row["mean_iterations"] == pytest.approx(pred.iterations.double().mean().item())
             assert row["fraction_not_halted"] == 1.0 - halted.mean()
             if halted.any():
-                assert row["mean_iterations_halted"] == pytest.approx(pred.iterations[pred.halted].double().mean().item())
+                halted_mean = pred.iterations[pred.halted].double().mean().item()
+                assert row["mean_iterations_halted"] == pytest.approx(halted_mean)
                 assert row["accuracy_halted"] == right[halted].mean()
             else:
                 assert row["mean_iterations_halted"] is None and row["accuracy_halted"] is None

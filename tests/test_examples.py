@@ -32,7 +32,8 @@ def test_train_par_defaults_are_the_documented_cpu_job():
 def test_retrofit_takes_the_papers_schedule_unless_given(tmp_path):
     _, _, paper = train_par.parse_args(["--init_from_qwen2", "some/qwen", "--rendering", "text"])
     assert (paper.learning_rate, paper.adapter_learning_rate, paper.warmup_steps) == (2e-5, 1e-4, 200)
-    model_args, _, mine = train_par.parse_args(["--init_from_qwen2", "q", "--learning-rate", "3e-4", "--warmup_steps", "5"])
+    model_args, _, mine = train_par.parse_args(["--init_from_qwen2", "q", "--learning-rate", "3e-4", "--warmup_steps",
+                                                "5"])
     assert (mine.learning_rate, mine.adapter_learning_rate, mine.warmup_steps) == (3e-4, 1e-4, 5)
     assert resolve_view(model_args) == PAPER_VIEW  # retrofit keeps the parent's causal view
     config = tmp_path / "c.yaml"
@@ -187,9 +188,10 @@ def test_same_seed_same_initialisation_and_run(tmp_path):
     assert not all(torch.equal(weights[0][k], weights[2][k]) for k in weights[0])
 
 
-def test_train_par_under_torchrun_counts_both_ranks(tmp_path):
+def test_train_par_under_torchrun_counts_both_ranks(tmp_path, monkeypatch):
     """Under torchrun on a CPU machine the run is data-parallel (gloo): the dataset and `samples_seen` cover both
-    ranks. Without --use_cpu, transformers would train each rank alone (NOT_PARALLEL): that is a clear error."""
+    ranks. Without --use_cpu, transformers would train each rank alone (NOT_PARALLEL): that is a clear error, raised
+    from the WORLD_SIZE torchrun sets (checked in this process: no second launch)."""
     import os
     import subprocess
     import sys
@@ -206,12 +208,13 @@ def test_train_par_under_torchrun_counts_both_ranks(tmp_path):
     assert summary["steps"] == 2 and summary["samples_seen"] == 2 * 4 * 2
     if not torch.cuda.is_available():
         i = TINY.index("--use_cpu")
-        args = TINY[:i] + TINY[i + 2:]  # the same run without --use_cpu true
-        proc = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
-             "examples/train_par.py", *args, "--max_steps", "2", "--output_dir", str(tmp_path / "alone")],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode != 0 and "use_cpu must be True when 2 processes are launched" in proc.stderr
+        args = TINY[:i] + TINY[i + 2:]  # the same run without --use_cpu true, as one of two launched ranks
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        with pytest.raises(ValueError, match="use_cpu must be True when 2 processes are launched"):
+            train_par.main([*args, "--max_steps", "2", "--output_dir", str(tmp_path / "alone")])
+        assert not (tmp_path / "alone").exists()
+        monkeypatch.setenv("WORLD_SIZE", "1")  # one process: the same flags are accepted
+        train_par.parse_all_args([*args, "--output_dir", str(tmp_path / "alone")])
 
 
 def test_rnn_baseline_trains_on_step_labels_and_scores_the_shared_test_problems(tmp_path):
@@ -260,7 +263,8 @@ def test_time_budget_spans_resumed_segments(tmp_path):
     state["stateful_callbacks"]["TimeBudgetCallback"]["args"]["elapsed_before"] = 999.999  # an earlier long segment
     state_file.write_text(json.dumps(state))
     summary = train_par.main([*flags[: flags.index("--max_steps")], "--max_steps", "8",
-                              *flags[flags.index("--max_steps") + 2:], "--resume_from_checkpoint", str(state_file.parent)])
+                              *flags[flags.index("--max_steps") + 2:],
+                              "--resume_from_checkpoint", str(state_file.parent)])
     assert summary["steps"] == 5  # resumed at 4, one step, then the restored budget stops it
     raised = [*flags[: flags.index("--max_steps")], "--max_steps", "8", *flags[flags.index("--max_steps") + 2:]]
     raised[raised.index("--max_train_seconds") + 1] = "100000"
@@ -297,15 +301,18 @@ def test_paper_protocol_rows_are_valid_and_explicit():
             assert (rnn.max_train_depth, rnn.curriculum_every_steps, rnn.eval_n) == (32, 25, 1024)
             assert rnn.depths == p.grid
             continue
-        model_args, _, args = train_par.parse_args(argv({**protocol.common_par(p), **row.flags}) + ["--output_dir", "x"])
+        model_args, _, args = train_par.parse_args(argv({**protocol.common_par(p), **row.flags})
+                                                   + ["--output_dir", "x"])
         view = resolve_view(model_args)
         assert view == {k: getattr(model_args, k) for k in view}, name
-        assert args.max_train_depth == 32 and args.save_strategy == "steps" and args.restore_callback_states_from_checkpoint
+        assert args.max_train_depth == 32 and args.save_strategy == "steps"
+        assert args.restore_callback_states_from_checkpoint
         start, every = args.curriculum_start_depth, args.curriculum_every_steps
         if args.curriculum_advance_accuracy is not None:  # mastery: from d ≤ 2, grown by accuracy, not by step
             assert start == 2 and args.curriculum_advance_accuracy == 0.9, name
         else:
-            assert curriculum_max_depth(749, start, every, 1, 32) == 31 and curriculum_max_depth(750, start, every, 1, 32) == 32
+            assert curriculum_max_depth(749, start, every, 1, 32) == 31
+            assert curriculum_max_depth(750, start, every, 1, 32) == 32
         if name == "recipe_halting":
             assert view == RECIPE_VIEW and args.halt_label_offset == 1 and args.halting_loss_weight > 0
         if name.startswith("full_view"):
@@ -313,10 +320,12 @@ def test_paper_protocol_rows_are_valid_and_explicit():
             assert (args.stretch_steps > 0) == name.endswith("stretch")
 
 
-def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeypatch):
+def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeypatch, scripts_in_process):
     """The protocol script at tiny scale: a PAR row trains with checkpoints, a second call after an interruption
     resumes from the newest checkpoint (two segments on record), the evaluation follows the stop rule on the grid,
-    an RNN row scores the same grid, and --collect writes the paper-shaped table with the paper's rows above ours."""
+    an RNN row scores the same grid, and --collect writes the paper-shaped table with the paper's rows above ours.
+    train_par.py and rnn.py run in this process with the commands the protocol records (`scripts_in_process`; the
+    fresh process of a study's row is tested by test_s5_breakthrough_tiny_trains_resumes_and_collects)."""
     from dataclasses import replace
 
     protocol = load_example("examples/reproduce/paper_protocol.py")
@@ -344,11 +353,13 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
         protocol.main(["--row", "recipe_then_halting", "--seed", "0"])
         staged = json.loads(protocol.record_path(tiny, "recipe_then_halting", 0).read_text())
         parent = json.loads(protocol.record_path(tiny, "recipe_mastery", 0).read_text())
-        assert parent["curriculum"]["mastery_accuracy"] == 0.9 and isinstance(parent["curriculum"]["growth_steps"], list)
+        assert parent["curriculum"]["mastery_accuracy"] == 0.9
+        assert isinstance(parent["curriculum"]["growth_steps"], list)
         assert parent["probe"] and parent["probe"][0]["step"] == 0  # the in-range probe ran
         assert staged["init_from"] == "recipe_mastery" and "--init_from_par" in staged["train_commands"][0]
         assert "runs/test_paper_protocol" in staged["train_commands"][0].split("--init_from_par ")[1]
-        assert staged["train_seconds_total"] == pytest.approx(staged["train_seconds"] + parent["train_seconds"], abs=0.2)
+        assert staged["train_seconds_total"] == pytest.approx(staged["train_seconds"] + parent["train_seconds"],
+                                                              abs=0.2)
         assert set(staged["evaluation"]) == {"forced", "halting"} and set(parent["evaluation"]) == {"forced"}
         protocol.main(["--row", "recipe_halting", "--seed", "0"])
         folder = protocol.run_path(tiny, "recipe_halting", 0)
@@ -373,10 +384,14 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
         protocol.main(["--row", "lstm", "--seed", "0"])
         lstm = json.loads(protocol.record_path(tiny, "lstm", 0).read_text())
         assert lstm["evaluation"]["forced"]["depths"] == tiny.grid[: len(lstm["evaluation"]["forced"]["depths"])]
+        ran = ["python " + " ".join(command) for command in scripts_in_process]  # what ran is what the records say
+        assert ran == (parent["train_commands"] + staged["train_commands"] + record["train_commands"]
+                       + lstm["train_commands"])
         for row in ("recipe_halting", "lstm"):  # past the protocol
             protocol.main(["--long", row, "--seed", "0"])
             long = json.loads((tmp_path / "results" / "long" / f"{row}_s0.json").read_text())
             assert long["evaluation"]["n_per_depth"] == 8 and long["evaluation"]["depths"][0] == 12
+        assert len(scripts_in_process) == 6 and scripts_in_process[-1][0] == "examples/baselines/rnn.py"  # LSTM again
         protocol.main(["--collect"])
         table = (tmp_path / "results" / "table.md").read_text()
         assert "Past the protocol (`--long`)" in table and "| d=12 (4×) | d=30 (10×) |" in table
@@ -412,7 +427,8 @@ def test_paper_protocol_s5_a5_rows_train_the_group_to_16():
         for row in protocol.rows_of(p):
             spec = protocol.ROWS[row]
             if spec.kind == "rnn":
-                rnn = load_example("examples/baselines/rnn.py").parse_args(argv({**protocol.common_rnn(p), **spec.flags}))
+                rnn = load_example("examples/baselines/rnn.py").parse_args(
+                    argv({**protocol.common_rnn(p), **spec.flags}))
                 assert (rnn.task, rnn.max_train_depth, rnn.depths) == (name, 16, p.grid)
                 continue
             _, task_args, args = train_par.parse_args(argv({**protocol.common_par(p), **spec.flags,
@@ -431,7 +447,8 @@ def test_paper_protocol_s5_a5_rows_train_the_group_to_16():
                     curriculum = protocol.curriculum_of(p, row, protocol.REPO / "no-such-run", 0)
                     assert curriculum["mastery_accuracy"] == 0.9 and curriculum["growth_steps"] is None
             else:
-                assert curriculum_max_depth(349, start, every, 1, 16) == 15 == curriculum_max_depth(350, start, every, 1, 16) - 1
+                assert curriculum_max_depth(349, start, every, 1, 16) == 15
+                assert curriculum_max_depth(350, start, every, 1, 16) == 16
                 assert task_args.probe_depth is None
                 assert protocol.curriculum_of(p, row, protocol.REPO, 0)["reaches_16_at_step"] == 350
             assert task_args.self_distillation == row.startswith("self_distill")

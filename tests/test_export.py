@@ -44,7 +44,7 @@ def test_export_folder_is_hub_ready_and_loads_remotely(tiny_model, tmp_path):
     input_ids, qpos = random_batch()
     with torch.no_grad():
         expected = tiny_model(input_ids, query_positions=qpos, num_iterations=4, readout_iterations=[2, 4])
-    got = load_remote(out, {"input_ids": input_ids.tolist(), "query_positions": qpos.tolist()})
+    (got,) = load_remote(out, {"input_ids": input_ids.tolist(), "query_positions": qpos.tolist()})
     torch.testing.assert_close(got, expected.answer_logits, atol=1e-6, rtol=0)
 
 

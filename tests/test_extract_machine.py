@@ -185,8 +185,9 @@ def test_a_checkpoint_without_a_records_format_is_refused():
 
 def test_end_to_end_on_a_trained_checkpoint(tmp_path):
     """Train a tiny model on a 3-state machine's records until it has learned them (a few hundred steps), extract:
-    the table is the machine's own, the extracted machine agrees with the model on sequences of the longest trained length (four table lookups composed, not one)
-    trained, and every representative leads to its state through the true table."""
+    the table is the machine's own, the extracted machine agrees with the model on sequences of the longest length
+    trained (four table lookups composed, not one), and every representative leads to its state through the true
+    table."""
     train_par = load_example("examples/train_par.py")
     table = {"go": {"a": "b", "b": "c", "c": "a"}, "reset": dict.fromkeys("abc", "a"), "hold": {s: s for s in "abc"}}
     rng = np.random.default_rng(0)
@@ -205,7 +206,8 @@ def test_end_to_end_on_a_trained_checkpoint(tmp_path):
                     "--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2",
                     "--num_key_value_heads", "2", "--per_device_train_batch_size", "16", "--max_iterations", "32",
                     "--disable_tqdm", "true", "--use_cpu", "true", "--logging_steps", "100", "--eval_n", "8",
-                    "--learning_rate", "3e-3", "--compile_core", "false", "--seed", "0", "--validation_split_percentage", "0"])
+                    "--learning_rate", "3e-3", "--compile_core", "false", "--seed", "0",
+                    "--validation_split_percentage", "0"])
     out = extract_machine.main(["--model", str(run), "--out", str(tmp_path / "m.json"), "--plot",
                                 str(tmp_path / "m.png"), "--agreement_depth", "4", "--agreement_n", "64",
                                 "--device", "cpu"])

@@ -197,7 +197,8 @@ def test_view_options_round_trip_through_save_pretrained(tmp_path):
 
 
 @pytest.mark.parametrize("rendering, side, step_size, bidirectional", [
-    ("symbolic", "right", 1, True), ("symbolic", "left", 2, False), ("text", "right", 1, True), ("text", "left", 2, True)])
+    ("symbolic", "right", 1, True), ("symbolic", "left", 2, False), ("text", "right", 1, True),
+    ("text", "left", 2, True)])
 def test_local_window_equals_the_masked_local_computation(rendering, side, step_size, bidirectional):
     """The fast path (core and coda on iteration k's op tokens + the query region) computes what the masked
     full-prompt local view computes, including iterations past d (no operation left) and varying op spans."""

@@ -34,8 +34,8 @@ def dry_run(tmp_path_factory):
     checkpoint_core at d = 32, bf16 autocast at d = 4, evaluation at d = 16 for R = 1, 2."""
     base = tmp_path_factory.mktemp("dry")
     record = paper_retrofit.main(["--dry_run", "--shape", "tiny", "--depths", "4,32", "--windows", "8,32",
-                                  "--eval_depths", "16", "--eval_iterations", "1,2", "--bf16_depths", "4", "--steps", "1",
-                                  "--inline",
+                                  "--eval_depths", "16", "--eval_iterations", "1,2", "--bf16_depths", "4",
+                                  "--steps", "1", "--inline",
                                   "--out", str(base / "out"), "--work_dir", str(base / "work")])
     return record, base
 
@@ -263,7 +263,8 @@ def test_fsdp2_shards_the_retrofitted_model_on_two_cpu_processes(tmp_path):
     worker.write_text(FSDP_WORKER)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
-                           str(worker), unit, str(fsdp["fsdp_reshard_after_forward"]), str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                           str(worker), unit, str(fsdp["fsdp_reshard_after_forward"]), str(tmp_path)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert sorted(r["rank"] for r in rows) == [0, 1]

@@ -84,7 +84,8 @@ def test_a_delimiter_rule_reads_one_operation_per_line():
     assert segments.operations == ("start", "level_ok")
     log = "\n".join(lines)
     assert [log[:e] for e in segments.operation_ends] == ["\n".join(lines[:2]), "\n".join(lines[:3])]
-    with pytest.raises(PromptFormatError, match=r"empty unit between two delimiters at character \d+ .*delimiter '\\\\n'"):
+    with pytest.raises(PromptFormatError,
+                       match=r"empty unit between two delimiters at character \d+ .*delimiter '\\\\n'"):
         fmt.segment("\n".join(lines[:2] + ["  "] + lines[2:]))
     spoken = fmt.with_delimiter(r";").segment("The batch reactor is idle; The operator presses start ;An alarm trips;"
                                               "The reactor is now ?")  # under a delimiter the closing '.' is optional
@@ -92,9 +93,11 @@ def test_a_delimiter_rule_reads_one_operation_per_line():
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda d: d["operations"].update(start=["The operator presses start"]), r"operations\['start'\] must be one sentence"),
+    (lambda d: d["operations"].update(start=["The operator presses start"]),
+     r"operations\['start'\] must be one sentence"),
     (lambda d: d["operations"].update(start=["The tank reports empty."]), "sentences no other operation uses"),
-    (lambda d: d.update(delimiter="("), "delimiter must be None or a regex that can split units apart \\(this one is not a valid regular"),
+    (lambda d: d.update(delimiter="("),
+     "delimiter must be None or a regex that can split units apart \\(this one is not a valid regular"),
     (lambda d: d.update(delimiter="x*"), "this one matches the empty string"),
     (lambda d: d.update(rendering="speech"), r"rendering must be one of \['text', 'symbolic'\]"),
     (lambda d: d.update(shape="round"), r"unknown key\(s\) \['shape'\]"),
@@ -159,7 +162,7 @@ def test_pipeline_answers_as_the_model_does_batched_and_padded_either_side(tmp_p
     want = [reference(model, tokenizer, o, num_iterations=len(o)) for o in ops]
     assert [(r["answers"]["state"], r["iterations"]) for r in single] == want
     assert all(r["mode"] == "forced depth" and r["halted"] and r["depth"] == len(o) for r, o in zip(single, ops))
-    assert len({r["answers"]["state"] for r in single}) > 1  # the random model's answers vary, so equality means something
+    assert len({r["answers"]["state"] for r in single}) > 1  # the random model's answers vary: equality means something
     assert tracker(prompts, batch_size=3) == single
     tracker.tokenizer.padding_side = "left"
     assert tracker(prompts, batch_size=4) == single
@@ -362,7 +365,8 @@ def test_symbolic_untrained_start_and_operation():
      r"trained.operations\['start'\] must be sentences of operation 'start' this format accepts there"),
     (lambda t: t["operations"].update(fly=["The operator presses start."]), "trained.operations must be keyed by"),
     (lambda t: t.update(preamble=[]), r"trained.preamble must be one list of start sentences per preamble unit \(1\)"),
-    (lambda t: t["preamble"][0].append("The batch reactor is asleep."), r"trained.preamble\[0\] must be start sentences"),
+    (lambda t: t["preamble"][0].append("The batch reactor is asleep."),
+     r"trained.preamble\[0\] must be start sentences"),
     (lambda t: t.update(queries=[["The kettle is"]]), r"trained.queries\[0\] must be question words"),
     (lambda t: t.update(heard=True), r"prompt_format.trained must be a dict with keys"),
     (lambda t: t.update(source=3), "trained.source must be None or a string"),

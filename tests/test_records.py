@@ -126,11 +126,12 @@ def test_unnamed_columns_are_found_or_refused_by_name(tmp_path):
 @pytest.mark.parametrize("content, message", [
     ('{"operations": ["a", "b"], "step_states": ["x"]}\n',
      r"record 0 \(0-based\), column 'step_states' \(--step_states_column\): 1 step states for 2 operations"),
-    ('{"operations": [], "state": "x"}\n', r"record 0 \(0-based\), column 'operations' \(--operations_column\): the sequence of operations is "
-         r"empty"),
-    ('{"operations": "", "state": "x"}\n', r"record 0 \(0-based\), column 'operations' \(--operations_column\): the sequence of operations is "
-         r"empty"),
-    ('{"operations": ["a"], "state": null}\n', r"record 0 \(0-based\), column 'state' \(--state_column\): the state is missing"),
+    ('{"operations": [], "state": "x"}\n',
+     r"record 0 \(0-based\), column 'operations' \(--operations_column\): the sequence of operations is empty"),
+    ('{"operations": "", "state": "x"}\n',
+     r"record 0 \(0-based\), column 'operations' \(--operations_column\): the sequence of operations is empty"),
+    ('{"operations": ["a"], "state": null}\n',
+     r"record 0 \(0-based\), column 'state' \(--state_column\): the state is missing"),
     ('{"operations": ["a"], "state": "x"}\n{"operations": ["a"], "state": {"q": "x"}}\n',
      r"record 1 \(0-based\), column 'state' \(--state_column\): the state names the queries \['q'\]"),
     ('{"operations": ["a", "b"], "step_states": ["x", "y"], "state": "z"}\n',
@@ -155,8 +156,8 @@ def test_unseen_labels_and_operations_at_test_time_are_errors_or_counted_skips(t
     test = tmp_path / "test.csv"
     test.write_text("events,observed\ncoin;push,unlocked;locked\ncoin;dance,unlocked;unlocked\ncoin,broken\n")
     loaded = load_record_files(str(test), columns, query_names=train.query_names)
-    with pytest.raises(RecordError, match=r"test.csv, record 1 \(0-based\), column 'events' \(--operations_column\): operation "
-                                          r"'dance' never occurs"):
+    with pytest.raises(RecordError, match=r"test.csv, record 1 \(0-based\), column 'events' "
+                                          r"\(--operations_column\): operation 'dance' never occurs"):
         encode_records(loaded, record_format, tokenizer)
     encoded, skipped = encode_records(loaded, record_format, tokenizer, skip_bad_records=True)
     assert len(encoded) == 1 and len(skipped) == 2 and "'broken' never occurs" in skipped[1]
@@ -333,7 +334,8 @@ def test_the_arrow_path_reads_plain_files_as_the_record_by_record_path(tmp_path,
 
 
 def test_a_records_format_is_its_training_vocabulary_and_reads_untrained_operations_only_when_asked():
-    fmt = RecordFormat(query_names=("state",), candidates=("locked", "unlocked"), operations=("coin", "push", "kick it"))
+    fmt = RecordFormat(query_names=("state",), candidates=("locked", "unlocked"),
+                       operations=("coin", "push", "kick it"))
     tokenizer = build_record_tokenizer(fmt)
     assert fmt.untrained(["coin", "kick  it"]) == []
     assert fmt.untrained(["coin", "kick coin"]) == [{"unit": "operation 2", "sentence": "kick coin",
@@ -343,7 +345,8 @@ def test_a_records_format_is_its_training_vocabulary_and_reads_untrained_operati
     ids, ends, queries = fmt.encode(tokenizer, ["coin", "kick coin"], allow_untrained=True)
     words = tokenizer.convert_ids_to_tokens(ids)
     assert words == ["<bos>", "coin", "kick", "coin", "<q1>"] and ends == [0, 1, 3] and queries == [4]
-    assert fmt.encode(tokenizer, ["coin", "kick it"], allow_untrained=True) == fmt.encode(tokenizer, ["coin", "kick it"])
+    assert fmt.encode(tokenizer, ["coin", "kick it"], allow_untrained=True) == fmt.encode(tokenizer,
+                                                                                          ["coin", "kick it"])
     with pytest.raises(PromptFormatError, match="'kick door' has a word this tokenizer does not know; an untrained "
                                                 "operation can be read only from words of trained ones"):
         fmt.encode(tokenizer, ["kick door"], allow_untrained=True)
@@ -444,8 +447,8 @@ def test_operations_that_encode_alike_are_one_error(tmp_path):
     with open(path, "w") as f:
         for ops in (["a-b", "c"], ["a - b", "c"], ["c", "c"]):
             f.write(json.dumps({"operations": ops, "state": "s"}) + "\n")
-    with pytest.raises(RecordError, match=r"operations 'a-b' and 'a - b' \(column 'operations' \(--operations_column\)\) encode to the same "
-                                          r"tokens \['a', '-', 'b'\]"):
+    with pytest.raises(RecordError, match=r"operations 'a-b' and 'a - b' \(column 'operations' "
+                                          r"\(--operations_column\)\) encode to the same tokens \['a', '-', 'b'\]"):
         train_par.main(TINY + ["--train_file", str(path), "--max_steps", "1", "--output_dir", str(tmp_path / "x")])
 
 

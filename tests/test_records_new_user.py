@@ -166,11 +166,11 @@ def test_clis_print_a_bad_input_as_one_error_line_and_exit_2(tmp_path, capsys, m
     from state_tracking.cli import run_cli
 
     (tmp_path / "logs").mkdir()
-    argv = {"examples/train_par.py": ["--train_file", str(tmp_path / "logs")],
-            "examples/baselines/rnn.py": ["--train_file", str(tmp_path / "logs")],
-            "examples/evaluate_par.py": ["--model", str(tmp_path / "logs"), "--test_file", str(tmp_path / "logs"),
-                                         "--out", str(tmp_path / "e.json")],
-            "examples/extract_machine.py": ["--model", str(tmp_path / "logs"), "--out", str(tmp_path / "m.json")]}[script]
+    logs = str(tmp_path / "logs")
+    argv = {"examples/train_par.py": ["--train_file", logs],
+            "examples/baselines/rnn.py": ["--train_file", logs],
+            "examples/evaluate_par.py": ["--model", logs, "--test_file", logs, "--out", str(tmp_path / "e.json")],
+            "examples/extract_machine.py": ["--model", logs, "--out", str(tmp_path / "m.json")]}[script]
     main = load_example(script).main
     monkeypatch.delenv("PAR_DEBUG", raising=False)
     with pytest.raises(SystemExit) as stopped:
@@ -184,16 +184,22 @@ def test_clis_print_a_bad_input_as_one_error_line_and_exit_2(tmp_path, capsys, m
         run_cli(main, argv)
 
 
-def test_the_cli_wiring_of_a_script_exits_2_with_one_error_line(tmp_path):
-    import subprocess
+def test_the_cli_wiring_of_a_script_exits_2_with_one_error_line(tmp_path, capsys, monkeypatch):
+    """`python examples/train_par.py ...`: its __main__ (run in this process, as test_cli_errors runs the others')
+    prints one error line and exits 2, no traceback."""
+    import runpy
     import sys
     from pathlib import Path
 
     (tmp_path / "logs").mkdir()
-    done = subprocess.run([sys.executable, "examples/train_par.py", "--train_file", str(tmp_path / "logs")],
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert "error: --train_file" in done.stderr and "is a folder, not a file" in done.stderr
+    script = Path(__file__).resolve().parents[1] / "examples" / "train_par.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--train_file", str(tmp_path / "logs")])
+    monkeypatch.delenv("PAR_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        runpy.run_path(str(script), run_name="__main__")
+    stderr = capsys.readouterr().err
+    assert stopped.value.code == 2 and "Traceback" not in stderr, stderr[-2000:]
+    assert "error: --train_file" in stderr and "is a folder, not a file" in stderr
 
 
 def test_answer_feedback_trains_saves_and_evaluates_as_trained(tmp_path, capsys):

@@ -181,14 +181,16 @@ FAST_PATHS_REMOTE = """
 def test_shipped_checkpoint_runs_every_fast_path_as_remote_code(shipped):
     """Loaded from its folder alone (package blocked), the checkpoint's remote code runs the local window (plans,
     blocks of iterations, forced and halting predict, a forward with readouts), "par_eager" attention and
-    `compile_core`, and each gives what the masked reference computation gives."""
+    `compile_core`, and each gives what the masked reference computation gives. Rows of d = 3 (less than one block of
+    4) and d = 7 (a block and a part) end at different iterations; with two depths every compiled part stays within
+    dynamo's recompile limit (a third depth sent one part back to eager)."""
     _, tokenizer, task = shipped
-    ops = [task.sample_ops(np.random.default_rng(11), 3, d) for d in (3, 7, 12)]
+    ops = [task.sample_ops(np.random.default_rng(11), 2, d) for d in (3, 7)]
     rows = {k: sum((encode_batch(task, tokenizer, "symbolic", o)[k] for o in ops), [])
             for k in ("input_ids", "query_positions", "operation_ends")}
     batch = StateTrackingCollator(tokenizer.pad_token_id)(rows)
     payload = {k: batch[k].tolist() for k in ("input_ids", "attention_mask", "query_positions", "operation_ends")}
-    payload["depth"] = [3] * 3 + [7] * 3 + [12] * 3
+    payload["depth"] = [3] * 2 + [7] * 2
     diffs = json.loads(run_blocked(FAST_PATHS_REMOTE, CHECKPOINT, json.dumps(payload)))
     assert diffs["fast"] < 2e-5 and diffs["compiled"] < 2e-5, diffs
 

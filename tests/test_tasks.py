@@ -25,7 +25,8 @@ def op(task, name):
 
 def parity(perms: np.ndarray) -> np.ndarray:
     """Number of inversions mod 2 per row.  # (n,)"""
-    inversions = sum((perms[:, i] > perms[:, j]).astype(int) for i, j in itertools.combinations(range(perms.shape[1]), 2))
+    inversions = sum((perms[:, i] > perms[:, j]).astype(int)
+                     for i, j in itertools.combinations(range(perms.shape[1]), 2))
     return inversions % 2
 
 
@@ -61,7 +62,8 @@ def test_a5_three_cycle_by_hand():
     np.testing.assert_array_equal(
         task.prefix_states(ops)[0], [[0, 1, 2, 3, 4], [2, 0, 1, 3, 4], [1, 2, 0, 3, 4], [0, 1, 2, 3, 4]]
     )
-    assert task.op_texts[op(task, "cycle_1_2_3")] == "Move the contents of Box 1 to Box 2, Box 2 to Box 3 and Box 3 to Box 1."
+    assert task.op_texts[op(task, "cycle_1_2_3")] == ("Move the contents of Box 1 to Box 2, Box 2 to Box 3 and Box 3 "
+                                                      "to Box 1.")
 
 
 def test_operation_sets():
@@ -118,7 +120,8 @@ def test_random_initial_relabels_items():
     initial = task.sample_initial(rng, 50)
     assert (np.sort(initial, axis=1) == np.arange(5)).all() and not (initial == np.arange(5)).all()
     from_identity = task.prefix_states(ops)
-    np.testing.assert_array_equal(task.prefix_states(ops, initial), np.take_along_axis(initial[:, None, :].repeat(7, 1), from_identity, axis=2))
+    np.testing.assert_array_equal(task.prefix_states(ops, initial),
+                                  np.take_along_axis(initial[:, None, :].repeat(7, 1), from_identity, axis=2))
     np.testing.assert_array_equal(task.final_states(ops, initial), task.prefix_states(ops, initial)[:, -1])
 
 
@@ -197,9 +200,11 @@ def with_changes(**changes):
 @pytest.mark.parametrize(
     "spec, message",
     [
-        (with_changes(operations={"press": {"off": "on"}, "wait": {"off": "off", "on": "on"}}), "'press' is not total.*\\['on'\\]"),
+        (with_changes(operations={"press": {"off": "on"}, "wait": {"off": "off", "on": "on"}}),
+         "'press' is not total.*\\['on'\\]"),
         (with_changes(operations={"press": {"off": "on", "on": "dim"}}), "'press' leads to unknown state.*'dim'"),
-        (with_changes(operations={"press": {"off": "on", "on": "off", "dim": "on"}}), "unknown state\\(s\\) \\['dim'\\]"),
+        (with_changes(operations={"press": {"off": "on", "on": "off", "dim": "on"}}),
+         "unknown state\\(s\\) \\['dim'\\]"),
         (with_changes(states=[]), "'states' must be a non-empty list"),
         (with_changes(states=["off", "on", "off"]), "'states' has duplicate entries \\['off'\\]"),
         (with_changes(states=None), "missing 'states'"),
@@ -210,7 +215,8 @@ def with_changes(**changes):
         (with_changes(states=["off", "Yes"]), "'Yes' is reserved"),
         (with_changes(states=["off", "half on"]), "letters, digits and underscores"),
         (with_changes(typo=1), "unknown key\\(s\\) \\['typo'\\]"),
-        (with_changes(text={"initial": "The lamp is lit.", "query": "The lamp is", "operations": LAMP["text"]["operations"]}), "'\\{state\\}'"),
+        (with_changes(text={"initial": "The lamp is lit.", "query": "The lamp is",
+                            "operations": LAMP["text"]["operations"]}), "'\\{state\\}'"),
         (with_changes(text={"operations": {"press": "Press."}}), "missing \\['wait'\\]"),
         (with_changes(text={"operations": {"press": "P.", "wait": "W.", "kick": "K."}}), "unknown \\['kick'\\]"),
         ({"group": "s5", "boxes": 5}, "unknown key\\(s\\) \\['boxes'\\]"),
@@ -225,7 +231,8 @@ def test_bad_specs(spec, message):
 def test_bad_spec_files(tmp_path):
     duplicate_op = tmp_path / "dup.json"
     duplicate_op.write_text(
-        '{"states": ["off", "on"], "operations": {"press": {"off": "on", "on": "off"}, "press": {"off": "off", "on": "on"}}}'
+        '{"states": ["off", "on"], "operations": {"press": {"off": "on", "on": "off"}, '
+        '"press": {"off": "off", "on": "on"}}}'
     )
     with pytest.raises(ValueError, match="duplicate key\\(s\\) \\['press'\\]"):
         load_task(duplicate_op)

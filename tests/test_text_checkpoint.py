@@ -31,52 +31,30 @@ def test_text_checkpoint_holds_exactly_the_remote_code():
     assert "pipeline_par.py" in REMOTE_CODE and "parents.py" not in REMOTE_CODE
 
 
-ANSWER_RAW_TEXT = """
+# One fresh process with the package blocked answers both tests' cases (the pipeline is loaded once).
+ANSWER_FROM_THE_FOLDER = """
     from transformers import pipeline
     tracker = pipeline("state-tracking", model=sys.argv[1], trust_remote_code=True)
     assert type(tracker).__module__.startswith("transformers_modules")
     cases = json.loads(sys.argv[3])
-    results = tracker(cases["prompts"], batch_size=8, return_trajectory=True)
+    raw = cases["raw"]
+    results = tracker(raw["prompts"], batch_size=8, return_trajectory=True)
     errors = []
-    for bad in cases["bad"]:
+    for bad in raw["bad"]:
         try:
             tracker(bad)
             errors.append(None)
         except ValueError as e:
             errors.append(type(e).__name__ + ": " + str(e))
-    print(json.dumps({"results": results, "errors": errors}))
-"""
-
-
-def test_text_checkpoint_answers_raw_strings_from_its_folder_alone():
-    task = load_task_from_dir(CHECKPOINT)
-    rng = np.random.default_rng(5)
-    ops = task.sample_ops(rng, 16, 24)  # 3x the training depth
-    prompts = [text_prompt(task, o, None, "seen", rng)[0] for o in ops]
-    states = task.prefix_states(ops)[..., 0]  # (n, d + 1)
-    bad = ["", prompts[0].rsplit(" ", 2)[0], prompts[0].replace("The reactor", "The kettle", 1) if "The reactor" in
-           prompts[0] else "The batch reactor is idle. The kettle boils. The reactor is now ?"]
-    out = json.loads(run_blocked(ANSWER_RAW_TEXT, CHECKPOINT, json.dumps({"prompts": prompts, "bad": bad})))
-    answers = [r["answers"]["state"] for r in out["results"]]
-    assert answers == [task.candidate_names[s] for s in states[:, -1]]
-    assert all(r["mode"] == "learned halting" and r["halted"] and r["iterations"] == 25 for r in out["results"])
-    trajectory = [[step["answers"]["state"] for step in r["trajectory"]] for r in out["results"]]
-    assert np.mean(np.array(trajectory) == np.array(task.candidate_names)[states[:, 1:]]) >= 0.99
-    assert all(e and e.startswith("PromptFormatError") for e in out["errors"]), out["errors"]
-
-
-ANSWER_UNTRAINED = """
-    from transformers import pipeline
-    tracker = pipeline("state-tracking", model=sys.argv[1], trust_remote_code=True)
-    assert type(tracker).__module__.startswith("transformers_modules")
-    cases = json.loads(sys.argv[3])
+    untrained = cases["untrained"]
     try:
-        tracker(cases["held_out"])
+        tracker(untrained["held_out"])
         error = None
     except ValueError as e:
         error = type(e).__name__ + ": " + str(e)
-    print(json.dumps({"error": error, "trained": tracker(cases["trained"]),
-                      "allowed": tracker(cases["held_out"], allow_untrained=True)}))
+    print(json.dumps({"raw": {"results": results, "errors": errors},
+                      "untrained": {"error": error, "trained": tracker(untrained["trained"]),
+                                    "allowed": tracker(untrained["held_out"], allow_untrained=True)}}))
 """
 # the same operations (start, level_ok, temp_ok, timer_done from idle: draining), in held-out and trained phrasings
 HELD_OUT = ("Initially the batch reactor is idle. The operator starts the batch. The level switch signals full. "
@@ -85,11 +63,41 @@ TRAINED = ("The batch reactor is idle. The batch is started by the operator. The
            "The set point temperature is reached. The hold time is over. The reactor is now ?")
 
 
-def test_text_checkpoint_refuses_phrasings_it_never_trained_on():
+def raw_cases():
+    """16 prompts at 3x the training depth (seen phrasings) with their states, and three malformed strings."""
+    task = load_task_from_dir(CHECKPOINT)
+    rng = np.random.default_rng(5)
+    ops = task.sample_ops(rng, 16, 24)  # 3x the training depth
+    prompts = [text_prompt(task, o, None, "seen", rng)[0] for o in ops]
+    states = task.prefix_states(ops)[..., 0]  # (n, d + 1)
+    bad = ["", prompts[0].rsplit(" ", 2)[0], prompts[0].replace("The reactor", "The kettle", 1) if "The reactor" in
+           prompts[0] else "The batch reactor is idle. The kettle boils. The reactor is now ?"]
+    return task, states, {"prompts": prompts, "bad": bad}
+
+
+@pytest.fixture(scope="module")
+def answered():
+    task, states, raw = raw_cases()
+    cases = {"raw": raw, "untrained": {"held_out": HELD_OUT, "trained": TRAINED}}
+    return task, states, json.loads(run_blocked(ANSWER_FROM_THE_FOLDER, CHECKPOINT, json.dumps(cases)))
+
+
+def test_text_checkpoint_answers_raw_strings_from_its_folder_alone(answered):
+    task, states, out = answered
+    out = out["raw"]
+    answers = [r["answers"]["state"] for r in out["results"]]
+    assert answers == [task.candidate_names[s] for s in states[:, -1]]
+    assert all(r["mode"] == "learned halting" and r["halted"] and r["iterations"] == 25 for r in out["results"])
+    trajectory = [[step["answers"]["state"] for step in r["trajectory"]] for r in out["results"]]
+    assert np.mean(np.array(trajectory) == np.array(task.candidate_names)[states[:, 1:]]) >= 0.99
+    assert all(e and e.startswith("PromptFormatError") for e in out["errors"]), out["errors"]
+
+
+def test_text_checkpoint_refuses_phrasings_it_never_trained_on(answered):
     """From the folder alone (package blocked): the held-out phrasings of four operations are refused with one
     PromptFormatError naming the first and its nearest trained sentence; trained phrasings of the same operations
     answer `draining`; `allow_untrained=True` answers the held-out prompt and lists all five untrained sentences."""
-    out = json.loads(run_blocked(ANSWER_UNTRAINED, CHECKPOINT, json.dumps({"held_out": HELD_OUT, "trained": TRAINED})))
+    out = answered[2]["untrained"]
     assert out["error"].startswith(
         "PromptFormatError: start sentence 1 'Initially the batch reactor is idle.' never occurs in this checkpoint's "
         "training data (nearest trained: 'The batch reactor is idle.'); 4 more untrained unit(s) in this prompt."), \

@@ -167,7 +167,8 @@ def test_training_options_without_effect_are_errors(tmp_path, field, overrides):
 # ---------------------------------------------------------------------------------------------------- training
 def test_loss_falls_within_a_few_dozen_steps(tmp_path):
     args = tiny_args(tmp_path, max_steps=60, max_train_depth=2, learning_rate=5e-3, warmup_steps=0,
-                     halting_loss_weight=0.5, adapter_learning_rate=1e-2, depth_schedule="hold", hold_extra_iterations=1)
+                     halting_loss_weight=0.5, adapter_learning_rate=1e-2, depth_schedule="hold",
+                     hold_extra_iterations=1)
     trainer = ParTrainer(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
     trainer.train()
     # the loss sums the window's iterations (R varies under hold): compare it per iteration read
@@ -190,10 +191,12 @@ def test_every_objective_supervises_its_targets_and_stretch_reaches_the_rotary(t
     trainer = ParTrainer(model=tiny_model(), args=args, train_dataset=DATASET, data_collator=COLLATOR)
     seen, positions = [], []
     real_loss = par_trainer.answer_loss
-    monkeypatch.setattr(par_trainer, "answer_loss", lambda logits, targets: seen.append(targets) or real_loss(logits, targets))
+    monkeypatch.setattr(par_trainer, "answer_loss",
+                        lambda logits, targets: seen.append(targets) or real_loss(logits, targets))
     batches = []
     real_compute = trainer.compute_loss
-    monkeypatch.setattr(trainer, "compute_loss", lambda model, inputs, **kw: batches.append(inputs) or real_compute(model, inputs, **kw))
+    monkeypatch.setattr(trainer, "compute_loss",
+                        lambda model, inputs, **kw: batches.append(inputs) or real_compute(model, inputs, **kw))
     rotary = trainer.model.model.rotary_emb
     real_rotary = rotary.forward
     monkeypatch.setattr(rotary, "forward", lambda x, pos: positions.append(pos.clone()) or real_rotary(x, pos))
@@ -513,7 +516,7 @@ def test_self_distillation_one_pass_teacher_equals_the_prefix_runs(tmp_path, vie
     assert not full.prefix_invariant()
 
 
-# ---------------------------------------------------------------------------------------------------- ablation schedules
+# ------------------------------------------------------------------------------------------------ ablation schedules
 def test_fixed_and_random_depth_schedules(tmp_path):
     """fixed: R = fixed_iterations whatever d; random: R ~ U{1..random_max_iterations} whatever d (both ablations)."""
     fixed = ParTrainer(model=tiny_model(), args=tiny_args(tmp_path, depth_schedule="fixed", fixed_iterations=3),
@@ -707,7 +710,7 @@ def test_state_accuracy_probe_early_stop_after_patience_probes_and_across_a_resu
             StateAccuracyProbeCallback(TOKENIZER, TASK, 2, n=4, **bad)
 
 
-# ---------------------------------------------------------------------------------------------------- mastery curriculum
+# ------------------------------------------------------------------------------------------------ mastery curriculum
 def test_mastery_curriculum_grows_on_mastery_only_after_its_window_and_dwell():
     """MasteryCurriculum: d_max grows once the mean of the last `window` steps at d_max reaches the threshold, no sooner
     than `min_steps` after the previous growth, from step + lookahead; steps whose batch was below d_max (or during
