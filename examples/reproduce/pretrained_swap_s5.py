@@ -225,12 +225,12 @@ def rows_table(records: list[dict]) -> str:
                      + " | ".join(cell(accuracy_at(r, d)) for d in DEPTHS) + " |")
     profiled = [r for r in records if r.get("profile")]
     if profiled:
-        lines += ["", f"Progress profiles (full-view rows, {PROFILE_N} prompts per depth; accuracy % of iteration "
-                  "k = 1, 2, … against the state after k operations):", "",
-                  "| row | d | k = 1, 2, … |", "|---|---|---|"]
+        lines += ["", "Progress profiles (full-view rows; accuracy % of iteration k = 1, 2, … against the state "
+                  "after k operations):", "", "| row | d | prompts | k = 1, 2, … |", "|---|---|---|---|"]
         for r in profiled:
             for d, row in zip(r["profile"]["depths"], r["profile"]["profile"]):
-                lines.append(f"| {r['row']} | {d} | " + " ".join(f"{100 * a:.0f}" for a in row) + " |")
+                lines.append(f"| {r['row']} | {d} | {r['profile']['n_per_depth']} | "
+                             + " ".join(f"{100 * a:.0f}" for a in row) + " |")
     return "\n".join(lines)
 
 
