@@ -36,6 +36,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VARIANTS = ["today", "frozen_embeddings", "short_prompts", "compiled"]
 VIEWS = {"full": dict(loop_view="full", progress_positions=False, bidirectional_queries=False),
@@ -46,12 +47,12 @@ TASKS = {"long": {"group": "swap_s5"}, "short": {"group": "swap_s5", "text": "sh
 def build(view: str, variant: str, split: list[int], batch: int, depth: int, parent: str):
     """(step function, facts) of one (view, variant): the retrofit, its batch and one optimizer step of it."""
     import torch
+    from bench_speed import make_step  # benchmarks/ is on sys.path
     from transformers import AutoTokenizer
 
     from modeling_par import ParLoopedQwenForStateTracking
     from par_studies.parents import get_parent
     from state_tracking import StateTrackingCollator, build_dataset, load_task, model_token_ids
-    from trainers import answer_loss, progress_targets
 
     torch.manual_seed(0)
     level = VARIANTS.index(variant)
@@ -71,20 +72,8 @@ def build(view: str, variant: str, split: list[int], batch: int, depth: int, par
         model.compile_core()
     data = build_dataset(task, tokenizer, n=batch, depths=depth, seed=0, rendering="text")
     batch_ = StateTrackingCollator(ids["pad_token_id"])([data[i] for i in range(batch)])
+    step = make_step(model, batch_, depth)  # the optimizer step bench_speed.py times (frozen weights get no grad)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-4, fused=True)
-    window = list(range(max(1, depth - model.config.grad_window + 1), depth + 1))
-    ends = batch_["operation_ends"] if view != "full" else None
-
-    def step():
-        out = model(batch_["input_ids"], attention_mask=batch_["attention_mask"],
-                    query_positions=batch_["query_positions"], operation_ends=ends, num_iterations=depth,
-                    readout_iterations=window)
-        targets = progress_targets(batch_["step_labels"], batch_["depth"], torch.tensor(window), 1)
-        answer_loss(out.answer_logits, targets).backward()
-        optimizer.step()
-        optimizer.zero_grad()
-
     facts = {"view": view, "variant": variant, "tokens_per_prompt": int(batch_["attention_mask"].sum(1).float().mean()),
              "trained_parameters": sum(p.numel() for p in params),
              "parameters": sum(p.numel() for p in model.parameters())}
