@@ -51,19 +51,37 @@ def row_train_seconds(segments: list[dict]) -> float:
     return round(last.get("trained_seconds_before", 0.0) + last.get("wall_seconds", 0.0), 1)
 
 
-def train_segment(folder: Path, seed: int, flags: Mapping[str, str], name: str) -> list[dict]:
+def stopped_on_time(summary: Mapping) -> bool:
+    """Whether a finished train_par.py run ended on its time budget: no probe stopped it and it trained fewer than
+    its `max_steps` (so training it on is the same run, its learning-rate schedule unchanged)."""
+    return summary.get("probe_stopped_at") is None and summary.get("steps", 0) < summary.get("max_steps", 0)
+
+
+def train_segment(folder: Path, seed: int, flags: Mapping[str, str], name: str,
+                  more_seconds: float | None = None) -> list[dict]:
     """Train (or resume from the newest checkpoint in `folder`) `examples/train_par.py --output_dir folder --seed seed
     <flags>`, one thread; returns the run's segments (command, start, resume point, time trained before it, wall
-    seconds, status), kept in <folder>/segments.json. A folder with summary.json is finished: nothing runs."""
+    seconds, status), kept in <folder>/segments.json. A folder with summary.json is finished: nothing runs, unless
+    `more_seconds` is given and the run ended on its time budget (`stopped_on_time`): then its summary is kept as
+    summary_segment<N>.json and the run trains on from its newest checkpoint with a time budget `more_seconds` past
+    what it had trained (same flags, same `max_steps`, so the same schedule)."""
     from state_tracking.evaluation import repo_relative
     from trainers import trained_seconds
 
     folder.mkdir(parents=True, exist_ok=True)
     segments_file = folder / "segments.json"
     segments = json.loads(segments_file.read_text()) if segments_file.is_file() else []
-    if (folder / "summary.json").is_file():
-        return segments
+    summary_file = folder / "summary.json"
+    if summary_file.is_file():
+        if more_seconds is None or not stopped_on_time(json.loads(summary_file.read_text())):
+            return segments
+        summary_file.rename(folder / f"summary_segment{len(segments)}.json")
     resume = latest_checkpoint(folder)
+    if more_seconds is not None:
+        if more_seconds <= 0:
+            raise ValueError(f"more_seconds must be > 0, got {more_seconds}")
+        before = 0.0 if resume is None else trained_seconds(resume)
+        flags = {**flags, "--max_train_seconds": str(round(before + more_seconds))}
     command = ["python", "examples/train_par.py", *argv(combine(
         name, {"--output_dir": repo_relative(folder), "--seed": str(seed)}, flags,
         {} if resume is None else {"--resume_from_checkpoint": repo_relative(resume)}))]

@@ -85,3 +85,43 @@ def test_the_registry_names_each_parent_with_its_source_licence_and_size():
     assert "not the base" in __import__("par_studies.parents").parents.__doc__
     with pytest.raises(ValueError, match=r"unknown parent 'qwen7b'; allowed: \['qwen2.5-coder-0.5b', 'smollm2-135m'\]"):
         get_parent("qwen7b")
+
+
+def test_a_row_stopped_by_its_time_budget_trains_on_with_more_seconds(tmp_path, monkeypatch):
+    """--more_seconds: a run that ended on its time cap (under max_steps, no probe stop) resumes from its newest
+    checkpoint with the cap moved past what it had trained; a run that is done (probe stop, max_steps) does not."""
+    import json
+    import subprocess
+
+    from par_studies import runs
+
+    folder = tmp_path / "row_s0"
+    checkpoint = folder / "checkpoint-900"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 900, "stateful_callbacks": {
+        "TimeBudgetCallback": {"args": {"elapsed_before": 3013.9, "seconds": 3000.0}}}}))
+    (folder / "segments.json").write_text(json.dumps([{"command": "python examples/train_par.py", "status": "finished",
+                                                       "wall_seconds": 3100.0}]))
+    summary = {"steps": 901, "max_steps": 3000, "probe_stopped_at": None}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    commands = []
+    monkeypatch.setattr(subprocess, "run", lambda command, **kw: commands.append(command) or
+                        subprocess.CompletedProcess(command, 0))
+    flags = {"--max_steps": "3000", "--max_train_seconds": "3000"}
+
+    assert len(runs.train_segment(folder, 0, flags, "row")) == 1 and not commands  # no more_seconds: finished
+    segments = runs.train_segment(folder, 0, flags, "row", more_seconds=600)
+    assert len(commands) == 1 and len(segments) == 2
+    command = commands[0]
+    assert command[command.index("--max_train_seconds") + 1] == "3614"
+    assert command[command.index("--resume_from_checkpoint") + 1].endswith("checkpoint-900")
+    assert segments[-1]["resumed_from"] == "checkpoint-900" and segments[-1]["trained_seconds_before"] == 3013.9
+    assert json.loads((folder / "summary_segment1.json").read_text()) == summary
+
+    for done in ({"steps": 3000, "max_steps": 3000, "probe_stopped_at": None},
+                 {"steps": 1200, "max_steps": 3000, "probe_stopped_at": 1200}):
+        (folder / "summary.json").write_text(json.dumps(done))
+        assert len(runs.train_segment(folder, 0, flags, "row", more_seconds=600)) == 2 and len(commands) == 1
+    with pytest.raises(ValueError, match="more_seconds"):
+        (folder / "summary.json").unlink()
+        runs.train_segment(folder, 0, flags, "row", more_seconds=0)

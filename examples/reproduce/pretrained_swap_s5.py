@@ -3,6 +3,7 @@ on swap-S5 where a randomly initialised one of the same shape does not?
 
     python -m par_studies.parents fetch smollm2-135m                         # the parent (pip, ~100 MB, once)
     python examples/reproduce/pretrained_swap_s5.py --row smollm2_full --seed 0   # train (or resume) + evaluate
+    python examples/reproduce/pretrained_swap_s5.py --row smollm2_full --more_seconds 3000  # a further segment
     python examples/reproduce/pretrained_swap_s5.py --collect                     # README table, summary.json
 
 Task: swap-S5 in its short text rendering (`examples/tasks/swap_s5_short.json`: "swap 1 3." per operation, "skip."
@@ -154,8 +155,8 @@ def in_range_reached(summary: dict) -> bool:
     return summary.get("probe_stopped_at") is not None or (len(probes) >= 2 and min(probes[-2:]) >= 0.99)
 
 
-def run_row(row: str, seed: int) -> dict:
-    segments = train_segment(run_path(row, seed), seed, row_flags(row), row)
+def run_row(row: str, seed: int, more_seconds: float | None = None) -> dict:
+    segments = train_segment(run_path(row, seed), seed, row_flags(row), row, more_seconds=more_seconds)
     record = evaluate(row, seed, segments)
     record["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)
     save_record(record, record_path(row, seed))
@@ -251,6 +252,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--row", choices=sorted(ROWS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--more_seconds", type=float, default=None,
+                        help="train a row that ended on its time budget (not in range, under max_steps) on for this "
+                             "many more seconds from its newest checkpoint (its schedule unchanged)")
     parser.add_argument("--parity", action="store_true", help="R = 1 against the parents (parity.json)")
     parser.add_argument("--collect", action="store_true", help="README.md table and summary.json from runs/*.json")
     args = parser.parse_args(argv)
@@ -259,7 +263,7 @@ def main(argv=None) -> None:
     if args.parity:
         run_parity()
     if args.row:
-        run_row(args.row, args.seed)
+        run_row(args.row, args.seed, args.more_seconds)
     if args.collect:
         collect()
 
