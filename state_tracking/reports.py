@@ -97,11 +97,24 @@ def evaluate_records_and_report(model, records: RecordSplits, task_args, train_a
     return results
 
 
+def stopped_by(log_history: list[dict], steps: int, max_steps: int, records: bool) -> str | None:
+    """What ended training, named by its flag: the probe's stop rule ("stop_when_validation_exact" with records,
+    "probe_stop_accuracy" with a task probe), the wall-clock cap ("max_train_seconds"), the step budget
+    ("max_steps"); None if none of them (training ended otherwise). Only a stop logged at the last step counts (a
+    resumed run's history holds its earlier segments' stops)."""
+    last = [row for row in log_history if row.get("step") == steps]
+    if any("probe_stop" in row for row in last):
+        return "stop_when_validation_exact" if records else "probe_stop_accuracy"
+    if any("time_budget_stop" in row for row in last):
+        return "max_train_seconds"
+    return "max_steps" if steps >= max_steps else None
+
+
 def run_summary(trainer, train_args, results: dict, train_seconds: float, world: int, device, command: str,
                 records: RecordSplits | None = None) -> dict:
-    """summary.json of a finished run: its training time, steps and samples, the accuracy per depth (and the
-    extrapolation factor, mean iterations) per evaluation, the training curve, the probes and where the weights
-    it ends with came from, the environment, the command; with records, what was read."""
+    """summary.json of a finished run: its training time, steps and samples, what ended training (`stopped_by`), the
+    accuracy per depth (and the extrapolation factor, mean iterations) per evaluation, the training curve, the probes
+    and where the weights it ends with came from, the environment, the command; with records, what was read."""
     args, state = train_args, trainer.state
     steps = state.global_step
     summary = {
@@ -115,6 +128,8 @@ def run_summary(trainer, train_args, results: dict, train_seconds: float, world:
         "curve": training_curve(state.log_history),
         "probe": [{"step": row["step"], "accuracy": row["probe_accuracy"]} for row in state.log_history
                   if "probe_accuracy" in row],
+        "stopped_by": stopped_by(state.log_history, steps, args.max_steps, records is not None),
+        "max_train_seconds": getattr(args, "max_train_seconds", None),
         "probe_stopped_at": next((row["step"] for row in state.log_history if "probe_stop" in row), None),
         "probe_restored_step": next((row["probe_restored_step"] for row in state.log_history
                                      if "probe_restored_step" in row), None),
@@ -134,4 +149,5 @@ def run_summary(trainer, train_args, results: dict, train_seconds: float, world:
     return summary
 
 
-__all__ = ["CURVE_KEYS", "evaluate_and_report", "evaluate_records_and_report", "run_summary", "training_curve"]
+__all__ = ["CURVE_KEYS", "evaluate_and_report", "evaluate_records_and_report", "run_summary", "stopped_by",
+           "training_curve"]

@@ -245,7 +245,8 @@ def test_quick_start_2_trains_exports_and_answers_at_tiny_scale(scratch):
     states = ["idle", "filling", "heating", "holding", "draining", "fault"]
     assert answer["answers"]["state"] in states and answer["depth"] == 3
     # the prose's budget is train_par.py's records default
-    assert "14 minutes" in body and train_par.DATA_TRAINING["max_train_seconds"] == 14 * 60
+    assert "after 6,000 steps" in body and train_par.DATA_TRAINING["max_steps"] == 6000
+    assert "max_train_seconds" not in train_par.DATA_TRAINING
 
 
 def test_quick_start_3_retrofit_command_parses_and_names_the_fetched_file(scratch, monkeypatch):

@@ -42,7 +42,11 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
     `stateful_callbacks`), and a run resumed with `restore_callback_states_from_checkpoint=True` (train_par.py's
     default) goes on counting from it; under ParTrainer the resumed run's `max_train_seconds` is the budget (a plain
     Trainer restores the checkpoint's). Time after the last checkpoint of an interrupted segment is not counted (its
-    steps are redone)."""
+    steps are redone).
+
+    A stop is said: logged as {"step", "time_budget_stop": seconds} (summary.json's `stopped_by`:
+    "max_train_seconds") and printed, since a run cut by wall time trains fewer steps on a busier machine. A budget
+    reached at the last step of `max_steps` is not a stop of its own (the step budget ended the run)."""
 
     def __init__(self, seconds: float, elapsed_before: float = 0.0):
         if seconds <= 0:
@@ -63,6 +67,11 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
     def on_step_end(self, args, state, control, **kwargs):
         if any_rank(self.elapsed() >= self.seconds, args.device):
             control.should_training_stop = True
+            if state.is_world_process_zero and state.global_step < state.max_steps:
+                state.log_history.append({"step": state.global_step, "time_budget_stop": self.seconds})
+                print(f"max_train_seconds: {self.seconds:g} s of training reached at step {state.global_step} of "
+                      f"{state.max_steps}: stopping (a wall-clock cap: on a busier machine the same command trains "
+                      "fewer steps)", flush=True)
         return control
 
     def state(self) -> dict:
