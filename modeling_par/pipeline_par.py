@@ -14,10 +14,13 @@ never held raises `PromptFormatError`.
 
 Only what training used is answered: a sentence the format knows but the training data never used (a held-out
 phrasing, a start state an idle-start checkpoint never saw; `prompt_format.trained`) raises one `PromptFormatError`
-naming it and the nearest trained sentence. `allow_untrained=True` answers anyway and each result then carries
-``"untrained"``: the list of such units (``{"unit", "sentence", "nearest_trained"}``; empty when there were none), or
-None for a checkpoint saved before formats recorded what training used (nothing is known: such a checkpoint answers
-every prompt its format segments, with or without the flag, as it always did). The model then runs learned
+naming it and the nearest trained sentence, and so does a sentence no task file lists. `allow_untrained=True` answers
+anyway: every unit the delimiter cuts out is read from its words — a new start, operation or (for a task with one
+question) question, the operation boundaries being the units' ends (`PromptFormat.segment`) — and each result then
+carries ``"untrained"``: the list of such units (``{"unit", "sentence", "nearest_trained"}``; empty when there were
+none), or None for a checkpoint saved before formats recorded what training used when every sentence is one its
+format lists (nothing is known: such a checkpoint answers every prompt its format segments, with or without the flag,
+as it always did). The model then runs learned
 halting when the checkpoint was trained for it (`config.learned_halting`), forced depth R = ⌈d / step_size⌉ from the
 segmentation otherwise; `mode` says which (override with `halting=True/False`). `return_trajectory=True` adds the
 state after each operation, read from the progress readouts y_k = Q(s_k) of iterations k = 1..R (iteration k
@@ -140,14 +143,15 @@ class StateTrackingPipeline(Pipeline):
         prompt_format = self.prompt_format if delimiter is None else self.prompt_format.with_delimiter(delimiter)
         if isinstance(prompt_format, RecordFormat):
             return self._preprocess_record(prompt_format, prompt, allow_untrained)
-        segments = prompt_format.segment(prompt)
+        segments = prompt_format.segment(prompt, allow_untrained)
         if segments.untrained and not allow_untrained:
             raise prompt_format.untrained_error(segments)
         encoding = self.tokenizer([prompt], add_special_tokens=True)
         ids = encoding["input_ids"][0]
         word = unknown_word(self.tokenizer, encoding, 0, prompt)
         if word is not None:
-            raise PromptFormatError(f"word {word!r} of the prompt is unknown to the checkpoint's tokenizer.")
+            raise PromptFormatError(f"word {word!r} of the prompt is unknown to the checkpoint's tokenizer (even a new "
+                                    "wording is read only in words its vocabulary holds).")
         operation_ends, query_positions = token_boundaries(encoding, 0, prompt, segments)
         untrained = None if segments.untrained is None else list(segments.untrained)
         return model_inputs(ids, operation_ends, query_positions, untrained)

@@ -68,8 +68,8 @@ class ParLoopedQwenConfig(Qwen2Config):
             see `record_format.py`); what the `state-tracking` pipeline reads its input with. Its candidates are the
             answers, in `answer_token_ids` order. Its optional `trained` entry records the sentences the training data
             used (`PromptFormat.trained`; a records format is itself the training vocabulary): the pipeline refuses any
-            other unless called with `allow_untrained=True`; without it (older checkpoints) nothing is refused for
-            having been unseen.
+            other, and any sentence the format does not list, unless called with `allow_untrained=True` (then read
+            from its words); without it (older checkpoints) no listed sentence is refused for having been unseen.
         answer_feedback (`bool`, defaults to `False`): the loop state is the answer: after each iteration the readout
             runs and the next iteration restarts from the prelude output e with each query's soft answer (softmax over
             the candidates times their input embeddings) added at its row, so only a distribution over the answers

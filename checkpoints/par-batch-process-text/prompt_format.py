@@ -35,6 +35,17 @@ checkpoint: 100% in trained phrasings, ~41% in held-out ones). `trained` records
 is known, and a prompt is read as before); the pipeline refuses such a prompt with `untrained_error` unless asked to
 answer anyway (`allow_untrained=True`). `state_tracking.data.trained_phrasings` makes the record from the data.
 
+New wordings (`segment(prompt, allow_untrained=True)`, text rendering): a unit the format does not list at all is
+read from its own words instead of refused. The units still come from the delimiter (sentence ends, or `delimiter`):
+the first len(preamble) units are the start, the last Q units the questions, every unit between them one operation
+(its name None), so the local view's boundaries are the units' ends whatever their words. Such a unit is listed in
+`Segments.untrained` like a held-out phrasing (nearest trained sentence, or nearest listed one when nothing is
+recorded). A new question wording is read only when the task asks one question: with several, which query a new
+wording asks is not known (the readout is named by position), so each must be one the format lists (the error names
+them). What cannot be segmented stays an error: an empty prompt, fewer units than start + questions, a last unit
+without its '?', a unit with no word, a '?' unit among the operations. The symbolic rendering's units are tokens of a
+fixed vocabulary and stay strict.
+
 Remote code: imports only the standard library; `state_tracking.prompt_format_of` builds the format of a task.
 """
 
@@ -93,9 +104,10 @@ class Segments:
 
     preamble_end: where the preamble ends (None: the symbolic rendering with the default start, whose preamble is
     the tokenizer's <bos> alone). operation_ends: (d,) where each operation ends. query_ends: (Q,) where each
-    query's question words end. operations: the d operation names, in order. untrained: every unit training never
-    used, as {"unit": "operation 2", "sentence": ..., "nearest_trained": ... or None}, in prompt order; None when
-    the format records nothing about training."""
+    query's question words end. operations: the d operation names, in order (None: a wording the format does not
+    list, read under allow_untrained). untrained: every unit training never used, and every unit the format does not
+    list, as {"unit": "operation 2", "sentence": ..., "nearest_trained": ... or None}, in prompt order; None when
+    the format records nothing about training and every unit is one it lists."""
 
     preamble_end: int | None
     operation_ends: tuple[int, ...]
@@ -146,6 +158,13 @@ class PromptFormat:
         queries = [{_norm(words) for words in alternatives} for alternatives in self.queries]
         object.__setattr__(self, "_lookup", {"op": op_of, "preamble": preamble, "query": queries,
                                             "delimiter": re.compile(self.delimiter) if self.delimiter else None})
+        # the format's own sentences, shaped like the training record: what a new wording's nearest is drawn from when
+        # nothing about training is recorded
+        self._lookup["listed"] = {
+            "op": {name: {key(u): u for u in units} for name, units in self.operations.items()},
+            "preamble": [{key(t.replace(CANDIDATE, c)): t.replace(CANDIDATE, c) for t in templates
+                          for c in self.candidates} for templates in self.preamble],
+            "query": [{_norm(w): w for w in words} for words in self.queries]}
         if self.trained is not None:
             object.__setattr__(self, "trained", self._checked_trained(self.trained))
             trained = self.trained
@@ -382,9 +401,10 @@ class PromptFormat:
         spans = pieces
         return spans
 
-    def segment(self, prompt: str) -> Segments:
+    def segment(self, prompt: str, allow_untrained: bool = False) -> Segments:
         """Split one raw prompt into preamble, operations and queries (character offsets); `PromptFormatError`
-        naming the first unit that does not fit."""
+        naming the first unit that does not fit. `allow_untrained` (text): a unit the format does not list is read
+        from its words and listed in `Segments.untrained` (see "New wordings" in the module docstring)."""
         if not isinstance(prompt, str):
             raise PromptFormatError(f"a prompt must be a string; got {type(prompt).__name__}.")
         if not prompt.strip():
@@ -401,11 +421,16 @@ class PromptFormat:
                 f"({'sentences' if self.delimiter is None else 'delimited pieces'});"
                 f" a {self.task_name} prompt needs {p} start sentence(s), then the operations, then {q} question(s) "
                 f"({self._query_example()}).")
+        new = set()  # indices of the units the format does not list (read from their words: allow_untrained)
         for j in range(p):
             if texts[j] not in self._lookup["preamble"][j]:
-                raise PromptFormatError(
-                    f"start sentence {j + 1} {prompt[slice(*spans[j])]!r} is not one the task states its start with "
-                    f"(e.g. {self.preamble[j][0].replace(CANDIDATE, self.candidates[0])!r}).")
+                if not allow_untrained:
+                    raise PromptFormatError(
+                        f"start sentence {j + 1} {prompt[slice(*spans[j])]!r} is not one the task states its start "
+                        f"with (e.g. {self.preamble[j][0].replace(CANDIDATE, self.candidates[0])!r}). "
+                        + self._read_anyway())
+                self._check_words(prompt, spans[j], f"start sentence {j + 1}")
+                new.add(j)
         query_ends = []
         for j in range(q):
             i = len(spans) - q + j
@@ -413,39 +438,79 @@ class PromptFormat:
             words = text[:-1].rstrip() if text.endswith(QUESTION_MARK) else None
             if words not in self._lookup["query"][j]:
                 got = prompt[slice(*spans[i])]
-                raise PromptFormatError(
-                    f"the query is cut off or wrong: question {j + 1} of {q} should be {self.queries[j][0] + ' ?'!r} "
-                    f"(the last {q} unit(s) of the prompt are its questions, each ending with '?'); got {got!r}.")
+                readable = words is not None and any(ch.isalnum() for ch in words)
+                if not (allow_untrained and readable):
+                    raise PromptFormatError(
+                        f"the query is cut off or wrong: question {j + 1} of {q} should be "
+                        f"{self.queries[j][0] + ' ?'!r} (the last {q} unit(s) of the prompt are its questions, each "
+                        f"ending with '?'); got {got!r}." + (" " + self._read_anyway() if readable and q == 1 else ""))
+                if q > 1:
+                    raise PromptFormatError(
+                        f"question {j + 1} {got!r} is not a question wording of task {self.task_name!r}, which asks "
+                        f"{q} questions {list(self.query_names)}: which one a new wording asks cannot be known, so "
+                        f"even with allow_untrained=True each must be one the task lists (question {j + 1}, "
+                        f"{self.query_names[j]!r}: {[w + ' ?' for w in self.queries[j]]}).")
+                new.add(i)
             a, b = spans[i]
             raw = prompt[a:b]
             query_ends.append(a + len(raw[:raw.rindex(QUESTION_MARK)].rstrip()))
         operations = []
         for i in range(p, len(spans) - q):
-            if not any(ch.isalnum() for ch in texts[i]):
-                raise PromptFormatError(f"operation {i - p + 1} {prompt[slice(*spans[i])]!r} (characters "
-                                        f"{spans[i][0]}–{spans[i][1]}) is empty: an empty operation is never answered.")
+            k = i - p + 1
+            self._check_words(prompt, spans[i], f"operation {k}")
             name = self._lookup["op"].get(texts[i])
             if name is None:
-                self._unknown_operation(prompt, spans[i], texts[i], i - p + 1)
+                if not allow_untrained:
+                    self._unknown_operation(prompt, spans[i], texts[i], k)
+                if texts[i].endswith(QUESTION_MARK):
+                    raise PromptFormatError(
+                        f"operation {k} {prompt[slice(*spans[i])]!r} ends with '?': only the last {q} unit(s) of a "
+                        f"{self.task_name} prompt are questions; write the operations as statements.")
+                new.add(i)
             operations.append(name)
         op_ends = tuple(b for _, b in spans[p:len(spans) - q])
-        untrained = None
-        if self.trained is not None:
-            trained = self._lookup["trained"]
-            units = [(f"start sentence {j + 1}", spans[j], trained["preamble"][j]) for j in range(p)]
-            units += [(f"operation {k + 1} ({name})", spans[p + k], trained["op"].get(name, {}))
-                      for k, name in enumerate(operations)]
-            units += [(f"question {j + 1}", spans[len(spans) - q + j], trained["query"][j]) for j in range(q)]
-            untrained = []
-            for (unit, span, known), text in zip(units, texts):
-                if unit.startswith("question"):
-                    text = _norm(text[:-1])
-                if text not in known:
-                    if not known and unit.startswith("operation"):  # an op training never drew: any trained op
-                        known = {k: u for ops in trained["op"].values() for k, u in ops.items()}
-                    untrained.append(self._untrained(unit, prompt[slice(*span)], known))
         return Segments(spans[p - 1][1], op_ends, tuple(query_ends), tuple(operations),
-                        None if untrained is None else tuple(untrained))
+                        self._untrained_units(prompt, spans, texts, operations, new))
+
+    def _untrained_units(self, prompt, spans, texts, operations, new) -> tuple[dict, ...] | None:
+        """`Segments.untrained` of a text prompt: every unit outside the training record, and every unit the format
+        does not list (`new`, unit indices), in prompt order; None when nothing is recorded and every unit is listed."""
+        if self.trained is None and not new:
+            return None
+        record = self._lookup["trained" if self.trained is not None else "listed"]
+        every_op = {k: u for ops in record["op"].values() for k, u in ops.items()}
+        p, q = len(self.preamble), len(self.query_names)
+        units = [(f"start sentence {j + 1}", j, record["preamble"][j]) for j in range(p)]
+        # an op training never drew, or one the format does not list: nearest among every trained op
+        units += [(f"operation {k + 1}" + (f" ({name})" if name else ""), p + k, record["op"].get(name) or every_op)
+                  for k, name in enumerate(operations)]
+        units += [(f"question {j + 1}", len(spans) - q + j, record["query"][j]) for j in range(q)]
+        untrained = []
+        for unit, i, known in units:
+            text = _norm(texts[i][:-1]) if unit.startswith("question") else texts[i]
+            if i in new or (self.trained is not None and text not in known):
+                untrained.append(self._untrained(unit, prompt[slice(*spans[i])], known))
+        return tuple(untrained)
+
+    def _check_words(self, prompt: str, span: tuple[int, int], unit: str) -> None:
+        """A unit with no word (a lone '.') is never read."""
+        if not any(ch.isalnum() for ch in prompt[slice(*span)]):
+            raise PromptFormatError(f"{unit} {prompt[slice(*span)]!r} (characters {span[0]}–{span[1]}) is empty: "
+                                    "a unit with no word is never answered.")
+
+    def _read_anyway(self) -> str:
+        """The strict refusal's last sentence: how to have a new wording read anyway, and what that is worth."""
+        quoted = self._measured()
+        return ("Not answered by default" + (f" ({quoted})" if quoted else "") + "; pass allow_untrained=True to have "
+                "the model read a new wording from its words anyway.")
+
+    def _measured(self) -> str | None:
+        """The measured accuracy on phrasings training never used, in words, or None when not measured."""
+        measured = (self.trained or {}).get("untrained_accuracy")
+        if measured is None:
+            return None
+        return (f"this checkpoint was measured at {100 * measured['accuracy']:.1f}% on phrasings its training never "
+                f"used ({measured['n']} prompts of {measured['depth']} operations; {measured['source']})")
 
     def _segment_symbolic(self, prompt, spans, texts, q) -> Segments:
         queries = [f"<q{j + 1}>" for j in range(q)]
@@ -494,16 +559,14 @@ class PromptFormat:
             what = (f"{first['unit']} {first['sentence']!r} never occurs in this checkpoint's training data (nearest "
                     f"trained: {near})")
         more = f"; {more} more untrained unit(s) in this prompt" if more else ""
-        measured = (self.trained or {}).get("untrained_accuracy")
-        if measured is None:
+        quoted = self._measured()
+        if quoted is None:
             why = ("A checkpoint answers what its training never showed it unreliably (a word-level model trained from "
                    "scratch: far below trained phrasings), so this prompt is not answered")
         else:
-            quoted = (f"this checkpoint was measured at {100 * measured['accuracy']:.1f}% on phrasings its training "
-                      f"never used ({measured['n']} prompts of {measured['depth']} operations; {measured['source']})")
             why = (f"Refused by default: {quoted}" + (
-                "; allow_untrained=True is the way to use it on new wordings" if measured["accuracy"]
-                >= RELIABLE_UNTRAINED_ACCURACY else ", so this prompt is not answered"))
+                "; allow_untrained=True is the way to use it on new wordings" if self.trained["untrained_accuracy"][
+                    "accuracy"] >= RELIABLE_UNTRAINED_ACCURACY else ", so this prompt is not answered"))
         return PromptFormatError(
             f"{what}{more}. {why}; write it the way training did, or pass allow_untrained=True to answer anyway (the "
             f"result then lists the untrained units under 'untrained').")
@@ -512,9 +575,12 @@ class PromptFormat:
         known = list(self._lookup["op"])
         near = difflib.get_close_matches(text, known, n=1, cutoff=0.6)
         hint = f"; nearest known: {near[0]!r}" if near else ""
+        what = "sentence" if self.rendering == "text" else "token"
+        after = (self._read_anyway() if self.rendering == "text" else
+                 "An unknown operation is never answered (symbolic operations are tokens of a fixed vocabulary).")
         raise PromptFormatError(
-            f"operation {k} {prompt[slice(*span)]!r} (characters {span[0]}–{span[1]}) is not an operation sentence "
-            f"of task {self.task_name!r} ({len(known)} known){hint}. An empty or unknown operation is never answered.")
+            f"operation {k} {prompt[slice(*span)]!r} (characters {span[0]}–{span[1]}) is not an operation {what} "
+            f"of task {self.task_name!r} ({len(known)} known){hint}. {after}")
 
     def _query_example(self) -> str:
         return (" ".join(f"{alternatives[0]} ?" for alternatives in self.queries[:2])
