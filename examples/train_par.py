@@ -15,8 +15,9 @@ and write a table, JSON and plot:
 
 Every field of `ModelArguments`, `TaskArguments`, `DataArguments` and `ParTrainingArguments` (HF TrainingArguments
 included) is a flag; `--self_distillation` switches to label-free prefix self-distillation
-(`SelfDistillationArguments`). `main` runs the steps in order: parse, data, model, trainer, train, save, evaluate;
-each step's work is in the library (`state_tracking.training_data`, `trainers.model_setup`, `state_tracking.reports`).
+(`SelfDistillationArguments`). `main` runs the steps in order: parse, data, model, trainer, train, save, evaluate
+(and with `--baselines lstm,rpni`, the baselines on the same files); each step's work is in the library
+(`state_tracking.training_data`, `trainers.model_setup`, `state_tracking.reports`, `state_tracking.baselines_table`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from transformers import HfArgumentParser, set_seed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from state_tracking import StateTrackingCollator, build_dataset, model_token_ids, save_task  # noqa: E402
+from state_tracking.baselines_table import check_baselines, parse_baselines, run_baselines  # noqa: E402
 from state_tracking.cli import require_checkpoint, require_task, run_cli  # noqa: E402
 from state_tracking.evaluation import command_line  # noqa: E402
 from state_tracking.flag_modes import check_flags, given_flags  # noqa: E402
@@ -222,6 +224,12 @@ class DataArguments:
                 "checkpoint, which the Trainer loads back at the end (load_best_model_at_end, metric_for_best_model "
                 "probe_accuracy); false: keep the final weights"})
 
+    baselines: str | None = field(default=None, metadata={
+        "help": "after PAR, train these baselines on the same records files and print one table beside PAR's "
+                "(accuracy per test length, seconds, RPNI's learned states; summary.json's \"baselines\"): a "
+                "comma-separated list of lstm (examples/baselines/rnn.py's defaults), rpni (automata.py; needs "
+                "AALpy); needs --train_file (state_tracking.baselines_table)"})
+
     @property
     def given(self) -> bool:
         return self.train_file is not None or self.dataset_name is not None
@@ -357,6 +365,7 @@ def check_arguments(model_args: ModelArguments, task_args: TaskArguments, data_a
                          "--init_from_parent.")
     if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it
         raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
+    check_baselines(parse_baselines(data_args.baselines), data_args)
     if task_args.probe_depth is None and not data_args.given and given & set(PROBE_SETTINGS):
         raise ValueError("--probe_n, --probe_every_steps, --probe_seed and --probe_stop_* need --probe_depth "
                          "(without it no probe runs; with records, --probe_n, --probe_every_steps and "
@@ -498,6 +507,9 @@ def main(argv=None):
                           command, data.records)
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     teardown_distributed([trainer])
+    if data_args.baselines:  # 8. the baselines on the same files, one table beside PAR
+        summary["baselines"] = run_baselines(data_args, task_args, train_args, given, results, summary)
+        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
