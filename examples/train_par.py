@@ -15,9 +15,10 @@ and write a table, JSON and plot:
 
 Every field of `ModelArguments`, `TaskArguments`, `DataArguments` and `ParTrainingArguments` (HF TrainingArguments
 included) is a flag; `--self_distillation` switches to label-free prefix self-distillation
-(`SelfDistillationArguments`). `main` runs the steps in order: parse, data, model, trainer, train, save, evaluate
-(and with `--baselines lstm,rpni`, the baselines on the same files); each step's work is in the library
-(`state_tracking.training_data`, `trainers.model_setup`, `state_tracking.reports`, `state_tracking.baselines_table`).
+(`SelfDistillationArguments`). `main` runs the steps in order: parse, data (with records, the recipe chosen from
+them unless `--recipe off`), model, trainer, train, save, evaluate (and with `--baselines lstm,rpni`, the baselines on
+the same files); each step's work is in the library (`state_tracking.training_data`, `state_tracking.recipe`,
+`trainers.model_setup`, `state_tracking.reports`, `state_tracking.baselines_table`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from state_tracking.cli import require_checkpoint, require_task, run_cli  # noqa
 from state_tracking.evaluation import command_line  # noqa: E402
 from state_tracking.flag_modes import check_flags, given_flags  # noqa: E402
 from state_tracking.hf_parser import accept_none  # noqa: E402
+from state_tracking.recipe import RECIPE_MODES, check_recipe, use_recipe  # noqa: E402
 from state_tracking.records import OPERATION_TOKENS, RecordSplits, record_token_ids  # noqa: E402
 from state_tracking.reports import (  # noqa: E402
     evaluate_and_report,
@@ -224,6 +226,13 @@ class DataArguments:
                 "checkpoint, which the Trainer loads back at the end (load_best_model_at_end, metric_for_best_model "
                 "probe_accuracy); false: keep the final weights"})
 
+    recipe: str = field(default="auto", metadata={
+        "help": "records: 'auto' chooses the model size, answer feedback, operation tokens, curriculum and Adam's "
+                "beta2 from the training records by rules measured in results/own_data_cpu (state_tracking.recipe; the "
+                "choice and its reasons go to the log and summary.json's \"recipe\"; every flag you give wins); "
+                "'off': the fixed records defaults",
+        "choices": list(RECIPE_MODES)})
+
     baselines: str | None = field(default=None, metadata={
         "help": "after PAR, train these baselines on the same records files and print one table beside PAR's "
                 "(accuracy per test length, seconds, RPNI's learned states; summary.json's \"baselines\"): a "
@@ -366,6 +375,7 @@ def check_arguments(model_args: ModelArguments, task_args: TaskArguments, data_a
     if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it
         raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
     check_baselines(parse_baselines(data_args.baselines), data_args)
+    check_recipe(data_args.recipe)
     if task_args.probe_depth is None and not data_args.given and given & set(PROBE_SETTINGS):
         raise ValueError("--probe_n, --probe_every_steps, --probe_seed and --probe_stop_* need --probe_depth "
                          "(without it no probe runs; with records, --probe_n, --probe_every_steps and "
@@ -382,16 +392,22 @@ class TrainingData:
     token_ids: dict  # model_token_ids / record_token_ids: vocabulary size, pad, answer and halt tokens
     task: Any = None
     records: RecordSplits | None = None
+    recipe: dict | None = None  # records: summary.json's "recipe" (state_tracking.recipe.use_recipe)
 
 
 def load_data(model_args: ModelArguments, task_args: TaskArguments, data_args: DataArguments, train_args,
               given: set) -> TrainingData:
-    """Step 2: the records of --train_file / --dataset_name, or problems generated from the task."""
+    """Step 2: the records of --train_file / --dataset_name, with the recipe chosen from them (--recipe auto; read
+    again if it reads operations otherwise), or problems generated from the task."""
     if data_args.given:
+        read_with = data_args.operation_tokens
         records = prepare_records(data_args, model_args, task_args, train_args, given)
+        recipe = use_recipe(records, given, model_args, task_args, data_args, train_args)
+        if data_args.operation_tokens != read_with:
+            records = prepare_records(data_args, model_args, task_args, train_args, given)
         use_validation_probe(records, data_args, train_args, given)
         return TrainingData(records.tokenizer, records.encoded, records.record_format,
-                            record_token_ids(records.tokenizer, records.record_format), records=records)
+                            record_token_ids(records.tokenizer, records.record_format), records=records, recipe=recipe)
     if any(getattr(data_args, name) is not None for name in RECORD_FLAGS):
         raise ValueError("the record flags (--validation_file, --test_file, --*_column, --operation_delimiter) "
                          "need --train_file or --dataset_name.")
@@ -505,6 +521,8 @@ def main(argv=None):
     command = command_line(sys.argv[0] if argv is None else __file__, sys.argv[1:] if argv is None else argv)
     summary = run_summary(trainer, train_args, results, train_seconds, max(1, train_args.world_size), model.device,
                           command, data.records)
+    if data.recipe is not None:
+        summary["recipe"] = data.recipe
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     teardown_distributed([trainer])
     if data_args.baselines:  # 8. the baselines on the same files, one table beside PAR
