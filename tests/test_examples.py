@@ -541,10 +541,11 @@ def test_s5_breakthrough_rows_are_valid_and_explicit(tmp_path, monkeypatch):
         train_par.main(TINY + ["--output_dir", "x", "--probe_every_steps", "10"])
 
 
-def test_s5_breakthrough_tiny_trains_resumes_and_collects(tmp_path, monkeypatch):
+def test_s5_breakthrough_tiny_trains_resumes_and_collects(tmp_path, monkeypatch, request):
     """The study end to end at --tiny scale: a row trains with probes at steps 0, 2, 4 and checkpoints; run again after
     an interruption it resumes from the newest checkpoint (two segments on record, the probes of both in one curve);
-    --collect writes the README table and the curve plot."""
+    --collect writes the README table and the curve plot. The first segment is a fresh process, as a study runs a
+    row; the resumed one runs in this process with the command on record (`scripts_in_process`)."""
     study = load_example("examples/studies/s5_breakthrough.py")
     monkeypatch.setattr(study, "TINY_RUN_DIR", tmp_path / "runs")
     monkeypatch.setattr(study, "TINY_OUT", tmp_path / "study")
@@ -558,8 +559,10 @@ def test_s5_breakthrough_tiny_trains_resumes_and_collects(tmp_path, monkeypatch)
 
     (folder / "summary.json").unlink()  # as if the segment had been cut off before the end
     monkeypatch.setattr(study, "TINY_STEPS", 6)
+    in_process = request.getfixturevalue("scripts_in_process")  # from here on, train_par.py runs in this process
     study.main(["--run", "labels", "--seed", "0", "--tiny", "--collect"])
     record = json.loads(study.record_path("labels", 0, tiny=True).read_text())
+    assert ["python " + " ".join(command) for command in in_process] == record["train_commands"][1:]
     assert [s["resumed_from"] for s in record["segments"]] == [None, "checkpoint-4"]
     assert "--resume_from_checkpoint" in record["train_commands"][1]
     assert [p["step"] for p in record["curve"]] == [0, 2, 4, 6] and record["steps"] == record["max_steps"] == 6

@@ -15,10 +15,30 @@ TINY = ("--hidden_size 32 --intermediate_size 64 --num_attention_heads 2 --num_k
         "--max_iterations 30")
 
 
-def test_reproduce_swap_s5_tiny(tmp_path):
+def test_reproduce_swap_s5_tiny(tmp_path, monkeypatch, scripts_in_process):
+    """par_seed0 trains in a fresh process, as the script starts every run; while it runs, par_seed1 and par_halting
+    train in this process with the commands the script built (`scripts_in_process`: no second and third start of
+    torch and transformers, which cost most of a tiny run)."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from par_studies import runs
+
+    in_process = runs.subprocess.run  # scripts_in_process's runner: train_par.py's main with the command's argv
+
+    def popen(command, **kwargs):
+        if Path(command[command.index("--output_dir") + 1]).name == "par_seed0":
+            return subprocess.Popen(command, **kwargs)
+        script = str(Path(command[1]).relative_to(REPO))
+        done = in_process([command[0], script, *command[2:]], cwd=kwargs["cwd"], stdout=kwargs["stdout"])
+        return SimpleNamespace(wait=lambda: done.returncode, returncode=done.returncode)
+
+    monkeypatch.setattr(swap_s5, "subprocess", SimpleNamespace(Popen=popen, STDOUT=subprocess.STDOUT))
     out, work, ckpt = tmp_path / "results", tmp_path / "work", tmp_path / "ckpt"
     swap_s5.main(["--scale", "cpu", "--runs", "par_seed0,par_seed1,par_halting", "--budget_seconds", "1", "--n", "8",
                   "--out", str(out), "--work_dir", str(work), "--checkpoint_dir", str(ckpt), "--extra", TINY])
+    assert [Path(command[command.index("--output_dir") + 1]).name for command in scripts_in_process] == \
+        ["par_seed1", "par_halting"]
     for run in ("par_seed0", "par_seed1", "par_halting"):
         record = json.loads((out / f"{run}.json").read_text())
         assert record["steps"] >= 1 and record["samples_seen"] == 8 * record["steps"]

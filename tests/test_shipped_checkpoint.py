@@ -104,7 +104,7 @@ def test_generator_rewrites_stale_code_and_removes_what_is_not_needed(tmp_path, 
         write_remote_code(tmp_path)
 
 
-LOAD_WITHOUT_PARENTS = """
+REMOTE_RUN = """
     import importlib.abc
     import torch
     from transformers import AutoModel
@@ -115,50 +115,24 @@ LOAD_WITHOUT_PARENTS = """
                 raise ImportError("blocked: " + name)
 
     sys.meta_path.insert(0, NoParents())
+    batches = json.loads(sys.argv[3])
+
+    # the answers, forced and halting, of the folder's model as loaded by default
     model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True, dtype=torch.float32).eval()
     assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-    b = {k: torch.tensor(v) for k, v in json.loads(sys.argv[3]).items()}
+    b = {k: torch.tensor(v) for k, v in batches["answers"].items()}
     input_ids = b.pop("input_ids")
     forced = model.predict(input_ids, num_iterations=9, **b).answer_logits
     halting = model.predict(input_ids, halting=True, max_iterations=24, **b)
-    print(json.dumps({"forced": forced.tolist(), "halting": halting.answer_logits.tolist(),
-                      "iterations": halting.iterations.tolist(),
-                      "parents_loaded": sorted(m for m in sys.modules if m.rsplit(".", 1)[-1] == "parents")}))
-"""
+    answers = {"forced": forced.tolist(), "halting": halting.answer_logits.tolist(),
+               "iterations": halting.iterations.tolist()}
 
-
-def test_shipped_checkpoint_loads_and_answers_without_the_parent_conversion(shipped, tmp_path, monkeypatch):
-    """A copy of the shipped folder holding a stale parents.py: the generator removes it (inference never imports the
-    conversion), and the folder alone (package blocked, any module named `parents` blocked, a fresh module cache)
-    loads with trust_remote_code and answers as the package's model does, forced and halting."""
-    folder = tmp_path / "par-swap-s5-small-no-parents"
-    shutil.copytree(CHECKPOINT, folder)
-    shutil.copyfile(CHECKPOINT.parents[1] / "modeling_par" / "parents.py", folder / "parents.py")
-    assert "parents.py" not in REMOTE_CODE and write_remote_code(folder) == ["removed parents.py"]
-    assert sorted(p.name for p in folder.glob("*.py")) == REMOTE_CODE
-    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
-    model, tokenizer, task = shipped
-    input_ids, kw = encode(task, tokenizer, task.sample_ops(np.random.default_rng(3), 4, 8))
-    payload = {"input_ids": input_ids.tolist(), **{k: v.tolist() for k, v in kw.items()}}
-    got = json.loads(run_blocked(LOAD_WITHOUT_PARENTS, folder, json.dumps(payload)))
-    assert got["parents_loaded"] == []
-    assert not list((tmp_path / "modules").rglob("parents.py"))  # transformers copied no conversion to its cache
-    with torch.no_grad():
-        forced = model.predict(input_ids, num_iterations=9, **kw).answer_logits
-        halting = model.predict(input_ids, halting=True, max_iterations=24, **kw)
-    torch.testing.assert_close(torch.tensor(got["forced"]), forced, atol=1e-5, rtol=0)
-    torch.testing.assert_close(torch.tensor(got["halting"]), halting.answer_logits, atol=1e-5, rtol=0)
-    assert got["iterations"] == halting.iterations.tolist()
-
-
-FAST_PATHS_REMOTE = """
-    import torch
-    from transformers import AutoModel
+    # every fast path against the masked reference computation
     model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True, attn_implementation="par_eager",
                                       dtype=torch.float32).eval()
     assert type(model).__module__.startswith("transformers_modules")
     assert model.config._attn_implementation == "par_eager"
-    b = {k: torch.tensor(v) for k, v in json.loads(sys.argv[3]).items()}
+    b = {k: torch.tensor(v) for k, v in batches["fast_paths"].items()}
     kw = {k: b[k] for k in ("attention_mask", "query_positions", "operation_ends")}
 
     def run():
@@ -173,25 +147,64 @@ FAST_PATHS_REMOTE = """
     fast = run()
     model.compile_core(backend="eager")  # compile_support: the compiled parts' calls (dynamo, no code generation)
     compiled = run()
-    print(json.dumps({name: max(float((a - r).abs().max()) for a, r in zip(got, reference))
-                      for name, got in (("fast", fast), ("compiled", compiled))}))
+    fast_paths = {name: max(float((a - r).abs().max()) for a, r in zip(got, reference))
+                  for name, got in (("fast", fast), ("compiled", compiled))}
+    print(json.dumps({"answers": answers, "fast_paths": fast_paths,
+                      "parents_loaded": sorted(m for m in sys.modules if m.rsplit(".", 1)[-1] == "parents")}))
 """
 
 
-def test_shipped_checkpoint_runs_every_fast_path_as_remote_code(shipped):
-    """Loaded from its folder alone (package blocked), the checkpoint's remote code runs the local window (plans,
-    blocks of iterations, forced and halting predict, a forward with readouts), "par_eager" attention and
-    `compile_core`, and each gives what the masked reference computation gives. Rows of d = 3 (less than one block of
-    4) and d = 7 (a block and a part) end at different iterations; with two depths every compiled part stays within
-    dynamo's recompile limit (a third depth sent one part back to eager)."""
+@pytest.fixture(scope="module")
+def remote(shipped, tmp_path_factory):
+    """One fresh process (package blocked, any module named `parents` blocked, a fresh module cache) loads a copy of
+    the shipped folder that had held a stale parents.py, and reports what both tests below check: its answers on a
+    batch (`answers`, forced and halting) and its fast paths against the reference (`fast_paths`). Rows of the
+    fast-path batch: d = 3 (less than one block of 4) and d = 7 (a block and a part) end at different iterations;
+    with two depths every compiled part stays within dynamo's recompile limit (a third depth sent one part back to
+    eager)."""
+    tmp_path = tmp_path_factory.mktemp("remote")
+    folder = tmp_path / "par-swap-s5-small-no-parents"
+    shutil.copytree(CHECKPOINT, folder)
+    shutil.copyfile(CHECKPOINT.parents[1] / "modeling_par" / "parents.py", folder / "parents.py")
+    removed = write_remote_code(folder)
     _, tokenizer, task = shipped
+    input_ids, kw = encode(task, tokenizer, task.sample_ops(np.random.default_rng(3), 4, 8))
+    answers = {"input_ids": input_ids.tolist(), **{k: v.tolist() for k, v in kw.items()}}
     ops = [task.sample_ops(np.random.default_rng(11), 2, d) for d in (3, 7)]
     rows = {k: sum((encode_batch(task, tokenizer, "symbolic", o)[k] for o in ops), [])
             for k in ("input_ids", "query_positions", "operation_ends")}
     batch = StateTrackingCollator(tokenizer.pad_token_id)(rows)
-    payload = {k: batch[k].tolist() for k in ("input_ids", "attention_mask", "query_positions", "operation_ends")}
-    payload["depth"] = [3] * 2 + [7] * 2
-    diffs = json.loads(run_blocked(FAST_PATHS_REMOTE, CHECKPOINT, json.dumps(payload)))
+    fast_paths = {k: batch[k].tolist() for k in ("input_ids", "attention_mask", "query_positions", "operation_ends")}
+    fast_paths["depth"] = [3] * 2 + [7] * 2
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+        got = json.loads(run_blocked(REMOTE_RUN, folder, json.dumps({"answers": answers, "fast_paths": fast_paths})))
+    return dict(folder=folder, removed=removed, modules=tmp_path / "modules", input_ids=input_ids, kw=kw, got=got)
+
+
+def test_shipped_checkpoint_loads_and_answers_without_the_parent_conversion(shipped, remote):
+    """A copy of the shipped folder holding a stale parents.py: the generator removes it (inference never imports the
+    conversion), and the folder alone (package blocked, any module named `parents` blocked, a fresh module cache)
+    loads with trust_remote_code and answers as the package's model does, forced and halting."""
+    assert "parents.py" not in REMOTE_CODE and remote["removed"] == ["removed parents.py"]
+    assert sorted(p.name for p in remote["folder"].glob("*.py")) == REMOTE_CODE
+    model, _, _ = shipped
+    input_ids, kw, got = remote["input_ids"], remote["kw"], remote["got"]
+    assert got["parents_loaded"] == []  # nor did the fast paths below load it
+    assert not list(remote["modules"].rglob("parents.py"))  # transformers copied no conversion to its cache
+    with torch.no_grad():
+        forced = model.predict(input_ids, num_iterations=9, **kw).answer_logits
+        halting = model.predict(input_ids, halting=True, max_iterations=24, **kw)
+    torch.testing.assert_close(torch.tensor(got["answers"]["forced"]), forced, atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(got["answers"]["halting"]), halting.answer_logits, atol=1e-5, rtol=0)
+    assert got["answers"]["iterations"] == halting.iterations.tolist()
+
+
+def test_shipped_checkpoint_runs_every_fast_path_as_remote_code(remote):
+    """Loaded from its folder alone (package blocked; the process of `remote`), the checkpoint's remote code runs the
+    local window (plans, blocks of iterations, forced and halting predict, a forward with readouts), "par_eager"
+    attention and `compile_core`, and each gives what the masked reference computation gives."""
+    diffs = remote["got"]["fast_paths"]
     assert diffs["fast"] < 2e-5 and diffs["compiled"] < 2e-5, diffs
 
 
