@@ -69,6 +69,18 @@ FROZEN = {"--freeze_prelude": "true"}
 SCRATCH = {"--per_device_train_batch_size": "64", "--max_steps": "4800", "--max_train_seconds": str(BUDGET)}
 
 
+SEARCH = {"--max_train_depth": "4", "--max_steps": "150", "--save_steps": "50"}
+PARAPHRASED = "examples/tasks/batch_process_paraphrased.json"  # examples/reproduce/paraphrase_phrasings.py wrote it
+SEARCH_ROWS = [
+    ("base", "retrofit as retrofit_full", {}),
+    ("frozen_emb", "input embeddings (and tied head) frozen", {"--freeze_embeddings": "true"}),
+    ("low_lr", "pretrained layers at lr 3e-5 (adapter 1e-3)", {"--learning_rate": "3e-5"}),
+    ("neftune", "NEFTune noise on the input embeddings (alpha 5)", {"--neftune_noise_alpha": "5"}),
+    ("paraphrased", "training phrasings + the instruct parent's paraphrases", {"--task_file": PARAPHRASED}),
+    ("layers_15", "15 layers (5 + 5 + 5)", {"--prelude_layers": "5", "--core_layers": "5", "--coda_layers": "5"}),
+]
+
+
 def pilot(flags: dict) -> dict:
     """A full row's flags with the pilot's shorter run over them (train d ≤ 4, 150 steps)."""
     return {**flags, **PILOT}
@@ -87,6 +99,9 @@ ROWS = rows_by_name(
            pilot({**RETROFIT, **FROZEN})),
     Row.of("pilot_full", "pilot: retrofit, every weight trained, d <= 4, 150 steps", LOCAL, BATCH_PROCESS,
            pilot(RETROFIT)),
+    # issue 49's search for what moves held-out accuracy: the pilot's scale, a step budget only (no time cap)
+    *[Row.of(f"pilot_{name}", f"search: {label}, d <= 4, 150 steps", LOCAL,
+             {**BATCH_PROCESS, **RETROFIT, **SEARCH, **flags}) for name, label, flags in SEARCH_ROWS],
 )
 # what each row is evaluated on: phrasings and depths (1,024 prompts each; pilots 256 at d = 4)
 EVALUATION = {"swap_s5_retrofit": (["canonical"], [8, 32, 64])}
@@ -163,12 +178,13 @@ def trainable_count(folder: Path, row: str) -> int:
     flags = ROWS[row].flags
     prelude = int(flags.get("--prelude_layers", "1"))
     frozen = flags.get("--freeze_prelude") == "true"
+    frozen_embeddings = frozen or flags.get("--freeze_embeddings") == "true"
 
     def is_frozen(name: str) -> bool:
+        if name.startswith("model.embed_tokens") or name == "lm_head.weight":
+            return frozen_embeddings
         if not frozen:
             return False
-        if name.startswith("model.embed_tokens") or name == "lm_head.weight":
-            return True
         parts = name.split(".")
         return parts[:2] == ["model", "layers"] and int(parts[2]) < prelude
 
