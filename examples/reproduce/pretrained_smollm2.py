@@ -25,6 +25,11 @@ Rows:
 - `pilot_*`: the short runs that chose the settings (train d ≤ 4, 150 steps), kept as run: `pilot_frozen` with the
   embeddings and the prelude frozen (`--freeze_prelude`: unseen words are read as the parent reads them),
   `pilot_full` with every weight trained.
+- issue 49's search for what moves held-out accuracy (the pilots' scale, a step budget only): `pilot_base` (the
+  retrofit as `retrofit_full`), `pilot_frozen_emb` (input embeddings and tied head frozen), `pilot_low_lr` (the
+  pretrained layers at lr 3e-5), `pilot_neftune` (NEFTune noise, alpha 5), `pilot_paraphrased` (training phrasings
+  plus the instruct parent's own paraphrases: examples/reproduce/paraphrase_phrasings.py), `pilot_layers_15`
+  (5 + 5 + 5 layers).
 """
 
 from __future__ import annotations
