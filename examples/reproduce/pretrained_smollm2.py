@@ -18,6 +18,8 @@ among the trained ways) and `held_out` (the held-out way of every sentence), d =
 Rows:
 - `retrofit_full`: SmolLM2's first 9 of 30 layers as 3 (prelude) + 3 (core, looped) + 3 (coda), its own BPE
   tokenizer, every weight trained.
+- `retrofit_frozen_emb`: `retrofit_full` with the input embeddings (and the tied LM head) frozen, the search's
+  first pilot winner (issue 49), same step and time budget.
 - `scratch`: the package's from-scratch recipe (hidden 128, 1 + 2 + 1 layers, the task's word-level tokenizer),
   trained for the same wall-time cap.
 - `swap_s5_retrofit`: the same retrofit on swap-S5 in its text rendering (identity start), 800 steps or 2,400 s,
@@ -96,6 +98,8 @@ SWAP_BUDGET = 2400  # the swap-S5 retrofit: what the session had left beside the
 ROWS = rows_by_name(
     Row.of("retrofit_full", "SmolLM2 9 layers (3+3+3), every weight trained", LOCAL, BATCH_PROCESS, RETROFIT,
            FULL_RUN, budget=BUDGET),
+    Row.of("retrofit_frozen_emb", "SmolLM2 9 layers (3+3+3), input embeddings (and tied head) frozen", LOCAL,
+           BATCH_PROCESS, RETROFIT, FULL_RUN, {"--freeze_embeddings": "true"}, budget=BUDGET),
     Row.of("scratch", "from scratch (hidden 128, 1+2+1, word-level tokenizer)", LOCAL, BATCH_PROCESS, SCRATCH,
            budget=BUDGET),
     Row.of("swap_s5_retrofit", "swap-S5 (text), SmolLM2 9 layers (3+3+3), every weight trained", LOCAL, SWAP_S5,
