@@ -44,11 +44,11 @@ MIN_WORDS, MAX_WORDS = 2, 12
 
 
 def plain_sentence(text: str) -> str | None:
-    """The candidate as one plain sentence, or None: leading list marks and quotes stripped; it must end in '.',
-    hold 2–12 words and no '?', braces or newline."""
+    """The candidate as one plain sentence, or None: leading list marks and quotes stripped; it must end in '.' and
+    hold no other sentence end ('.', '?', '!', ';'), no braces or newline, and 2–12 words."""
     text = re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", text.strip()).strip().strip('"').strip("'").strip()
-    if not text.endswith(".") or "?" in text or "{" in text or "}" in text or "\n" in text:
-        return None
+    if not text.endswith(".") or any(c in text for c in "?!;{}\n") or "." in text[:-1]:
+        return None  # one sentence: the prompt's delimiter cuts at every sentence end
     return text if MIN_WORDS <= len(text.split()) <= MAX_WORDS else None
 
 
@@ -155,6 +155,24 @@ def paraphrase(task_file: Path, parent_name: str, seed: int, per_round: int, rou
     return out, record
 
 
+def refilter(task_file: Path, record_file: Path, out: Path) -> None:
+    """Apply today's `plain_sentence` again to a record's candidates (their classifier scores are kept) and rewrite the
+    task file and the record: a filter fixed after a long generation needs no new generation."""
+    spec, record = json.loads(task_file.read_text()), json.loads(record_file.read_text())
+    held_n = spec["text"].get("held_out_phrasings", 0)
+    operations = dict(spec["text"]["operations"])
+    for op, entry in record["operations"].items():
+        for candidate in entry["candidates"]:
+            if "dropped" not in candidate and plain_sentence(candidate["sentence"]) != candidate["sentence"]:
+                candidate["dropped"] = "not one plain sentence"
+        entry["kept"] = [c["sentence"] for c in entry["candidates"] if "dropped" not in c]
+        trained, held = trained_and_held(operations[op], held_n)
+        operations[op] = trained + entry["kept"] + held
+    record["refiltered"] = " ".join(["python", "examples/reproduce/paraphrase_phrasings.py", *sys.argv[1:]])
+    out.write_text(json.dumps(dict(spec, text=dict(spec["text"], operations=operations)), indent=2) + "\n")
+    record_file.write_text(json.dumps(record, indent=1) + "\n")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--task_file", type=Path, required=True)
@@ -165,9 +183,14 @@ def main(argv=None) -> None:
     parser.add_argument("--operations", nargs="*", default=None, help="only these operations (a quick look)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--record", type=Path, default=None)
+    parser.add_argument("--refilter", action="store_true",
+                        help="no generation: apply the sentence filter again to --record's candidates, write --out")
     args = parser.parse_args(argv)
     if not args.task_file.is_file():
         parser.error(f"--task_file {args.task_file}: no such file")
+    if args.refilter:
+        refilter(args.task_file, args.record or args.out.with_suffix(".record.json"), args.out)
+        return
     spec, record = paraphrase(args.task_file, args.parent, args.seed, args.per_round, args.rounds, args.operations)
     args.out.write_text(json.dumps(spec, indent=2) + "\n")
     record["date"] = time.strftime("%Y-%m-%d")
