@@ -123,8 +123,8 @@ ROWS = rows_by_name(
     OwnDataRow.of("par_final_whole", "PAR, final states only, one token per statement", WHOLE, file="final"),
     OwnDataRow.of("par_final_whole_fast", "PAR, final states only, one token per statement, fast curriculum",
                   {**WHOLE, **FAST_CURRICULUM}, file="final"),
-    # the same 6,000-step cap with twice the default 840 s: the budget was set on a day this machine ran steps about
-    # twice as fast (results/own_data_cpu/README.md)
+    # the same 6,000-step cap with twice the then-default 840 s (the records default has been steps only since
+    # 2026-12-05): the budget was set on a day this machine ran steps about twice as fast (results/own_data_cpu)
     OwnDataRow.of("par_final_whole_fast_2x", "PAR, final states only, one token per statement, fast curriculum, "
                   "1,680 s", {**WHOLE, **FAST_CURRICULUM, "--max_train_seconds": "1680"}, file="final"),
     # the same with half the peak learning rate: at 1e-3 one var_swap5 seed collapses when the fast curriculum
