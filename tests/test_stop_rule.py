@@ -106,7 +106,11 @@ def test_the_checkpoint_on_disk_holds_the_weights_summary_json_names(records, tm
     else:  # every probe that was the best saved its checkpoint (2, 4) beside --save_steps' (3, 6); no limit given
         assert folders == ["checkpoint-2", "checkpoint-3", "checkpoint-4", "checkpoint-6"]
         assert not same_weights(out / "checkpoint-6" / "model.safetensors", out / "model.safetensors")
-    # the final weights scoring as well as the best stay (no restore)
+
+
+def test_final_weights_that_score_as_well_as_the_best_stay(records, tmp_path, monkeypatch):
+    """Probes at steps 2, 4, 6 score 0.5, 0.75, 0.75: no restore, the last checkpoint is the best. (It had run in both
+    parametrizations above, the same run each time.)"""
     scripted_probe(monkeypatch, [0.5, 0.75, 0.75])
     kept = train_par.main(TINY + PACE + ["--train_file", records, "--max_steps", "6", "--stop_when_validation_exact",
                                          "false", "--output_dir", str(tmp_path / "kept")])
