@@ -156,3 +156,116 @@ def scripts_in_process(monkeypatch):
     monkeypatch.setattr(runs, "subprocess", SimpleNamespace(run=run, STDOUT=subprocess.STDOUT, PIPE=subprocess.PIPE))
     yield calls
     torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------------------------------- one fresh process
+FRESH_PROCESS_JOBS: dict = {}  # name -> ((unblocked, order), builder, the test module that registered it)
+
+FRESH_PROCESS_RUNNER = """
+import builtins, contextlib, io, os, traceback
+results, (jobs_file, repository) = {}, sys.argv[1:3]
+meta_path, path = list(sys.meta_path), list(sys.path)  # with BLOCK_THIS_REPOSITORY's blocker, without the repository
+for job in json.loads(open(jobs_file).read()):
+    if job["blocked"]:
+        sys.meta_path[:], sys.path[:] = meta_path, path  # what a job added (a finder, a path) goes with it
+    else:  # the repository importable again, as in a plain `python -c` there; the blocked jobs have all run
+        sys.meta_path[:] = [f for f in meta_path if type(f).__name__ != "Block"]
+        sys.path[:] = [repository, *path]
+    os.chdir(job["folder"])  # as `run_blocked`'s cwd
+    sys.argv = ["-c", job["folder"], repository, *job["args"]]  # as `run_blocked`'s command line
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(job["script"], "<" + job["name"] + ">", "exec"),
+                 {"__name__": "__main__", "__builtins__": builtins, "importlib": importlib, "json": json, "sys": sys})
+        lines = out.getvalue().strip().splitlines()
+        results[job["name"]] = {"output": lines[-1] if lines else None, "error": None}
+    except BaseException:
+        results[job["name"]] = {"output": None, "error": traceback.format_exc()[-3000:]}
+with open(jobs_file + ".out", "w") as f:
+    json.dump(results, f)
+"""
+
+
+def build_jobs(request, tmp_path_factory, registry: dict, fixture: str) -> tuple[dict, dict]:
+    """The jobs of `registry` that a collected test needs (one of its module's tests uses `fixture`), in their
+    order, each built by its builder in a new temporary folder; and the traceback of each builder that failed."""
+    import traceback
+
+    used = {item.module.__name__ for item in request.session.items
+            if fixture in getattr(item, "fixturenames", ()) and getattr(item, "module", None)}
+    built, failed = {}, {}
+    for _, name, builder in sorted((key, name, builder) for name, (key, builder, module) in registry.items()
+                                   if module in used):
+        try:
+            built[name] = builder(tmp_path_factory.mktemp(name))
+        except Exception:
+            failed[name] = "building the job failed:\n" + traceback.format_exc()[-3000:]
+    return built, failed
+
+
+def fresh_process_job(name: str, order: int = 1, blocked: bool = True):
+    """Register a test module's check for the session's one fresh process (`fresh_process`): `builder(folder)` writes
+    what the check needs under `folder` (a new temporary folder) and returns a dict with `script` (a
+    `tests.test_modeling_par.run_blocked` script: sys.argv is [folder, repository, *args], `json` and `sys`
+    imported; its last line of stdout is JSON), `folder` (its working folder and sys.argv[1]), `args` (strings) and
+    anything else the tests read back. Package-blocked jobs run first, by `order`, then name; `blocked=False` jobs
+    (the package importable: checks of what importing it loads) after them all."""
+    def register(builder):
+        FRESH_PROCESS_JOBS[name] = ((not blocked, order), builder, builder.__module__)
+        return builder
+    return register
+
+
+@pytest.fixture(scope="session")
+def fresh_process(request, tmp_path_factory):
+    """The fresh-process checks of every collected test module that uses this fixture (registered with
+    `fresh_process_job`), run in ONE fresh offline process, one after another, each as `run_blocked` runs it (its own
+    sys.argv, working folder and namespace). First the package-blocked ones: `BLOCK_THIS_REPOSITORY` keeps
+    modeling_par, state_tracking and trainers out until they have all run, so every one can load only its folder's
+    remote code (each folder has its own name, so its own `transformers_modules` package); what one must see first
+    in a fresh process (no remote code loaded yet) has `order` 0. Then the unblocked ones, in a process that has
+    never imported the package. The process's module cache (HF_MODULES_CACHE) is a fresh folder, `modules_cache`. A
+    fresh `python` costs ~4 s of CPU to import torch and transformers: one process instead of one per check.
+    Returns, per job name, its builder's dict with `output` (the job's last line of stdout, parsed as JSON) and
+    `error` (its traceback, or None); `fresh_process_result` asserts."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.test_modeling_par import BLOCK_THIS_REPOSITORY, REPO
+
+    built, failed = build_jobs(request, tmp_path_factory, FRESH_PROCESS_JOBS, "fresh_process")
+    root = tmp_path_factory.mktemp("fresh_process")
+    jobs_file = root / "jobs.json"
+    jobs_file.write_text(json.dumps([{"name": name, "script": textwrap.dedent(built[name]["script"]),
+                                      "folder": str(built[name]["folder"]), "args": list(built[name]["args"]),
+                                      "blocked": not FRESH_PROCESS_JOBS[name][0][0]} for name in built]))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(root / "modules"))
+    proc = subprocess.run([sys.executable, "-c", BLOCK_THIS_REPOSITORY + FRESH_PROCESS_RUNNER, str(jobs_file),
+                           str(REPO)], capture_output=True, text=True, cwd=root, env=env, timeout=600)
+    done = json.loads(jobs_file.with_name("jobs.json.out").read_text()) if proc.returncode == 0 else {}
+    results = {}
+    for name, job in built.items():
+        result = done.get(name) or {"output": None, "error": f"the process failed ({proc.returncode}):\n"
+                                                              + proc.stderr[-3000:]}
+        output, error = None, result["error"]
+        if result["output"] is not None:
+            try:
+                output = json.loads(result["output"])
+            except ValueError:
+                error = f"its last line is not JSON: {result['output'][:1000]}"
+        results[name] = {**job, "output": output, "error": error, "modules_cache": root / "modules"}
+    results.update({name: {"output": None, "error": error} for name, error in failed.items()})
+    return results
+
+
+def fresh_process_result(fresh_process, name: str) -> dict:
+    """Job `name`'s dict from `fresh_process`, asserting that it ran to the end and printed its line."""
+    job = fresh_process[name]
+    assert job["error"] is None, job["error"]
+    assert job["output"] is not None, f"{name} printed nothing"
+    return job

@@ -10,8 +10,8 @@ from huggingface_hub.repocard_data import eval_results_to_model_index
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from tests.conftest import VOCAB, load_example
-from tests.test_modeling_par import load_remote, random_batch
+from tests.conftest import VOCAB, fresh_process_job, fresh_process_result, load_example, make_model
+from tests.test_modeling_par import LOAD_IN_FRESH_PROCESS, random_batch
 
 REPO = Path(__file__).resolve().parents[1]
 push_to_hub = load_example("examples/push_to_hub.py")
@@ -24,15 +24,27 @@ def word_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="w0", unk_token="w1")
 
 
-def test_export_folder_is_hub_ready_and_loads_remotely(tiny_model, tmp_path):
-    ckpt = tmp_path / "ckpt"
-    tiny_model.save_pretrained(ckpt)
+@fresh_process_job("exported_tiny_model")
+def exported_tiny_model(folder):
+    """`make_model()` saved with a word tokenizer, a task file and a results table, exported for the hub
+    (`export_for_hub`): `fresh_process` (package blocked) loads the export and answers a batch."""
+    model = make_model()
+    ckpt = folder / "ckpt"
+    model.save_pretrained(ckpt)
     word_tokenizer().save_pretrained(ckpt)
     (ckpt / "state_tracking_task.json").write_text(json.dumps({"name": "toy"}))
-    results = tmp_path / "table.md"
+    results = folder / "table.md"
     results.write_text("| depth | acc |\n|---|---|\n| 8 | 0.5 |")
+    out = push_to_hub.export_for_hub(ckpt, folder / "export", repo_id="me/par-tiny", results=results)
+    input_ids, qpos = random_batch()
+    batch = {"input_ids": input_ids.tolist(), "query_positions": qpos.tolist()}
+    return dict(script=LOAD_IN_FRESH_PROCESS, folder=out, args=[json.dumps(batch), ""], model=model,
+                input_ids=input_ids, query_positions=qpos)
 
-    out = push_to_hub.export_for_hub(ckpt, tmp_path / "export", repo_id="me/par-tiny", results=results)
+
+def test_export_folder_is_hub_ready_and_loads_remotely(fresh_process):
+    job = fresh_process_result(fresh_process, "exported_tiny_model")
+    out, model = job["folder"], job["model"]
     names = {p.name for p in out.iterdir()}
     assert {"model.safetensors", "config.json", "configuration_par.py", "modeling_par.py", "tokenizer.json",
             "tokenizer_config.json", "state_tracking_task.json", "README.md"} <= names
@@ -41,10 +53,10 @@ def test_export_folder_is_hub_ready_and_loads_remotely(tiny_model, tmp_path):
     assert json.loads((out / "config.json").read_text())["auto_map"]["AutoModel"].startswith("modeling_par.")
     assert AutoTokenizer.from_pretrained(out, trust_remote_code=True).convert_tokens_to_ids("w7") == 7
 
-    input_ids, qpos = random_batch()
     with torch.no_grad():
-        expected = tiny_model(input_ids, query_positions=qpos, num_iterations=4, readout_iterations=[2, 4])
-    (got,) = load_remote(out, {"input_ids": input_ids.tolist(), "query_positions": qpos.tolist()})
+        expected = model(job["input_ids"], query_positions=job["query_positions"], num_iterations=4,
+                         readout_iterations=[2, 4])
+    (got,) = (torch.tensor(logits) for logits in job["output"])
     torch.testing.assert_close(got, expected.answer_logits, atol=1e-6, rtol=0)
 
 

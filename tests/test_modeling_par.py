@@ -17,7 +17,15 @@ from modeling_par import (
     padded_causal_mask,
     state_rms,
 )
-from tests.conftest import ANSWER_IDS, HALT_IDS, VOCAB, make_model, tiny_par_config
+from tests.conftest import (
+    ANSWER_IDS,
+    HALT_IDS,
+    VOCAB,
+    fresh_process_job,
+    fresh_process_result,
+    make_model,
+    tiny_par_config,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,26 +85,34 @@ PARENTS_ON_FIRST_RETROFIT = """
     from tests.conftest import ANSWER_IDS, VOCAB, make_model, tiny_qwen2_config
     from transformers import Qwen2ForCausalLM
 
+    seen = []
     model = make_model()
     model.predict(torch.randint(1, VOCAB, (2, 6)), num_iterations=3)
-    print("parents after inference:", "modeling_par.parents" in sys.modules)
+    seen.append(f"parents after inference: {'modeling_par.parents' in sys.modules}")
     ParLoopedQwenForStateTracking.from_pretrained_parent(Qwen2ForCausalLM(tiny_qwen2_config()), 2, 2, 2,
                                                          answer_token_ids=ANSWER_IDS)
-    print("parents after a retrofit:", "modeling_par.parents" in sys.modules)
+    seen.append(f"parents after a retrofit: {'modeling_par.parents' in sys.modules}")
+    print(json.dumps(seen))
 """
 
 
-def test_the_parent_conversion_is_imported_only_by_a_retrofit():
+@fresh_process_job("parents_on_first_retrofit", blocked=False)
+def parents_on_first_retrofit(folder):
+    """The package imported for the first time in the fresh process (after its blocked checks), from the
+    repository."""
+    return dict(script=PARENTS_ON_FIRST_RETROFIT, folder=REPO, args=[])
+
+
+def test_the_parent_conversion_is_imported_only_by_a_retrofit(fresh_process):
     """`modeling_par` builds and runs a model without importing `modeling_par.parents`; `from_pretrained_parent`
-    imports it on first use (by importlib, which transformers' remote-code scanner does not follow)."""
+    imports it on first use (by importlib, which transformers' remote-code scanner does not follow). In the fresh
+    process (`fresh_process`), where the package is imported for the first time."""
     from transformers.dynamic_module_utils import get_relative_import_files
 
     remote_code = get_relative_import_files(REPO / "modeling_par" / "modeling_par.py")
     assert "parents.py" not in {Path(f).name for f in remote_code}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(PARENTS_ON_FIRST_RETROFIT)], capture_output=True,
-                          text=True, cwd=REPO, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines()[-2:] == ["parents after inference: False", "parents after a retrofit: True"]
+    job = fresh_process_result(fresh_process, "parents_on_first_retrofit")
+    assert job["output"] == ["parents after inference: False", "parents after a retrofit: True"]
 
 
 def test_tied_embeddings_parent_keeps_tie():
@@ -408,29 +424,32 @@ LOAD_IN_FRESH_PROCESS = """
 """
 
 
-def load_remote(folder, batch, attn_implementations=("",)):
-    """The answer logits (R = 4, readouts 2 and 4) of the folder's model loaded as remote code in one fresh process,
-    once per attention implementation, in order ("": the default); one tensor per implementation."""
-    out = run_blocked(LOAD_IN_FRESH_PROCESS, folder, json.dumps(batch), ",".join(attn_implementations))
-    return [torch.tensor(logits) for logits in json.loads(out)]
+@fresh_process_job("saved_tiny_model", order=0)  # the process's first load: nothing has registered "par_eager" yet
+def saved_tiny_model(folder):
+    """`make_model()` saved to `folder`/ckpt, and a batch: `fresh_process` (package blocked) loads it first with the
+    attention implementation the remote code registers, "par_eager" (eager attention when uncompiled; asked for by
+    the process's first load), then with the default, and answers the batch each time."""
+    model = make_model()
+    model.save_pretrained(folder / "ckpt")
+    input_ids, qpos = random_batch()
+    batch = {"input_ids": input_ids.tolist(), "query_positions": qpos.tolist()}
+    return dict(script=LOAD_IN_FRESH_PROCESS, folder=folder / "ckpt", args=[json.dumps(batch), "par_eager,"],
+                model=model, input_ids=input_ids, query_positions=qpos)
 
 
-def test_save_pretrained_loads_with_trust_remote_code_in_fresh_process(tiny_model, tmp_path):
-    folder = tmp_path / "ckpt"
-    tiny_model.save_pretrained(folder)
+def test_save_pretrained_loads_with_trust_remote_code_in_fresh_process(fresh_process):
+    job = fresh_process_result(fresh_process, "saved_tiny_model")
+    folder, model = job["folder"], job["model"]
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"] == {
         "AutoConfig": "configuration_par.ParLoopedQwenConfig",
         "AutoModel": "modeling_par.ParLoopedQwenForStateTracking",
     }
     assert (folder / "modeling_par.py").exists() and (folder / "configuration_par.py").exists()
-    input_ids, qpos = random_batch()
     with torch.no_grad():
-        expected = tiny_model(input_ids, query_positions=qpos, num_iterations=4, readout_iterations=[2, 4])
-    batch = {"input_ids": input_ids.tolist(), "query_positions": qpos.tolist()}
-    # one process: first the attention implementation the remote code registers, "par_eager" (eager attention when
-    # uncompiled; asked for by the process's first load), then the default
-    par_eager, default = load_remote(folder, batch, attn_implementations=("par_eager", ""))
+        expected = model(job["input_ids"], query_positions=job["query_positions"], num_iterations=4,
+                         readout_iterations=[2, 4])
+    par_eager, default = (torch.tensor(logits) for logits in job["output"])
     torch.testing.assert_close(default, expected.answer_logits, atol=1e-6, rtol=0)
     torch.testing.assert_close(par_eager, expected.answer_logits, atol=1e-5, rtol=0)
 

@@ -13,7 +13,7 @@ from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking, Pro
 from modeling_par.prompt_format import token_boundaries
 from state_tracking import build_tokenizer, encode_batch, get_task, load_task, model_token_ids, prompt_format_of
 from state_tracking.prompts import text_prompt
-from tests.test_modeling_par import run_blocked
+from tests.conftest import fresh_process_job, fresh_process_result
 
 REPO = Path(__file__).resolve().parents[1]
 MACHINE = load_task(REPO / "examples" / "tasks" / "batch_process.json")
@@ -230,12 +230,19 @@ PIPELINE_FROM_FOLDER = """
 """
 
 
-def test_pipeline_loads_from_the_checkpoint_folder_alone(tmp_path):
-    text_checkpoint(tmp_path)
-    assert {"pipeline_par.py", "prompt_format.py"} <= {p.name for p in tmp_path.glob("*.py")}
+@fresh_process_job("text_checkpoint_pipeline")
+def saved_text_checkpoint(folder):
+    """`text_checkpoint` in `folder`/text-ckpt and three prompts for the pipeline in `fresh_process` (blocked)."""
+    text_checkpoint(folder / "text-ckpt")
     prompts, _ = machine_prompts(3, seed=3)
-    out = json.loads(run_blocked(PIPELINE_FROM_FOLDER, tmp_path, json.dumps(prompts)))
-    here = pipeline("state-tracking", model=str(tmp_path), trust_remote_code=True)(prompts, return_trajectory=True)
+    return dict(script=PIPELINE_FROM_FOLDER, folder=folder / "text-ckpt", args=[json.dumps(prompts)], prompts=prompts)
+
+
+def test_pipeline_loads_from_the_checkpoint_folder_alone(fresh_process):
+    job = fresh_process_result(fresh_process, "text_checkpoint_pipeline")
+    folder, prompts, out = job["folder"], job["prompts"], job["output"]
+    assert {"pipeline_par.py", "prompt_format.py"} <= {p.name for p in folder.glob("*.py")}
+    here = pipeline("state-tracking", model=str(folder), trust_remote_code=True)(prompts, return_trajectory=True)
     assert out["results"] == here
     assert out["error"].startswith("PromptFormatError: the query is cut off")
 

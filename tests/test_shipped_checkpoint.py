@@ -12,7 +12,7 @@ from transformers import AutoModel, AutoTokenizer
 from scripts.sync_remote_code import main as sync_remote_code
 from scripts.sync_remote_code import remote_code_files, write_remote_code
 from state_tracking import StateTrackingCollator, encode_batch, load_task_from_dir
-from tests.test_modeling_par import run_blocked
+from tests.conftest import fresh_process_job, fresh_process_result
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "par-swap-s5-small"
 # Trained on d ≤ 32 at the paper's protocol (examples/reproduce/paper_protocol.py, row recipe_halting, seed 0):
@@ -154,20 +154,19 @@ REMOTE_RUN = """
 """
 
 
-@pytest.fixture(scope="module")
-def remote(shipped, tmp_path_factory):
-    """One fresh process (package blocked, any module named `parents` blocked, a fresh module cache) loads a copy of
-    the shipped folder that had held a stale parents.py, and reports what both tests below check: its answers on a
-    batch (`answers`, forced and halting) and its fast paths against the reference (`fast_paths`). Rows of the
-    fast-path batch: d = 3 (less than one block of 4) and d = 7 (a block and a part) end at different iterations;
-    with two depths every compiled part stays within dynamo's recompile limit (a third depth sent one part back to
-    eager)."""
-    tmp_path = tmp_path_factory.mktemp("remote")
-    folder = tmp_path / "par-swap-s5-small-no-parents"
+@fresh_process_job("shipped_remote", order=2)  # the last blocked job: compile_core leaves dynamo's caches
+def shipped_remote_cases(folder):
+    """A copy of the shipped folder that had held a stale parents.py (the generator removes it), loaded in the
+    package-blocked part of `fresh_process` (a fresh module cache; here also any module named `parents` blocked),
+    which reports what both tests below check: its answers on a batch (`answers`, forced and halting) and its fast
+    paths against the reference (`fast_paths`). Rows of the fast-path batch: d = 3 (less than one block of 4) and
+    d = 7 (a block and a part) end at different iterations; with two depths every compiled part stays within dynamo's
+    recompile limit (a third depth sent one part back to eager)."""
+    folder = folder / "par-swap-s5-small-no-parents"
     shutil.copytree(CHECKPOINT, folder)
     shutil.copyfile(CHECKPOINT.parents[1] / "modeling_par" / "parents.py", folder / "parents.py")
     removed = write_remote_code(folder)
-    _, tokenizer, task = shipped
+    tokenizer, task = AutoTokenizer.from_pretrained(CHECKPOINT, trust_remote_code=True), load_task_from_dir(CHECKPOINT)
     input_ids, kw = encode(task, tokenizer, task.sample_ops(np.random.default_rng(3), 4, 8))
     answers = {"input_ids": input_ids.tolist(), **{k: v.tolist() for k, v in kw.items()}}
     ops = [task.sample_ops(np.random.default_rng(11), 2, d) for d in (3, 7)]
@@ -176,10 +175,14 @@ def remote(shipped, tmp_path_factory):
     batch = StateTrackingCollator(tokenizer.pad_token_id)(rows)
     fast_paths = {k: batch[k].tolist() for k in ("input_ids", "attention_mask", "query_positions", "operation_ends")}
     fast_paths["depth"] = [3] * 2 + [7] * 2
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
-        got = json.loads(run_blocked(REMOTE_RUN, folder, json.dumps({"answers": answers, "fast_paths": fast_paths})))
-    return dict(folder=folder, removed=removed, modules=tmp_path / "modules", input_ids=input_ids, kw=kw, got=got)
+    return dict(script=REMOTE_RUN, folder=folder, args=[json.dumps({"answers": answers, "fast_paths": fast_paths})],
+                removed=removed, input_ids=input_ids, kw=kw)
+
+
+@pytest.fixture(scope="module")
+def remote(fresh_process):
+    job = fresh_process_result(fresh_process, "shipped_remote")
+    return dict(job, modules=job["modules_cache"], got=job["output"])
 
 
 def test_shipped_checkpoint_loads_and_answers_without_the_parent_conversion(shipped, remote):
@@ -190,7 +193,7 @@ def test_shipped_checkpoint_loads_and_answers_without_the_parent_conversion(ship
     assert sorted(p.name for p in remote["folder"].glob("*.py")) == REMOTE_CODE
     model, _, _ = shipped
     input_ids, kw, got = remote["input_ids"], remote["kw"], remote["got"]
-    assert got["parents_loaded"] == []  # nor did the fast paths below load it
+    assert got["parents_loaded"] == []  # nor did the fast paths below, nor any check before them in that process
     assert not list(remote["modules"].rglob("parents.py"))  # transformers copied no conversion to its cache
     with torch.no_grad():
         forced = model.predict(input_ids, num_iterations=9, **kw).answer_logits
@@ -201,7 +204,7 @@ def test_shipped_checkpoint_loads_and_answers_without_the_parent_conversion(ship
 
 
 def test_shipped_checkpoint_runs_every_fast_path_as_remote_code(remote):
-    """Loaded from its folder alone (package blocked; the process of `remote`), the checkpoint's remote code runs the
+    """Loaded from its folder alone (package blocked; the job of `remote`), the checkpoint's remote code runs the
     local window (plans, blocks of iterations, forced and halting predict, a forward with readouts), "par_eager"
     attention and `compile_core`, and each gives what the masked reference computation gives."""
     diffs = remote["got"]["fast_paths"]

@@ -11,7 +11,7 @@ import pytest
 from scripts.sync_remote_code import remote_code_files
 from state_tracking import load_task_from_dir
 from state_tracking.prompts import text_prompt
-from tests.test_modeling_par import run_blocked
+from tests.conftest import fresh_process_job, fresh_process_result
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINT = REPO / "checkpoints" / "par-batch-process-text"
@@ -31,7 +31,7 @@ def test_text_checkpoint_holds_exactly_the_remote_code():
     assert "pipeline_par.py" in REMOTE_CODE and "parents.py" not in REMOTE_CODE
 
 
-# One fresh process with the package blocked answers both tests' cases (the pipeline is loaded once).
+# The fresh package-blocked process (`fresh_process`) answers both tests' cases (the pipeline is loaded once).
 ANSWER_FROM_THE_FOLDER = """
     from transformers import pipeline
     tracker = pipeline("state-tracking", model=sys.argv[1], trust_remote_code=True)
@@ -75,11 +75,18 @@ def raw_cases():
     return task, states, {"prompts": prompts, "bad": bad}
 
 
-@pytest.fixture(scope="module")
-def answered():
+@fresh_process_job("text_checkpoint_answers")
+def text_checkpoint_cases(folder):
+    """Both tests' cases for `fresh_process`, which answers them from the committed folder (`folder` unused)."""
     task, states, raw = raw_cases()
     cases = {"raw": raw, "untrained": {"held_out": HELD_OUT, "trained": TRAINED}}
-    return task, states, json.loads(run_blocked(ANSWER_FROM_THE_FOLDER, CHECKPOINT, json.dumps(cases)))
+    return dict(script=ANSWER_FROM_THE_FOLDER, folder=CHECKPOINT, args=[json.dumps(cases)], task=task, states=states)
+
+
+@pytest.fixture(scope="module")
+def answered(fresh_process):
+    job = fresh_process_result(fresh_process, "text_checkpoint_answers")
+    return job["task"], job["states"], job["output"]
 
 
 def test_text_checkpoint_answers_raw_strings_from_its_folder_alone(answered):
