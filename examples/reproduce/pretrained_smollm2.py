@@ -345,9 +345,9 @@ def rows_table(records: list[dict]) -> str:
     pilots = [r for r in records if r["row"].startswith("pilot_")]
     if pilots:
         lines += ["", "Pilots (train d ≤ 4, 150 steps, 256 prompts at d = 4):", "",
-                  "| row | train s | s / step | trained params | seen d=4 | held-out d=4 |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {r['row']} | {r['train_seconds']:.0f} | {r['seconds_per_step']} | "
+                  "| row | seed | train s | s / step | trained params | seen d=4 | held-out d=4 |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['row']} | {r['seed']} | {r['train_seconds']:.0f} | {r['seconds_per_step']} | "
                   f"{r['trainable_parameters'] / 1e6:.1f} M | {cell(accuracy_at(r, 'seen', 4))} | "
                   f"{cell(accuracy_at(r, 'held_out', 4))} |" for r in pilots]
     slotted = [r for r in records if "slots" in r]
