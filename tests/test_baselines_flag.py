@@ -1,7 +1,6 @@
 """train_par.py --baselines lstm,rpni: after PAR, the LSTM (examples/baselines/rnn.py) and RPNI (automata.py) on the
 same records files, seed and split, one table, and summary.json's "baselines"; a bad --baselines is one error."""
 
-import csv
 import json
 
 import numpy as np
@@ -10,39 +9,23 @@ import pytest
 from state_tracking import baselines_table
 from state_tracking.cli import run_cli
 from tests.conftest import load_example
+from tests.counter_records import write_counter_csv
 
 train_par = load_example("examples/train_par.py")
 
-# a counter mod 3 from "zero", step states
-OPS = {"up": 1, "down": -1, "hold": 0}
-NAMES = ("zero", "one", "two")
+# records of a counter mod 3 (tests.counter_records), step states
 TINY = ["--hidden_size", "16", "--intermediate_size", "32", "--num_attention_heads", "2", "--num_key_value_heads",
         "2", "--per_device_train_batch_size", "8", "--eval_batch_size", "64", "--disable_tqdm", "true", "--use_cpu",
         "true", "--max_iterations", "32", "--compile_core", "false", "--max_steps", "4", "--operations_column", "ops",
         "--step_states_column", "states"]
 
 
-def write(path, lengths, seed):
-    rng = np.random.default_rng(seed)
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["ops", "states"])
-        for length in lengths:
-            ops = [str(o) for o in rng.choice(list(OPS), size=int(length))]
-            state, states = 0, []
-            for op in ops:
-                state = (state + OPS[op]) % 3
-                states.append(NAMES[state])
-            writer.writerow([" ".join(ops), " ".join(states)])
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("baselines")
     rng = np.random.default_rng(0)
-    return (write(folder / "train.csv", rng.integers(1, 7, size=300), seed=1),
-            write(folder / "test.csv", [8] * 20 + [16] * 20, seed=2))
+    return (write_counter_csv(folder / "train.csv", rng.integers(1, 7, size=300), np.random.default_rng(1)),
+            write_counter_csv(folder / "test.csv", [8] * 20 + [16] * 20, np.random.default_rng(2)))
 
 
 @pytest.mark.parametrize("value", ["lstm,hmm", "", "lstm,lstm", "gru"])

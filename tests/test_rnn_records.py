@@ -9,34 +9,16 @@ import numpy as np
 import pytest
 
 from tests.conftest import load_example
+from tests.counter_records import draw, write_csv
 
 rnn = load_example("examples/baselines/rnn.py")
 
-# A tiny machine: a counter mod 3 ("up" +1, "down" -1, "hold" +0), states named, from "zero".
-OPS = {"up": 1, "down": -1, "hold": 0}
-NAMES = ("zero", "one", "two")
+# A tiny machine: a counter mod 3 (tests.counter_records).
 TRAIN_LENGTHS = range(1, 7)
 TEST_LENGTHS = {9: 12, 14: 7}  # length -> records
 
 TINY = ["--hidden", "16", "--max_steps", "30", "--batch_size", "16", "--curriculum_every_steps", "5",
         "--logging_steps", "10", "--learning_rate", "3e-3", "--eval_batch_size", "8"]
-
-
-def draw(rng, length):
-    ops = [str(o) for o in rng.choice(list(OPS), size=length)]
-    states, state = [], 0
-    for op in ops:
-        state = (state + OPS[op]) % 3
-        states.append(NAMES[state])
-    return ops, states
-
-
-def write_csv(path, records):
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["ops", "states"])
-        for ops, states in records:
-            writer.writerow([" ".join(ops), " ".join(states)])
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """The records default's budget is in steps, not seconds: the same command and seed train the same steps and the same
 weights on a busy machine and an idle one; a wall-clock cap is an option, and a run it ends says so."""
 
-import csv
 import time
 
 import numpy as np
@@ -10,13 +9,12 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import load_example
+from tests.counter_records import write_counter_csv
 from trainers import ParTrainer
 
 train_par = load_example("examples/train_par.py")
 
-# a counter mod 3 from "zero", records of lengths 1..4, step states
-OPS = {"up": 1, "down": -1, "hold": 0}
-NAMES = ("zero", "one", "two")
+# records of a counter mod 3 (tests.counter_records) of lengths 1..4, step states
 TINY = ["--hidden_size", "16", "--intermediate_size", "32", "--num_attention_heads", "2", "--num_key_value_heads",
         "2", "--per_device_train_batch_size", "8", "--eval_batch_size", "64", "--disable_tqdm", "true", "--use_cpu",
         "true", "--max_iterations", "8", "--compile_core", "false", "--logging_steps", "1", "--operations_column",
@@ -25,19 +23,9 @@ TINY = ["--hidden_size", "16", "--intermediate_size", "32", "--num_attention_hea
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    path = tmp_path_factory.mktemp("step_budget") / "counter.csv"
     rng = np.random.default_rng(0)
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["ops", "states"])
-        for length in rng.integers(1, 5, size=60):
-            ops = [str(o) for o in rng.choice(list(OPS), size=int(length))]
-            state, states = 0, []
-            for op in ops:
-                state = (state + OPS[op]) % 3
-                states.append(NAMES[state])
-            writer.writerow([" ".join(ops), " ".join(states)])
-    return str(path)
+    lengths = rng.integers(1, 5, size=60)
+    return write_counter_csv(tmp_path_factory.mktemp("step_budget") / "counter.csv", lengths, rng)
 
 
 def slow_steps(monkeypatch, seconds: float) -> None:

@@ -2,7 +2,6 @@
 `trainers.probe_stop` that rnn.py calls too): a stop waits for a trained step at the longest length, the checkpoint
 on disk is the one summary.json names, and probe flags that would change nothing are refused by name."""
 
-import csv
 
 import numpy as np
 import pytest
@@ -10,13 +9,12 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import load_example
+from tests.counter_records import write_counter_csv
 from trainers import RecordsProbeCallback, curriculum_done, curriculum_max_depth, probe_stop
 
 train_par = load_example("examples/train_par.py")
 
-# a counter mod 3 ("up" +1, "down" -1, "hold" +0) from "zero", records of lengths 1..4
-OPS = {"up": 1, "down": -1, "hold": 0}
-NAMES = ("zero", "one", "two")
+# records of a counter mod 3 (tests.counter_records) of lengths 1..4
 TINY = ["--hidden_size", "16", "--intermediate_size", "32", "--num_attention_heads", "2", "--num_key_value_heads",
         "2", "--per_device_train_batch_size", "8", "--eval_n", "8", "--eval_batch_size", "64", "--disable_tqdm",
         "true", "--use_cpu", "true", "--max_iterations", "8", "--compile_core", "false", "--logging_steps", "1",
@@ -28,19 +26,9 @@ PACE = ["--curriculum_advance_accuracy", "none", "--curriculum_start_depth", "2"
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    path = tmp_path_factory.mktemp("stop_rule") / "counter.csv"
     rng = np.random.default_rng(0)
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["ops", "states"])
-        for length in [1, 2, 3, 4] + [int(d) for d in rng.integers(1, 5, size=96)]:
-            ops = [str(o) for o in rng.choice(list(OPS), size=length)]
-            states, state = [], 0
-            for op in ops:
-                state = (state + OPS[op]) % 3
-                states.append(NAMES[state])
-            writer.writerow([" ".join(ops), " ".join(states)])
-    return str(path)
+    lengths = [1, 2, 3, 4] + [int(d) for d in rng.integers(1, 5, size=96)]
+    return write_counter_csv(tmp_path_factory.mktemp("stop_rule") / "counter.csv", lengths, rng)
 
 
 def scripted_probe(monkeypatch, accuracies):
