@@ -114,6 +114,9 @@ def paraphrase(task_file: Path, parent_name: str, seed: int, per_round: int, rou
     held_n = text.get("held_out_phrasings", 0)
     operations = text["operations"]
     every_wording = {normalized(s) for options in operations.values() for s in options}
+    # the generative classifier's context per operation: its trained wordings, one per line
+    contexts = {op: CONTEXT.format(examples="\n".join(trained_and_held(options, held_n)[0]))
+                for op, options in operations.items()}
     parent = Parent(parent_name)
     record = {"command": " ".join(["python", "examples/reproduce/paraphrase_phrasings.py", *sys.argv[1:]]),
               "parent": parent.label, "seed": seed, "ask": ASK, "classifier_context": CONTEXT, "operations": {}}
@@ -139,8 +142,8 @@ def paraphrase(task_file: Path, parent_name: str, seed: int, per_round: int, rou
                 entry["dropped"] = "already a wording of the task file"
             else:
                 # the parent as a generative classifier: which operation's wordings make the line most likely
-                scores = {other: round(parent.continuation_logprob(CONTEXT.format(examples="\n".join(
-                    trained_and_held(operations[other], held_n)[0])), sentence), 3) for other in operations}
+                scores = {other: round(parent.continuation_logprob(context, sentence), 3)
+                          for other, context in contexts.items()}
                 entry["log_p_given"] = scores
                 if max(scores, key=scores.get) != op:
                     entry["dropped"] = "the parent finds it likelier after another operation's wordings"
