@@ -52,8 +52,11 @@ def row_train_seconds(segments: list[dict]) -> float:
 
 
 def stopped_on_time(summary: Mapping) -> bool:
-    """Whether a finished train_par.py run ended on its time budget: no probe stopped it and it trained fewer than
-    its `max_steps` (so training it on is the same run, its learning-rate schedule unchanged)."""
+    """Whether a finished train_par.py run ended on its time budget (so training it on is the same run, its
+    learning-rate schedule unchanged): its summary's `stopped_by`, or for a summary written before that field, no
+    probe stopped it and it trained fewer than its `max_steps`."""
+    if "stopped_by" in summary:
+        return summary["stopped_by"] == "max_train_seconds"
     return summary.get("probe_stopped_at") is None and summary.get("steps", 0) < summary.get("max_steps", 0)
 
 

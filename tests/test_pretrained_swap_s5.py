@@ -109,6 +109,7 @@ def test_a_row_stopped_by_its_time_budget_trains_on_with_more_seconds(tmp_path, 
                         subprocess.CompletedProcess(command, 0))
     flags = {"--max_steps": "3000", "--max_train_seconds": "3000"}
 
+    assert runs.stopped_on_time({**summary, "stopped_by": "max_train_seconds"})  # what summary.json now says
     assert len(runs.train_segment(folder, 0, flags, "row")) == 1 and not commands  # no more_seconds: finished
     segments = runs.train_segment(folder, 0, flags, "row", more_seconds=600)
     assert len(commands) == 1 and len(segments) == 2
@@ -119,7 +120,8 @@ def test_a_row_stopped_by_its_time_budget_trains_on_with_more_seconds(tmp_path, 
     assert json.loads((folder / "summary_segment1.json").read_text()) == summary
 
     for done in ({"steps": 3000, "max_steps": 3000, "probe_stopped_at": None},
-                 {"steps": 1200, "max_steps": 3000, "probe_stopped_at": 1200}):
+                 {"steps": 1200, "max_steps": 3000, "probe_stopped_at": 1200},
+                 {"steps": 1200, "max_steps": 3000, "probe_stopped_at": None, "stopped_by": None}):
         (folder / "summary.json").write_text(json.dumps(done))
         assert len(runs.train_segment(folder, 0, flags, "row", more_seconds=600)) == 2 and len(commands) == 1
     with pytest.raises(ValueError, match="more_seconds"):
