@@ -1,0 +1,265 @@
+"""A user's log with only the data flags (issue 51): `train_par.py --train_file … --test_file … --seed S --baselines
+lstm,rpni` and nothing else, per log and seed — the recipe chosen from the records (`--recipe auto`, the default), the
+6,000-step budget, then the LSTM (`examples/baselines/rnn.py` defaults) and RPNI (AALpy) on the same files in the same
+command, so that the three are timed under the same machine load.
+
+    python examples/studies/own_data.py --make_data --machine M          # the study's machines (runs/own_data/data/)
+    python examples/studies/defaults.py --make_data                      # the new logs below, register3 at 1,000
+    python examples/studies/defaults.py --log register3 --seed 0         # one run: results/own_data_cpu/defaults/
+    python examples/studies/defaults.py --collect                        # results/own_data_cpu/defaults.md
+
+Logs (`LOGS`): the final-states files of results/own_data_cpu (register3, batch_process, swap-S5 final mappings,
+var_swap5, and register3's first 1,000 records) and two written for this study, neither used to choose a rule:
+- `elevator` (free text, 16 states): a lift controller's log — floor 1..4, doors open / closed, normal / maintenance
+  mode — whose events (moves and doors common, service mode rarer, a fire recall rare) are sentences in three
+  wordings each ("The car went up one floor.", "Lift moved up a floor.", ...); every record starts from the lobby,
+  doors closed, normal; lengths 1..16; the state is the mapping {floor, doors, mode}.
+- `counters4` (4 variables of 0..2, 81 states): statements a program logged — four initial assignments (`a = 2`) then
+  increments modulo 3 (`c = (c + 1) % 3`), copies (`b = d`), resets (`a = 0`) and swaps (`a, d = d, a`); 1..16
+  operations after the assignments (so no record is shorter than 5 statements); the state is the mapping of the four.
+Each test file: 1,024 records at 16, 64 and 256 operations (var_swap5 and counters4: plus their initial assignments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+from par_studies import REPO, argv, load_records, mean_sd, run_logged
+from state_tracking.evaluation import repo_relative
+from state_tracking.flag_values import true_or_false  # noqa: E402
+
+DATA = REPO / "runs" / "own_data" / "data"
+RUNS = REPO / "runs" / "own_data" / "defaults"
+RESULTS = REPO / "results" / "own_data_cpu"
+TRAIN_N, TEST_N, TRAIN_LENGTHS, TEST_LENGTHS = 16000, 1024, (1, 16), (16, 64, 256)
+SMALL_N = 1000
+
+# log -> its files (under runs/own_data/data), the columns it names, and its test lengths (16x is the last)
+LOGS = {
+    "register3": dict(train="register3_final.jsonl", test="register3_test.csv"),
+    "batch_process": dict(train="batch_process_final.jsonl", test="batch_process_test.csv"),
+    "swap_s5": dict(train="swap_s5_final.jsonl", test="swap_s5_test.csv"),
+    "var_swap5": dict(train="var_swap5_final.jsonl", test="var_swap5_test.jsonl", test_lengths=(21, 69, 261),
+                      columns={"--operations_column": "history", "--state_column": "state"}),
+    "register3_1000": dict(train="register3_final_n1000.jsonl", test="register3_test.csv"),
+    "elevator": dict(train="elevator_final.jsonl", test="elevator_test.jsonl",
+                     columns={"--operations_column": "events", "--state_column": "status"}),
+    "counters4": dict(train="counters4_final.jsonl", test="counters4_test.jsonl", test_lengths=(20, 68, 260),
+                      columns={"--operations_column": "statements", "--state_column": "values"}),
+}
+
+# ---- the elevator log: 4 floors x doors x mode = 16 states, free-text events in three wordings each ----
+ELEVATOR_EVENTS = {
+    "up": ("The car went up one floor.", "Lift moved up a floor.", "Elevator ascended one level."),
+    "down": ("The car went down one floor.", "Lift moved down a floor.", "Elevator descended one level."),
+    "open": ("Doors opened.", "The doors open at this floor.", "Door sensor reports doors open."),
+    "close": ("Doors closed.", "The doors shut.", "Door sensor reports doors closed."),
+    "service_on": ("Maintenance key turned on.", "Technician switched the car to service mode.",
+                   "Service mode engaged."),
+    "service_off": ("Maintenance key turned off.", "Technician returned the car to normal service.",
+                    "Service mode released."),
+    "fire": ("Fire recall: car sent to the lobby.", "Fire alarm recalled the lift to floor 1.",
+             "Emergency recall to the ground floor."),
+}
+# how often each event occurs (a log's mix: moves and doors common, service mode rarer, a fire recall rare)
+ELEVATOR_WEIGHTS = {"up": 0.24, "down": 0.18, "open": 0.2, "close": 0.2, "service_on": 0.07, "service_off": 0.07,
+                    "fire": 0.04}
+
+
+def elevator_step(state: tuple, event: str) -> tuple:
+    """(floor 1..4, doors "open"/"closed", mode "normal"/"service") after `event`: the car moves one floor only with
+    the doors closed in normal mode (not past 1 or 4); doors open or close in any mode; fire recall sends the car to
+    floor 1 with the doors open in normal mode."""
+    floor, doors, mode = state
+    if event in ("up", "down"):
+        if doors == "closed" and mode == "normal":
+            floor = min(4, floor + 1) if event == "up" else max(1, floor - 1)
+        return floor, doors, mode
+    if event in ("open", "close"):
+        return floor, "open" if event == "open" else "closed", mode
+    if event in ("service_on", "service_off"):
+        return floor, doors, "service" if event == "service_on" else "normal"
+    return 1, "open", "normal"  # fire recall
+
+
+def elevator_records(n: int, lengths: tuple[int, int], seed: int) -> list[dict]:
+    """`n` elevator records: `events` the sentences (events drawn by `ELEVATOR_WEIGHTS`, wordings uniform),
+    `status` the final state."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    names = list(ELEVATOR_EVENTS)
+    records = []
+    for _ in range(n):
+        state, events = (1, "closed", "normal"), []
+        for _ in range(int(rng.integers(lengths[0], lengths[1] + 1))):
+            event = names[int(rng.choice(len(names), p=[ELEVATOR_WEIGHTS[name] for name in names]))]
+            state = elevator_step(state, event)
+            events.append(ELEVATOR_EVENTS[event][int(rng.integers(3))])
+        records.append({"events": events, "status": {"floor": str(state[0]), "doors": state[1], "mode": state[2]}})
+    return records
+
+
+# ---- the counters4 log: 4 variables of 0..2 = 81 states, assignment / increment / copy / reset / swap statements ----
+COUNTERS = ("a", "b", "c", "d")
+
+
+def counters_records(n: int, lengths: tuple[int, int], seed: int) -> list[dict]:
+    """`n` counters4 records: `statements` the four initial assignments then the operations (kind uniform among
+    increment, copy, reset, swap; variables uniform), `values` the final values (as strings)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    records = []
+    for _ in range(n):
+        values = [int(v) for v in rng.integers(0, 3, len(COUNTERS))]
+        statements = [f"{name} = {value}" for name, value in zip(COUNTERS, values)]
+        for _ in range(int(rng.integers(lengths[0], lengths[1] + 1))):
+            kind = int(rng.integers(4))
+            i, j = (int(k) for k in rng.choice(len(COUNTERS), 2, replace=False))
+            x, y = COUNTERS[i], COUNTERS[j]
+            if kind == 0:
+                values[i] = (values[i] + 1) % 3
+                statements.append(f"{x} = ({x} + 1) % 3")
+            elif kind == 1:
+                values[i] = values[j]
+                statements.append(f"{x} = {y}")
+            elif kind == 2:
+                values[i] = 0
+                statements.append(f"{x} = 0")
+            else:
+                values[i], values[j] = values[j], values[i]
+                statements.append(f"{x}, {y} = {y}, {x}")
+        records.append({"statements": statements, "values": {k: str(v) for k, v in zip(COUNTERS, values)}})
+    return records
+
+
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+
+
+def make_data() -> None:
+    """The new logs (train: 16,000 records of 1..16 operations, seed 0; test: 1,024 at each of 16, 64, 256
+    operations, seeds 1, 2, 3) and register3's first 1,000 training records."""
+    for name, writer in (("elevator", elevator_records), ("counters4", counters_records)):
+        write_jsonl(DATA / LOGS[name]["train"], writer(TRAIN_N, TRAIN_LENGTHS, seed=0))
+        write_jsonl(DATA / LOGS[name]["test"], [r for k, d in enumerate(TEST_LENGTHS)
+                                                for r in writer(TEST_N, (d, d), seed=1 + k)])
+    source = DATA / LOGS["register3"]["train"]
+    if not source.is_file():
+        raise SystemExit(f"{source} is missing: run python examples/studies/own_data.py --make_data --machine "
+                         "register3 first")
+    lines = source.read_text().splitlines()[:SMALL_N]
+    (DATA / LOGS["register3_1000"]["train"]).write_text("\n".join(lines) + "\n")
+    print(f"wrote the elevator, counters4 and register3_1000 files under {repo_relative(DATA)}")
+
+
+def run(log: str, seed: int) -> dict:
+    """One run: train_par.py with only the data flags and --baselines lstm,rpni; its record under
+    results/own_data_cpu/defaults/."""
+    spec, folder = LOGS[log], RUNS / f"{log}_s{seed}"
+    for kind in ("train", "test"):
+        if not (DATA / spec[kind]).is_file():
+            raise SystemExit(f"{DATA / spec[kind]} is missing: run --make_data (and own_data.py --make_data)")
+    flags = {"--train_file": repo_relative(DATA / spec["train"]), "--test_file": repo_relative(DATA / spec["test"]),
+             **spec.get("columns", {}), "--seed": str(seed), "--baselines": "lstm,rpni",
+             "--output_dir": repo_relative(folder), "--disable_tqdm": "true"}
+    command = ["python", "examples/train_par.py", *argv(flags)]
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    run_logged(command, folder / "train.log")
+    summary = json.loads((folder / "summary.json").read_text())
+    recipe = summary["recipe"]
+    rows = {row["method"]: row for row in summary["baselines"]["rows"]}
+    record = {
+        "log": log, "seed": seed, "command": " ".join(command), "steps": summary["steps"],
+        "stopped_by": summary.get("stopped_by"), "recipe": {k: recipe[k] for k in ("chosen", "reasons", "notes")},
+        "records": {k: recipe["statistics"][k] for k in ("records", "shortest", "longest", "state_shape", "labels",
+                                                         "whole_state", "distinct_operations", "words_per_operation",
+                                                         "min_operation_repeats")},
+        "methods": {name: {k: row.get(k) for k in ("accuracy", "train_seconds", "steps", "states", "error")}
+                    for name, row in rows.items()},
+        "wall_seconds": round(time.time() - started, 1),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": f"{platform.node()} ({os.cpu_count()} CPUs), one thread, two runs at a time",
+    }
+    out = RESULTS / "defaults" / f"{log}_s{seed}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps({"log": log, "seed": seed, "steps": record["steps"],
+                      **{m: [v["accuracy"], v["train_seconds"]] for m, v in record["methods"].items()}}))
+    return record
+
+
+def recipe_label(chosen: dict) -> str:
+    """The chosen flags in a few words."""
+    if not chosen:
+        return "the fixed defaults"
+    return ", ".join(f"{flag} {'none' if value is None else value}" for flag, value in chosen.items())
+
+
+def at_16x(record: dict, method: str) -> float:
+    spec = LOGS[record["log"]]
+    accuracy = record["methods"][method].get("accuracy") or {}
+    return float(accuracy.get(str(spec.get("test_lengths", TEST_LENGTHS)[-1]), float("nan")))
+
+
+def collect(goal: float = 0.99, ratio_goal: float = 2.0) -> str:
+    """results/own_data_cpu/defaults.md: per log, the recipe chosen (as the first seed's log wrote it), PAR / LSTM /
+    RPNI accuracy at 16x (mean ± sd over the seeds) and training seconds (mean), the PAR / LSTM time ratio, and
+    whether the goal holds (PAR ≥ 99% at 16x on every seed, time within 2x the LSTM's)."""
+    import numpy as np
+
+    records = load_records(RESULTS / "defaults")
+    lines = ["| log | states / records | seeds | recipe chosen | PAR steps | PAR 16× % | LSTM 16× % | RPNI 16× % "
+             "(states) | PAR s | LSTM s | RPNI s | PAR / LSTM time | goal |", "|---" * 13 + "|"]
+    for log in LOGS:
+        group = sorted((r for r in records if r["log"] == log), key=lambda r: r["seed"])
+        if not group:
+            continue
+        cells = {m: mean_sd([at_16x(r, m) for r in group], digits=2) for m in ("PAR", "LSTM", "RPNI")}
+        seconds = {m: float(np.mean([r["methods"][m]["train_seconds"] for r in group])) for m in ("PAR", "LSTM",
+                                                                                                  "RPNI")}
+        ratio = seconds["PAR"] / seconds["LSTM"]
+        met = all(at_16x(r, "PAR") >= goal for r in group) and ratio <= ratio_goal
+        stats = group[0]["records"]
+        states = "/".join(sorted({str(r["methods"]["RPNI"].get("states")) for r in group}))
+        lines.append(" | ".join([
+            f"| {log}", f"{stats['state_shape']} / {stats['records']}", ",".join(str(r["seed"]) for r in group),
+            recipe_label(group[0]["recipe"]["chosen"]), "/".join(str(r["steps"]) for r in group), cells["PAR"],
+            cells["LSTM"], f"{cells['RPNI']} ({states})", f"{seconds['PAR']:.0f}", f"{seconds['LSTM']:.0f}",
+            f"{seconds['RPNI']:.0f}", f"{ratio:.1f}×", "yes" if met else "no"]) + " |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    return table
+
+
+def main(args=None) -> None:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--make_data", type=true_or_false, nargs="?", const=True, default=False)
+    parser.add_argument("--log", choices=list(LOGS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False)
+    parsed = parser.parse_args(args)
+    if parsed.make_data:
+        make_data()
+    elif parsed.collect:
+        collect()
+    elif parsed.log:
+        run(parsed.log, parsed.seed)
+    else:
+        parser.error("give --make_data, --collect, or --log L [--seed S]")
+
+
+if __name__ == "__main__":
+    main()

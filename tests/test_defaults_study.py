@@ -1,0 +1,64 @@
+"""examples/studies/defaults.py: the two logs written for issue 51 hold the states their statements say, and a run is
+train_par.py with only the data flags (and --baselines)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import load_example
+
+study = load_example("examples/studies/defaults.py")
+
+
+def test_counters4_values_are_what_python_computes_from_the_statements():
+    for record in study.counters_records(200, (1, 16), seed=3):
+        scope: dict = {}
+        for statement in record["statements"]:
+            exec(statement, {}, scope)  # the statements are Python: the interpreter is the oracle
+        assert {k: str(v) for k, v in scope.items()} == record["values"]
+        assert 5 <= len(record["statements"]) <= 20
+
+
+def test_elevator_moves_only_closed_and_in_normal_mode_and_fire_recall_resets():
+    step = study.elevator_step
+    start = (1, "closed", "normal")
+    assert step(start, "up") == (2, "closed", "normal")
+    assert step(start, "down") == start  # not below the lobby
+    assert step((4, "closed", "normal"), "up") == (4, "closed", "normal")
+    assert step(step(start, "open"), "up") == (1, "open", "normal")  # doors open: the car stays
+    assert step(step(start, "service_on"), "up") == (1, "closed", "service")
+    assert step((3, "closed", "service"), "fire") == (1, "open", "normal")
+
+
+def test_elevator_records_replay_through_their_wordings():
+    wording = {text: event for event, texts in study.ELEVATOR_EVENTS.items() for text in texts}
+    assert len(wording) == 3 * len(study.ELEVATOR_EVENTS)  # every wording names one event
+    states = set()
+    for record in study.elevator_records(2000, (1, 16), seed=5):
+        state = (1, "closed", "normal")
+        for sentence in record["events"]:
+            state = study.elevator_step(state, wording[sentence])
+        assert record["status"] == {"floor": str(state[0]), "doors": state[1], "mode": state[2]}
+        states.add(state)
+    assert len(states) == 16  # every state of 4 floors x doors x mode occurs
+
+
+def test_a_run_gives_train_par_only_the_data_flags(monkeypatch, tmp_path):
+    for spec in study.LOGS.values():
+        for kind in ("train", "test"):
+            (tmp_path / spec[kind]).write_text("")
+    monkeypatch.setattr(study, "DATA", tmp_path)
+    monkeypatch.setattr(study, "RUNS", tmp_path / "runs")
+    seen = []
+
+    def stop(command, log=None):
+        seen.append(command)
+        raise SystemExit("stopped")
+
+    monkeypatch.setattr(study, "run_logged", stop)
+    with pytest.raises(SystemExit):
+        study.run("counters4", 2)
+    flags = {arg for arg in seen[0] if arg.startswith("--")}
+    assert flags == {"--train_file", "--test_file", "--operations_column", "--state_column", "--seed",
+                     "--baselines", "--output_dir", "--disable_tqdm"}
+    assert seen[0][seen[0].index("--seed") + 1] == "2"
