@@ -134,6 +134,9 @@ class ModelArguments:
     peft: str | None = field(default=None, metadata={"help": "'lora': LoRA on the core, adapter trained in full"})
     lora_r: int = field(default=16)
     lora_alpha: int = field(default=32)
+    lora_layers: str = field(default="core", metadata={
+        "help": "--peft lora on the core layers' projections (core) or on every layer's, prelude and coda too (all: "
+                "a pretrained parent kept whole under low-rank updates); embeddings stay frozen"})
 
 
 @dataclass
@@ -483,13 +486,18 @@ def build_trainer(model, data: TrainingData, task_args: TaskArguments, data_args
 
 
 def save(trainer, model, data: TrainingData, model_args: ModelArguments, output_dir: Path):
-    """Step 6: the trained model (and the task of generated problems) in --output_dir; returns the model to evaluate
-    (a LoRA adapter merged into it)."""
+    """Step 6: the trained model (and the task of generated problems) in --output_dir; returns the model to evaluate.
+    With --peft lora the folder holds the model with the LoRA factors merged into it (the folder loads alone, as every
+    checkpoint of this package does) and `lora_adapter/` peft's adapter files (to load onto the parent with
+    `PeftModel.from_pretrained`): not both in one folder, where transformers would load the merged model and then
+    apply the adapter a second time."""
+    if model_args.peft:
+        trainer.save_model(str(output_dir / "lora_adapter"))
+        trainer.model = model = model.merge_and_unload()
     trainer.save_model(str(output_dir))
     if data.records is None:
         save_task(data.task, output_dir)
-    eval_model = model.merge_and_unload() if model_args.peft else model
-    return eval_model.eval()
+    return model.eval()
 
 
 def evaluate(model, data: TrainingData, task_args: TaskArguments, train_args, output_dir: Path) -> dict:

@@ -7,6 +7,7 @@ import pytest
 import torch
 from transformers import AutoModel
 
+from modeling_par import ParLoopedQwenForStateTracking
 from tests.conftest import load_example
 from trainers.model_setup import PAPER_VIEW, RECIPE_VIEW, resolve_view
 
@@ -95,9 +96,14 @@ def test_train_par_config_file_and_self_distillation(tmp_path):
 def test_train_par_lora_and_bad_flags(tmp_path):
     out = tmp_path / "lora"
     summary = train_par.main(TINY + ["--output_dir", str(out), "--peft", "lora", "--lora_r", "4"])
-    assert (out / "adapter_model.safetensors").is_file() and "forced" in summary["accuracy"]
+    assert (out / "lora_adapter" / "adapter_model.safetensors").is_file() and "forced" in summary["accuracy"]
+    assert not (out / "adapter_config.json").exists()  # beside config.json, transformers would apply it twice
+    merged = ParLoopedQwenForStateTracking.from_pretrained(out)  # the merged model: the folder loads alone
+    assert not any("lora" in name for name, _ in merged.named_parameters())
     with pytest.raises(ValueError, match="--peft"):
         train_par.main(TINY + ["--output_dir", str(tmp_path / "x"), "--peft", "ia3"])
+    with pytest.raises(ValueError, match="--lora_layers all chooses where --peft lora goes"):
+        train_par.main(TINY + ["--output_dir", str(tmp_path / "z"), "--lora_layers", "all"])
     with pytest.raises(ValueError, match="ParTrainingArguments.objective"):
         train_par.main(TINY + ["--output_dir", str(tmp_path / "y"), "--objective", "nope"])
 

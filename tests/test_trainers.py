@@ -21,6 +21,7 @@ from trainers import (
     additive_hold_iterations,
     apply_core_lora,
     balanced_halt_loss,
+    core_lora_config,
     curriculum_max_depth,
     final_targets,
     halt_labels,
@@ -270,6 +271,17 @@ def test_self_distillation_rejects_missing_ema(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------- peft
+def test_lora_on_every_layer_targets_prelude_core_and_coda_and_refuses_a_bad_choice():
+    model = apply_core_lora(tiny_model(), r=4, alpha=8, layers="all")
+    lora_layers = {n.split(".layers.")[1].split(".")[0] for n, _ in model.named_parameters() if "lora_A" in n}
+    assert lora_layers == {"0", "1", "2"}  # prelude, core and coda of a 1 + 1 + 1 model
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert not any("embed_tokens" in n or "lm_head" in n for n in trainable)
+    assert all("lora_" in n or "adapter" in n for n in trainable)
+    with pytest.raises(ValueError, match="--lora_layers must be one of core, all; got 'coda'"):
+        core_lora_config(tiny_model().config, layers="coda")
+
+
 def test_lora_on_core_save_load_round_trip(tmp_path):
     from peft import PeftModel
 

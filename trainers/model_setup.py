@@ -119,10 +119,13 @@ def build_model(model_args, token_ids: dict, train_args=None):
         model.set_attn_implementation(attn)
     if compile_core:
         model.compile_core()
+    if model_args.peft is None and model_args.lora_layers != "core":
+        raise ValueError(f"--lora_layers {model_args.lora_layers} chooses where --peft lora goes: give --peft lora "
+                         "with it.")
     if model_args.peft is not None:
         if model_args.peft != "lora":
             raise ValueError(f"--peft must be 'lora' or unset; got {model_args.peft!r}.")
-        model = apply_core_lora(model, r=model_args.lora_r, alpha=model_args.lora_alpha)
+        model = apply_core_lora(model, r=model_args.lora_r, alpha=model_args.lora_alpha, layers=model_args.lora_layers)
     return model
 
 

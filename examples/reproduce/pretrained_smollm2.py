@@ -31,7 +31,8 @@ Rows:
   retrofit as `retrofit_full`), `pilot_frozen_emb` (input embeddings and tied head frozen), `pilot_low_lr` (the
   pretrained layers at lr 3e-5), `pilot_neftune` (NEFTune noise, alpha 5), `pilot_paraphrased` (training phrasings
   plus the instruct parent's own paraphrases: examples/reproduce/paraphrase_phrasings.py), `pilot_layers_15`
-  (5 + 5 + 5 layers).
+  (5 + 5 + 5 layers), `pilot_lora_all` (LoRA r 16 on every layer's projections, `--lora_layers all`, lr 5e-4: the
+  parent's weights kept; the adapter and the LoRA factors trained).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ SEARCH_ROWS = [
     ("neftune", "NEFTune noise on the input embeddings (alpha 5)", {"--neftune_noise_alpha": "5"}),
     ("paraphrased", "training phrasings + the instruct parent's paraphrases", {"--task_file": PARAPHRASED}),
     ("layers_15", "15 layers (5 + 5 + 5)", {"--prelude_layers": "5", "--core_layers": "5", "--coda_layers": "5"}),
+    ("lora_all", "LoRA r 16 on every layer (lr 5e-4), the parent's weights kept",
+     {"--peft": "lora", "--lora_layers": "all", "--lora_r": "16", "--learning_rate": "5e-4"}),
 ]
 
 
