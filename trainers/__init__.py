@@ -18,6 +18,8 @@ from .objectives import (
     halt_labels,
     hold_iterations,
     iterations_for_depth,
+    operation_encodings,
+    phrasing_alignment_loss,
     progress_targets,
     readout_accuracy,
 )
@@ -44,7 +46,8 @@ __all__ = [
     "OBJECTIVES", "additive_hold_iterations", "answer_loss", "apply_core_lora", "balanced_halt_loss",
     "core_lora_config", "curriculum_done", "curriculum_max_depth", "DepthBatchSampler", "distillation_kl",
     "ema_update", "final_targets", "halt_labels", "hold_iterations", "is_adapter_parameter", "iterations_for_depth",
-    "mastery_levels", "mastery_max_depth", "MasteryCurriculum", "ParTrainer", "ParTrainingArguments",
+    "mastery_levels", "mastery_max_depth", "MasteryCurriculum", "operation_encodings", "ParTrainer",
+    "ParTrainingArguments", "phrasing_alignment_loss",
     "prefix_position_ids", "PrefixSelfDistillationTrainer", "ProbeCallback", "probe_stop", "progress_targets",
     "readout_accuracy", "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",
     "stretch_max_scale", "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback",

@@ -84,6 +84,34 @@ def answer_loss(answer_logits: torch.Tensor, targets: torch.Tensor) -> torch.Ten
     return (ce.sum(dim=(1, 2)) / recorded.clamp(min=1)).sum()
 
 
+def operation_encodings(prelude_states: torch.Tensor, operation_ends: torch.Tensor, ops: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every operation's encoding by the prelude: z = e at the operation's last token, with its operation id.
+    prelude_states (B, T, H), operation_ends (B, D+1) (index 0 the preamble, −1 past d), ops (B, D) (< 0 past d)
+    -> z (N, H), ids (N,) over the N operations of the batch."""
+    ends = operation_ends[:, 1:1 + ops.shape[1]]
+    valid = (ends >= 0) & (ops >= 0)
+    rows = torch.arange(ops.shape[0], device=ops.device)[:, None].expand_as(ops)
+    return prelude_states[rows[valid], ends[valid]], ops[valid]
+
+
+def phrasing_alignment_loss(z: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Phrasings of one operation read alike: the within-operation spread of the unit-normalized encodings,
+
+    L = mean_i ‖ẑ_i − c_{o_i}‖²,  ẑ = z / ‖z‖,  c_o = mean of ẑ_j over the batch's occurrences j of operation o,
+
+    over the occurrences of operations that occur at least twice in the batch (0 when none does). 0 when every
+    wording of an operation is encoded alike; at most 2. (N, H), (N,) -> ()"""
+    unit = F.normalize(z.float(), dim=-1)
+    _, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
+    centroids = torch.zeros(len(counts), unit.shape[1], device=unit.device).index_add_(0, inverse, unit)
+    centroids = centroids / counts[:, None]
+    repeated = counts[inverse] >= 2
+    if not bool(repeated.any()):
+        return unit.sum() * 0.0
+    return ((unit - centroids[inverse]) ** 2).sum(-1)[repeated].mean()
+
+
 def balanced_halt_loss(halt_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Class-balanced CE over (Yes, No): each present class weighs 1/2 overall, whatever its count.
 

@@ -28,6 +28,8 @@ from .objectives import (
     halt_labels,
     hold_iterations,
     iterations_for_depth,
+    operation_encodings,
+    phrasing_alignment_loss,
     progress_targets,
     readout_accuracy,
 )
@@ -79,6 +81,10 @@ class ParTrainingArguments(TrainingArguments):
         "help": "learned halting loss weight (paper: 0.5); needs --depth_schedule hold. Scale: the answer loss is "
                 "a SUM of per-iteration CEs over the window (≈ grad_window terms), the halting loss one "
                 "class-balanced MEAN, so at weight 0.5 halting is ~1/16 of the answer loss with an 8-iteration window"})
+    phrasing_alignment_weight: float = field(default=0.0, metadata={
+        "help": "weight of the auxiliary loss that makes the phrasings of one operation read alike in the prelude "
+                "(objectives.phrasing_alignment_loss: the within-operation spread of the unit-normalized encodings at "
+                "each operation's last token; 0: off); needs batches with operation_ends and ops (generated tasks)"})
     stretch_steps: int = field(default=0, metadata={"help": "positional-stretch phase: the last N steps (0: off)"})
     stretch_max_scale: float = field(default=8.0, metadata={"help": "s_max reached at the end of the phase"})
     stretch_fraction: float = field(
@@ -147,6 +153,8 @@ class ParTrainingArguments(TrainingArguments):
             fail("hold_max_factor", "≥ 1")
         if self.halting_loss_weight < 0:
             fail("halting_loss_weight", "≥ 0")
+        if not self.phrasing_alignment_weight >= 0:
+            fail("phrasing_alignment_weight", "≥ 0")
         if self.halt_label_offset < 0:
             fail("halt_label_offset", "≥ 0")
         if self.halting_loss_weight > 0 and self.depth_schedule in ("fixed", "random"):
@@ -406,6 +414,7 @@ class ParTrainer(Trainer):
             query_positions=inputs["query_positions"], num_iterations=plan.num_iterations,
             readout_iterations=list(plan.all_reads), position_scale=plan.position_scale,
             operation_ends=inputs.get("operation_ends"), position_ids=plan.position_ids,
+            output_prelude_states=self.args.phrasing_alignment_weight > 0,
         )
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -433,6 +442,14 @@ class ParTrainer(Trainer):
             loss_halt = balanced_halt_loss(out.halt_logits, halting_labels)
             loss = loss + self.args.halting_loss_weight * loss_halt
             self._log_value("loss_halt", loss_halt.item())
+        if self.args.phrasing_alignment_weight > 0:
+            if inputs.get("operation_ends") is None or inputs.get("ops") is None:
+                raise ValueError("phrasing_alignment_weight > 0 needs batches with operation_ends and ops (a generated "
+                                 "task's dataset; records files hold no operation ids to align).")
+            loss_align = phrasing_alignment_loss(*operation_encodings(out.prelude_states, inputs["operation_ends"],
+                                                                      inputs["ops"]))
+            loss = loss + self.args.phrasing_alignment_weight * loss_align
+            self._log_value("loss_align", loss_align.item())
 
         with torch.no_grad():
             accuracy = readout_accuracy(logits, targets)

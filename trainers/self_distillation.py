@@ -55,6 +55,11 @@ class SelfDistillationArguments(ParTrainingArguments):
                 f"halting head (got {self.halting_loss_weight!r}); train halting with ParTrainer, or evaluate with "
                 "forced depth."
             )
+        if self.phrasing_alignment_weight != 0:
+            raise ValueError(
+                "SelfDistillationArguments.phrasing_alignment_weight must be 0: prefix self-distillation's loss does "
+                f"not add it (got {self.phrasing_alignment_weight!r}); train it with ParTrainer."
+            )
 
 
 def ema_decay_at(step: int, decay: float) -> float:

@@ -20,6 +20,8 @@ class ParLoopedOutput(ModelOutput):
     state_rms: (R, batch) mean over real tokens of the per-token RMS of the core output *before* anchoring;
         `state_rms / state_rms[0]` is the norm drift that anchoring removes.
     loop_states: with `output_loop_states=True`, the R states s_k (batch, seq, hidden) after anchoring.
+    prelude_states: with `output_prelude_states=True`, e = P(x) (batch, seq, hidden), the prelude's output (under the
+        local view every operation encoded on its own; 0 at padding on the local window).
     """
 
     answer_logits: torch.FloatTensor | None = None
@@ -27,6 +29,7 @@ class ParLoopedOutput(ModelOutput):
     readout_iterations: torch.LongTensor | None = None
     state_rms: torch.FloatTensor | None = None
     loop_states: tuple[torch.FloatTensor, ...] | None = None
+    prelude_states: torch.FloatTensor | None = None
 
 
 @dataclass

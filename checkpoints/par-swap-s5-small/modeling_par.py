@@ -468,7 +468,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 query_positions: torch.LongTensor | None = None, num_iterations: int | None = None,
                 readout_iterations: list[int] | None = None, position_scale: float | torch.Tensor | None = None,
                 output_loop_states: bool = False, operation_ends: torch.LongTensor | None = None,
-                position_ids: torch.Tensor | None = None) -> ParLoopedOutput:
+                position_ids: torch.Tensor | None = None, output_prelude_states: bool = False) -> ParLoopedOutput:
         """Run the prelude once, the core `num_iterations` = R times (default 1) and the coda at the
         `readout_iterations` (default: [R]). Core iterations before the last `config.grad_window` run without grad
         (truncated backprop); a readout of such an iteration still carries gradient into the coda and LM head. On the
@@ -479,6 +479,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         operation_ends: (b, D+1) last token index of the preamble and of each operation (−1 past d); needed by
         `loop_view` "prefix"/"local" and `progress_positions` (accepted and unused otherwise). position_ids: (b, t)
         positions to use instead of the ordinary ones (e.g. randomized sorted positions during training).
+        output_prelude_states: return e = P(x) as `prelude_states` (an auxiliary loss on the prelude reads it).
         """
         num_iterations = check_iterations(self.config, 1 if num_iterations is None else num_iterations)
         reads = check_readout_iterations(readout_iterations, num_iterations)
@@ -517,6 +518,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             readout_iterations=torch.tensor(reads, device=input_ids.device),
             state_rms=(torch.stack(rms_trace) * valid).sum(-1) / valid.sum(-1),
             loop_states=tuple(states) if output_loop_states else None,
+            prelude_states=backend.prelude_out if output_prelude_states else None,
         )
 
     @torch.no_grad()

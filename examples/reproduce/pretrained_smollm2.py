@@ -32,7 +32,9 @@ Rows:
   pretrained layers at lr 3e-5), `pilot_neftune` (NEFTune noise, alpha 5), `pilot_paraphrased` (training phrasings
   plus the instruct parent's own paraphrases: examples/reproduce/paraphrase_phrasings.py), `pilot_layers_15`
   (5 + 5 + 5 layers), `pilot_lora_all` (LoRA r 16 on every layer's projections, `--lora_layers all`, lr 5e-4: the
-  parent's weights kept; the adapter and the LoRA factors trained).
+  parent's weights kept; the adapter and the LoRA factors trained), `pilot_align` (the auxiliary loss that makes the
+  trained wordings of one operation read alike in the prelude, `--phrasing_alignment_weight 1`) and
+  `pilot_frozen_emb_align` (that loss with the embeddings frozen).
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ SEARCH_ROWS = [
     ("layers_15", "15 layers (5 + 5 + 5)", {"--prelude_layers": "5", "--core_layers": "5", "--coda_layers": "5"}),
     ("lora_all", "LoRA r 16 on every layer (lr 5e-4), the parent's weights kept",
      {"--peft": "lora", "--lora_layers": "all", "--lora_r": "16", "--learning_rate": "5e-4"}),
+    ("align", "phrasing-alignment loss on the prelude (weight 1)", {"--phrasing_alignment_weight": "1.0"}),
+    ("frozen_emb_align", "frozen embeddings + phrasing-alignment loss (weight 1)",
+     {"--freeze_embeddings": "true", "--phrasing_alignment_weight": "1.0"}),
 ]
 
 

@@ -6,6 +6,7 @@ command, so that the three are timed under the same machine load.
     python examples/studies/own_data.py --make_data --machine M          # the study's machines (runs/own_data/data/)
     python examples/studies/defaults.py --make_data                      # the new logs below, register3 at 1,000
     python examples/studies/defaults.py --log register3 --seed 0         # one run: results/own_data_cpu/defaults/
+    python examples/studies/defaults.py --all --seeds 0,1,2 --jobs 2      # every log and seed not yet recorded
     python examples/studies/defaults.py --collect                        # results/own_data_cpu/defaults.md
 
 Logs (`LOGS`): the final-states files of results/own_data_cpu (register3, batch_process, swap-S5 final mappings,
@@ -200,6 +201,28 @@ def run(log: str, seed: int) -> dict:
     return record
 
 
+def run_all(seeds: list[int], jobs: int) -> None:
+    """Every (seed, log) without a record, seed by seed, `jobs` runs at a time (each its own process, one thread)."""
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    todo = [(log, seed) for seed in seeds for log in LOGS
+            if not (RESULTS / "defaults" / f"{log}_s{seed}.json").is_file()]
+
+    def one(job: tuple[str, int]) -> int:
+        log, seed = job
+        print(f"start {log} seed {seed}", flush=True)
+        code = subprocess.run([sys.executable, __file__, "--log", log, "--seed", str(seed)], cwd=REPO).returncode
+        print(f"end {log} seed {seed}: exit {code}", flush=True)
+        return code
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        codes = list(pool.map(one, todo))
+    if any(codes):
+        raise SystemExit(f"{sum(1 for c in codes if c)} of {len(todo)} runs failed")
+
+
 def recipe_label(chosen: dict) -> str:
     """The chosen flags in a few words."""
     if not chosen:
@@ -250,15 +273,23 @@ def main(args=None) -> None:
     parser.add_argument("--log", choices=list(LOGS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False)
+    parser.add_argument("--all", type=true_or_false, nargs="?", const=True, default=False,
+                        help="every log and seed of --seeds that has no record yet")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for --all")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time for --all (one thread each)")
     parsed = parser.parse_args(args)
+    if parsed.jobs < 1:
+        parser.error(f"--jobs must be >= 1; got {parsed.jobs}")
     if parsed.make_data:
         make_data()
+    elif parsed.all:
+        run_all([int(seed) for seed in parsed.seeds.split(",")], parsed.jobs)
     elif parsed.collect:
         collect()
     elif parsed.log:
         run(parsed.log, parsed.seed)
     else:
-        parser.error("give --make_data, --collect, or --log L [--seed S]")
+        parser.error("give --make_data, --collect, --all, or --log L [--seed S]")
 
 
 if __name__ == "__main__":
