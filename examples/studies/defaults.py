@@ -19,6 +19,7 @@ var_swap5, and register3's first 1,000 records) and two written for this study, 
   increments modulo 3 (`c = (c + 1) % 3`), copies (`b = d`), resets (`a = 0`) and swaps (`a, d = d, a`); 1..16
   operations after the assignments (so no record is shorter than 5 statements); the state is the mapping of the four.
 Each test file: 1,024 records at 16, 64 and 256 operations (var_swap5 and counters4: plus their initial assignments).
+RPNI is not run on counters4: it did not finish in 300 s from 1,000 of its records.
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ LOGS = {
     "register3_1000": dict(train="register3_final_n1000.jsonl", test="register3_test.csv"),
     "elevator": dict(train="elevator_final.jsonl", test="elevator_test.jsonl",
                      columns={"--operations_column": "events", "--state_column": "status"}),
+    # RPNI did not finish on counters4 in 300 s from its first 1,000 records (577 MB; measured 2026-12-05, one thread):
+    # the LSTM only
     "counters4": dict(train="counters4_final.jsonl", test="counters4_test.jsonl", test_lengths=(20, 68, 260),
-                      columns={"--operations_column": "statements", "--state_column": "values"}),
+                      columns={"--operations_column": "statements", "--state_column": "values"}, baselines="lstm"),
 }
 
 # ---- the elevator log: 4 floors x doors x mode = 16 states, free-text events in three wordings each ----
@@ -172,7 +175,7 @@ def run(log: str, seed: int) -> dict:
         if not (DATA / spec[kind]).is_file():
             raise SystemExit(f"{DATA / spec[kind]} is missing: run --make_data (and own_data.py --make_data)")
     flags = {"--train_file": repo_relative(DATA / spec["train"]), "--test_file": repo_relative(DATA / spec["test"]),
-             **spec.get("columns", {}), "--seed": str(seed), "--baselines": "lstm,rpni",
+             **spec.get("columns", {}), "--seed": str(seed), "--baselines": spec.get("baselines", "lstm,rpni"),
              "--output_dir": repo_relative(folder), "--disable_tqdm": "true"}
     command = ["python", "examples/train_par.py", *argv(flags)]
     folder.mkdir(parents=True, exist_ok=True)
@@ -232,7 +235,7 @@ def recipe_label(chosen: dict) -> str:
 
 def at_16x(record: dict, method: str) -> float:
     spec = LOGS[record["log"]]
-    accuracy = record["methods"][method].get("accuracy") or {}
+    accuracy = record["methods"].get(method, {}).get("accuracy") or {}
     return float(accuracy.get(str(spec.get("test_lengths", TEST_LENGTHS)[-1]), float("nan")))
 
 
@@ -250,17 +253,18 @@ def collect(goal: float = 0.99, ratio_goal: float = 2.0) -> str:
         if not group:
             continue
         cells = {m: mean_sd([at_16x(r, m) for r in group], digits=2) for m in ("PAR", "LSTM", "RPNI")}
-        seconds = {m: float(np.mean([r["methods"][m]["train_seconds"] for r in group])) for m in ("PAR", "LSTM",
-                                                                                                  "RPNI")}
+        seconds = {m: float(np.mean([r["methods"][m]["train_seconds"] if m in r["methods"] else np.nan
+                                     for r in group])) for m in ("PAR", "LSTM", "RPNI")}
         ratio = seconds["PAR"] / seconds["LSTM"]
         met = all(at_16x(r, "PAR") >= goal for r in group) and ratio <= ratio_goal
         stats = group[0]["records"]
-        states = "/".join(sorted({str(r["methods"]["RPNI"].get("states")) for r in group}))
+        states = "/".join(sorted({str(r["methods"].get("RPNI", {}).get("states")) for r in group}))
         lines.append(" | ".join([
             f"| {log}", f"{stats['state_shape']} / {stats['records']}", ",".join(str(r["seed"]) for r in group),
             recipe_label(group[0]["recipe"]["chosen"]), "/".join(str(r["steps"]) for r in group), cells["PAR"],
-            cells["LSTM"], f"{cells['RPNI']} ({states})", f"{seconds['PAR']:.0f}", f"{seconds['LSTM']:.0f}",
-            f"{seconds['RPNI']:.0f}", f"{ratio:.1f}×", "yes" if met else "no"]) + " |")
+            cells["LSTM"], "not run" if "RPNI" not in group[0]["methods"] else f"{cells['RPNI']} ({states})",
+            f"{seconds['PAR']:.0f}", f"{seconds['LSTM']:.0f}", f"{seconds['RPNI']:.0f}", f"{ratio:.1f}×",
+            "yes" if met else "no"]) + " |")
     table = "\n".join(lines) + "\n"
     print(table)
     return table
