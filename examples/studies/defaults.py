@@ -204,13 +204,14 @@ def run(log: str, seed: int) -> dict:
     return record
 
 
-def run_all(seeds: list[int], jobs: int) -> None:
-    """Every (seed, log) without a record, seed by seed, `jobs` runs at a time (each its own process, one thread)."""
+def run_all(seeds: list[int], jobs: int, logs: list[str] | None = None) -> None:
+    """Every (seed, log) of `logs` (default all) without a record, seed by seed, `jobs` runs at a time (each its own
+    process, one thread)."""
     import subprocess
     import sys
     from concurrent.futures import ThreadPoolExecutor
 
-    todo = [(log, seed) for seed in seeds for log in LOGS
+    todo = [(log, seed) for seed in seeds for log in (logs or LOGS)
             if not (RESULTS / "defaults" / f"{log}_s{seed}.json").is_file()]
 
     def one(job: tuple[str, int]) -> int:
@@ -281,13 +282,18 @@ def main(args=None) -> None:
                         help="every log and seed of --seeds that has no record yet")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for --all")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time for --all (one thread each)")
+    parser.add_argument("--logs", default=None, help="comma-separated logs for --all (default: every log)")
     parsed = parser.parse_args(args)
     if parsed.jobs < 1:
         parser.error(f"--jobs must be >= 1; got {parsed.jobs}")
     if parsed.make_data:
         make_data()
     elif parsed.all:
-        run_all([int(seed) for seed in parsed.seeds.split(",")], parsed.jobs)
+        logs = None if parsed.logs is None else parsed.logs.split(",")
+        unknown = sorted(set(logs or []) - set(LOGS))
+        if unknown:
+            parser.error(f"--logs: unknown {', '.join(unknown)}; the logs are {', '.join(LOGS)}")
+        run_all([int(seed) for seed in parsed.seeds.split(",")], parsed.jobs, logs)
     elif parsed.collect:
         collect()
     elif parsed.log:
