@@ -62,3 +62,14 @@ def test_a_run_gives_train_par_only_the_data_flags(monkeypatch, tmp_path):
     assert flags == {"--train_file", "--test_file", "--operations_column", "--state_column", "--seed",
                      "--baselines", "--output_dir", "--disable_tqdm"}
     assert seen[0][seen[0].index("--seed") + 1] == "2"
+
+
+def test_the_recipe_label_names_what_each_rule_changed():
+    assert study.recipe_label({}) == "h128 1+2+1"
+    fb = {"answer_feedback": True, "hidden_size": 64, "intermediate_size": 128, "grad_window": 16,
+          "weight_decay": 0.1, "curriculum_advance_accuracy": None, "curriculum_every_steps": 100,
+          "compile_core": "false"}
+    assert study.recipe_label(fb) == ("h64 1+2+1, feedback, grad window 16, weight decay 0.1, fixed pace (+1 every 100 "
+                                      "steps), eager")
+    swap = {"curriculum_window": 5, "curriculum_every_steps": 20, "operation_tokens": "whole", "adam_beta2": 0.95}
+    assert study.recipe_label(swap) == "h128 1+2+1, fast curriculum, one token per statement, β2 0.95"
