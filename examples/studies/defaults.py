@@ -216,9 +216,18 @@ def run_all(seeds: list[int], jobs: int, logs: list[str] | None = None) -> None:
 
     def one(job: tuple[str, int]) -> int:
         log, seed = job
+        claim = RUNS / f"{log}_s{seed}.claim"  # another --all started this run: leave it to that one
+        RUNS.mkdir(parents=True, exist_ok=True)
+        try:
+            claim.open("x").close()
+        except FileExistsError:
+            print(f"skip {log} seed {seed}: {repo_relative(claim)} exists (another --all runs it)", flush=True)
+            return 0
         print(f"start {log} seed {seed}", flush=True)
         code = subprocess.run([sys.executable, __file__, "--log", log, "--seed", str(seed)], cwd=REPO).returncode
         print(f"end {log} seed {seed}: exit {code}", flush=True)
+        if code:
+            claim.unlink()  # failed: a later --all may try again
         return code
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
