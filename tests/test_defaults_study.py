@@ -73,3 +73,14 @@ def test_the_recipe_label_names_what_each_rule_changed():
                                       "steps), eager")
     swap = {"curriculum_window": 5, "curriculum_every_steps": 20, "operation_tokens": "whole", "adam_beta2": 0.95}
     assert study.recipe_label(swap) == "h128 1+2+1, fast curriculum, one token per statement, β2 0.95"
+
+
+def test_each_seed_is_judged_on_accuracy_first_then_time_where_the_lstm_gets_there_too():
+    def record(par, lstm, par_s, lstm_s):
+        return {"log": "register3", "methods": {"PAR": {"accuracy": {"256": par}, "train_seconds": par_s},
+                                                "LSTM": {"accuracy": {"256": lstm}, "train_seconds": lstm_s}}}
+
+    assert study.seed_verdict(record(0.98, 1.0, 10, 10)) == "accuracy"
+    assert study.seed_verdict(record(1.0, 0.95, 100, 10)) == "met: the LSTM misses 99%"
+    assert study.seed_verdict(record(1.0, 1.0, 20, 10)) == "met"
+    assert study.seed_verdict(record(1.0, 1.0, 21, 10)) == "time"
