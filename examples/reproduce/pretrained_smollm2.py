@@ -188,11 +188,14 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
 
 
 def trainable_count(folder: Path, row: str) -> int:
-    """Parameters the row trained: all but the embeddings and prelude under --freeze_prelude."""
+    """Parameters the row trained: all but the embeddings and prelude under --freeze_prelude; under --peft lora those
+    of the adapter file (the LoRA factors and the loop's adapter W)."""
     from safetensors.torch import load_file
 
-    weights = load_file(str(folder / "model.safetensors"))
     flags = ROWS[row].flags
+    if flags.get("--peft") == "lora":
+        return sum(v.numel() for v in load_file(str(folder / "lora_adapter" / "adapter_model.safetensors")).values())
+    weights = load_file(str(folder / "model.safetensors"))
     prelude = int(flags.get("--prelude_layers", "1"))
     frozen = flags.get("--freeze_prelude") == "true"
     frozen_embeddings = frozen or flags.get("--freeze_embeddings") == "true"
