@@ -17,13 +17,14 @@ def draw(rng, length) -> tuple[list[str], list[str]]:
     return ops, states
 
 
-def write_csv(path, records) -> str:
-    """`records` ((ops, states) pairs) as a CSV with columns ops, states; returns the path as a string."""
+def write_csv(path, records, columns=("ops", "states"), delimiter=" ") -> str:
+    """`records` ((ops, states) pairs) as a CSV with the two `columns`, each list joined by `delimiter`; returns the
+    path as a string."""
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["ops", "states"])
+        writer.writerow(list(columns))
         for ops, states in records:
-            writer.writerow([" ".join(ops), " ".join(states)])
+            writer.writerow([delimiter.join(ops), delimiter.join(states)])
     return str(path)
 
 

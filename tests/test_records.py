@@ -22,6 +22,7 @@ from state_tracking.records import (
     load_record_files,
 )
 from tests.conftest import load_example
+from tests.counter_records import write_csv as write_records_csv
 from trainers import answer_loss, readout_accuracy
 
 train_par = load_example("examples/train_par.py")
@@ -49,11 +50,7 @@ def turnstile_rows(n, lo, hi, seed):
 
 
 def write_csv(path, rows):
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["events", "observed"])
-        for ops, states in rows:
-            writer.writerow([";".join(ops), ";".join(states)])
+    return write_records_csv(path, rows, ("events", "observed"), ";")
 
 
 TINY = ["--hidden_size", "32", "--intermediate_size", "64", "--num_attention_heads", "2", "--num_key_value_heads",

@@ -17,6 +17,7 @@ from state_tracking.records import (
     load_record_files,
     read_record_splits,
 )
+from tests.counter_records import write_csv
 
 
 def register_rows(n, seed, lo=1, hi=12):
@@ -35,12 +36,7 @@ def register_rows(n, seed, lo=1, hi=12):
 
 
 def write(path, rows):
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["events", "observed"])
-        for ops, states in rows:
-            writer.writerow([";".join(ops), ";".join(states)])
-    return str(path)
+    return write_csv(path, rows, ("events", "observed"), ";")
 
 
 COLUMNS = RecordColumns(operations="events", step_states="observed", delimiter=";")
