@@ -178,8 +178,8 @@ def model_size_rule(s: RecordStatistics, feedback: bool) -> tuple[dict, str]:
     Measured (README, Fourth pass; time_to_result.md): h64 1+1+1 with feedback, 16,000 records: register3 1.3x,
     batch_process 1.1x, swap-S5 1.8x the time of an LSTM of hidden 288 (not rnn.py's default 128: defaults.md), exact
     at 16x (3 seeds each); h64 1+2+1 with feedback at 1,000 and 4,000 register3 records: 100.00% (3 seeds each), the
-    default model with feedback at 1,000: validation 0.44. Without
-    feedback the quarter-size model missed (var_swap5: 59.77% at 16x; register3 compiled: 98.14% for one seed of 3).
+    default model with feedback at 1,000: validation 0.44. Without feedback the quarter-size model missed (var_swap5:
+    59.77% at 16x; register3 compiled: 98.14% for one seed of 3).
     The boundary of 8,000 records is a judgement call between the sizes measured (4,000 and 16,000)."""
     if not feedback:
         return {}, ("default (hidden 128, 1 + 2 + 1 layers): without answer feedback the quarter-size model missed on "

@@ -20,11 +20,11 @@ def core_lora_config(config, r: int = 16, alpha: int = 32, dropout: float = 0.0,
     if layers not in LORA_LAYERS:
         raise ValueError(f"--lora_layers must be one of {', '.join(LORA_LAYERS)}; got {layers!r}.")
     first, count = (config.prelude_layers, config.core_layers) if layers == "core" else (0, config.num_hidden_layers)
-    layers = "|".join(str(i) for i in range(first, first + count))
+    indices = "|".join(str(i) for i in range(first, first + count))
     projections = "|".join(p.replace(".", r"\.") for p in CORE_PROJECTIONS)
     return LoraConfig(
         r=r, lora_alpha=alpha, lora_dropout=dropout,
-        target_modules=rf"model\.layers\.({layers})\.({projections})",
+        target_modules=rf"model\.layers\.({indices})\.({projections})",
         modules_to_save=["adapter"],
     )
 
