@@ -9,7 +9,12 @@ import torch
 
 from tests.conftest import load_example
 from tests.test_trainers import COLLATOR, DATASET, tiny_args, tiny_model
-from trainers import ParTrainingArguments, operation_encodings, phrasing_alignment_loss
+from trainers import (
+    ParTrainingArguments,
+    operation_encodings,
+    phrasing_alignment_loss,
+    within_operation_variance_ratio,
+)
 
 train_par = load_example("examples/train_par.py")
 
@@ -65,10 +70,36 @@ def test_train_par_trains_with_it_on_a_text_task(tmp_path):
              "--num_key_value_heads", "2", "--max_steps", "4", "--per_device_train_batch_size", "16",
              "--max_train_depth", "3", "--eval_depths", "3", "--eval_n", "8", "--logging_steps", "2",
              "--disable_tqdm", "true", "--use_cpu", "true", "--report_to", "none"]
-    train_par.main(flags + ["--output_dir", str(tmp_path / "on"), "--phrasing_alignment_weight", "1.0"])
-    curve = json.loads((tmp_path / "on" / "summary.json").read_text())["curve"]
-    values = [point["loss_align"] for point in curve if "loss_align" in point]
-    assert len(values) == 2 and all(0.0 < v < 2.0 for v in values)  # wordings differ: a spread to shrink
+    for form, most in (("unit", 2.0), ("variance_ratio", 1.0)):
+        train_par.main(flags + ["--output_dir", str(tmp_path / form), "--phrasing_alignment_weight", "1.0",
+                                "--phrasing_alignment_form", form])
+        curve = json.loads((tmp_path / form / "summary.json").read_text())["curve"]
+        values = [point["loss_align"] for point in curve if "loss_align" in point]
+        assert len(values) == 2 and all(0.0 < v < most for v in values)  # wordings differ: a spread to shrink
     train_par.main(flags + ["--output_dir", str(tmp_path / "off")])
     curve = json.loads((tmp_path / "off" / "summary.json").read_text())["curve"]
     assert not any("loss_align" in point for point in curve)
+
+
+def test_the_variance_ratio_is_the_share_of_the_spread_within_operations():
+    # two operations, two wordings each; 1-d encodings 0, 2 (op 1) and 10, 12 (op 2): within 4 × 1, total 104
+    z, ids = torch.tensor([[0.0], [2.0], [10.0], [12.0]]), torch.tensor([1, 1, 2, 2])
+    within = 4 * 1.0
+    total = sum((v - 6.0) ** 2 for v in (0.0, 2.0, 10.0, 12.0))
+    assert within_operation_variance_ratio(z, ids).item() == pytest.approx(within / total)
+    # a direction every encoding shares does not lower it (the unit form is blind to the same spread behind it)
+    shared = torch.tensor([[100.0, 0.0]])
+    wide = torch.cat([torch.zeros(4, 1), z], dim=1) + shared
+    assert within_operation_variance_ratio(wide, ids).item() == pytest.approx(within / total)
+    assert phrasing_alignment_loss(wide, ids).item() < 1e-3
+    # scaling every encoding changes nothing; the operation explaining none of the spread gives 1
+    assert within_operation_variance_ratio(3 * z, ids).item() == pytest.approx(within / total)
+    assert within_operation_variance_ratio(z, torch.tensor([1, 2, 1, 2])).item() == pytest.approx(
+        sum((v - m) ** 2 for v, m in ((0, 5), (10, 5), (2, 7), (12, 7))) / total)
+    zero = within_operation_variance_ratio(z.clone().requires_grad_(), torch.tensor([1, 2, 3, 4]))
+    assert zero.item() == 0.0 and zero.requires_grad  # no repeated operation
+
+
+def test_an_unknown_form_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="phrasing_alignment_form"):
+        tiny_args(tmp_path, cls=ParTrainingArguments, phrasing_alignment_form="cosine")

@@ -22,6 +22,7 @@ from .objectives import (
     phrasing_alignment_loss,
     progress_targets,
     readout_accuracy,
+    within_operation_variance_ratio,
 )
 from .par_trainer import ParTrainer, ParTrainingArguments, StepPlan, is_adapter_parameter
 from .peft_utils import apply_core_lora, core_lora_config
@@ -51,5 +52,5 @@ __all__ = [
     "prefix_position_ids", "PrefixSelfDistillationTrainer", "ProbeCallback", "probe_stop", "progress_targets",
     "readout_accuracy", "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",
     "stretch_max_scale", "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback",
-    "trained_seconds",
+    "trained_seconds", "within_operation_variance_ratio",
 ]

@@ -112,6 +112,31 @@ def phrasing_alignment_loss(z: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return ((unit - centroids[inverse]) ** 2).sum(-1)[repeated].mean()
 
 
+def within_operation_variance_ratio(z: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Phrasings of one operation read alike, measured against how far operations read apart (Fisher's ratio):
+
+    L = Σ_i ‖z_i − c_{o_i}‖² / Σ_i ‖z_i − z̄‖²,  c_o = mean of z_j over the batch's occurrences j of operation o,
+    z̄ = mean of all z_i,
+
+    the share of the encodings' variance that lies within operations. The batch mean is taken out, so a direction all
+    encodings share (the anisotropy that keeps `phrasing_alignment_loss` near 0) counts for nothing, and the ratio
+    cannot be lowered by shrinking every encoding. 0 when every wording of an operation is encoded alike; 1 when the
+    operation explains none of the spread; 0 when no operation occurs twice or all encodings are equal.
+    (N, H), (N,) -> ()"""
+    z = z.float()
+    _, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
+    centroids = torch.zeros(len(counts), z.shape[1], device=z.device, dtype=z.dtype).index_add_(0, inverse, z)
+    centroids = centroids / counts[:, None]
+    within = ((z - centroids[inverse]) ** 2).sum()
+    total = ((z - z.mean(0)) ** 2).sum()
+    if not bool((counts >= 2).any()) or float(total) <= 0.0:
+        return z.sum() * 0.0
+    return within / total
+
+
+PHRASING_ALIGNMENT_FORMS = {"unit": phrasing_alignment_loss, "variance_ratio": within_operation_variance_ratio}
+
+
 def balanced_halt_loss(halt_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Class-balanced CE over (Yes, No): each present class weighs 1/2 overall, whatever its count.
 

@@ -21,6 +21,7 @@ from .callbacks import TimeBudgetCallback
 from .distributed import distributed_running, teardown_distributed_at_exit
 from .objectives import (
     OBJECTIVES,
+    PHRASING_ALIGNMENT_FORMS,
     additive_hold_iterations,
     answer_loss,
     balanced_halt_loss,
@@ -29,7 +30,6 @@ from .objectives import (
     hold_iterations,
     iterations_for_depth,
     operation_encodings,
-    phrasing_alignment_loss,
     progress_targets,
     readout_accuracy,
 )
@@ -85,6 +85,10 @@ class ParTrainingArguments(TrainingArguments):
         "help": "weight of the auxiliary loss that makes the phrasings of one operation read alike in the prelude "
                 "(objectives.phrasing_alignment_loss: the within-operation spread of the unit-normalized encodings at "
                 "each operation's last token; 0: off); needs batches with operation_ends and ops (generated tasks)"})
+    phrasing_alignment_form: str = field(default="unit", metadata={
+        "help": "the alignment loss's form: unit (objectives.phrasing_alignment_loss, the spread of unit-normalized "
+                "encodings) or variance_ratio (objectives.within_operation_variance_ratio: the share of the centred "
+                "encodings' variance within operations)"})
     stretch_steps: int = field(default=0, metadata={"help": "positional-stretch phase: the last N steps (0: off)"})
     stretch_max_scale: float = field(default=8.0, metadata={"help": "s_max reached at the end of the phase"})
     stretch_fraction: float = field(
@@ -155,6 +159,8 @@ class ParTrainingArguments(TrainingArguments):
             fail("halting_loss_weight", "≥ 0")
         if not self.phrasing_alignment_weight >= 0:
             fail("phrasing_alignment_weight", "≥ 0")
+        if self.phrasing_alignment_form not in PHRASING_ALIGNMENT_FORMS:
+            fail("phrasing_alignment_form", f"one of {sorted(PHRASING_ALIGNMENT_FORMS)}")
         if self.halt_label_offset < 0:
             fail("halt_label_offset", "≥ 0")
         if self.halting_loss_weight > 0 and self.depth_schedule in ("fixed", "random"):
@@ -446,7 +452,8 @@ class ParTrainer(Trainer):
             if inputs.get("operation_ends") is None or inputs.get("ops") is None:
                 raise ValueError("phrasing_alignment_weight > 0 needs batches with operation_ends and ops (a generated "
                                  "task's dataset; records files hold no operation ids to align).")
-            loss_align = phrasing_alignment_loss(*operation_encodings(out.prelude_states, inputs["operation_ends"],
+            alignment = PHRASING_ALIGNMENT_FORMS[self.args.phrasing_alignment_form]
+            loss_align = alignment(*operation_encodings(out.prelude_states, inputs["operation_ends"],
                                                                       inputs["ops"]))
             loss = loss + self.args.phrasing_alignment_weight * loss_align
             self._log_value("loss_align", loss_align.item())

@@ -34,7 +34,11 @@ Rows:
   (5 + 5 + 5 layers), `pilot_lora_all` (LoRA r 16 on every layer's projections, `--lora_layers all`, lr 5e-4: the
   parent's weights kept; the adapter and the LoRA factors trained), `pilot_align` (the auxiliary loss that makes the
   trained wordings of one operation read alike in the prelude, `--phrasing_alignment_weight 1`) and
-  `pilot_frozen_emb_align` (that loss with the embeddings frozen).
+  `pilot_frozen_emb_align` (that loss with the embeddings frozen), `pilot_frozen_emb_ratio` (embeddings frozen and
+  the loss as the share of the centred encodings' variance within operations, `--phrasing_alignment_form
+  variance_ratio`), `pilot_qwen_frozen_emb` (the Qwen2.5-shaped
+  parent, Qwen2.5-Coder-0.5B-Instruct from `python -m par_studies.parents fetch qwen2.5-coder-0.5b`, its first 9 of
+  24 layers as 3 + 3 + 3, embeddings frozen).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ TASK_FILE = "examples/tasks/batch_process_phrasings.json"
 OUT = REPO / "results" / "pretrained_cpu"
 RUN_DIR = REPO / "runs" / "pretrained_smollm2"
 PARENT = "<smollm2>"  # the cache folder of par_studies.smollm2, filled in when a row runs
+QWEN = "<qwen2.5-coder-0.5b>"  # the Qwen2.5-shaped parent's cache folder (par_studies.parents), filled in likewise
 SPLIT = {"--prelude_layers": "3", "--core_layers": "3", "--coda_layers": "3"}
 TRAIN_MAX_DEPTH = 8
 DEPTHS = [8, 64]
@@ -93,6 +98,14 @@ SEARCH_ROWS = [
     ("align", "phrasing-alignment loss on the prelude (weight 1)", {"--phrasing_alignment_weight": "1.0"}),
     ("frozen_emb_align", "frozen embeddings + phrasing-alignment loss (weight 1)",
      {"--freeze_embeddings": "true", "--phrasing_alignment_weight": "1.0"}),
+    ("frozen_emb_ratio", "frozen embeddings + alignment loss as the within-operation share of the variance (weight 1)",
+     {"--freeze_embeddings": "true", "--phrasing_alignment_weight": "1.0",
+      "--phrasing_alignment_form": "variance_ratio"}),
+    # the Qwen2.5-shaped parent (24 layers, hidden 896), its first 9 layers as 3 + 3 + 3, its own BPE tokenizer,
+    # embeddings frozen (its 136 M embedding rows are most of its weights; frozen was the best SmolLM2 lever)
+    ("qwen_frozen_emb", "Qwen2.5-Coder-0.5B 9 layers (3+3+3), input embeddings (and tied head) frozen",
+     {"--init_from_qwen2": QWEN, "--gguf_file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+      "--freeze_embeddings": "true"}),
 ]
 
 
@@ -139,6 +152,10 @@ def row_flags(row: str) -> dict:
     flags = {**COMMON, **ROWS[row].flags}
     if flags.get("--init_from_qwen2") == PARENT:
         flags["--init_from_qwen2"] = parent_folder()
+    elif flags.get("--init_from_qwen2") == QWEN:
+        from par_studies.parents import get_parent
+
+        flags["--init_from_qwen2"] = str(get_parent("qwen2.5-coder-0.5b").ensure())
     return combine(row, flags)
 
 
@@ -147,10 +164,11 @@ def train(row: str, seed: int) -> list[dict]:
 
 
 def scrub(text: str) -> str:
-    """A recorded command with the machine's cache folder written as <smollm2>."""
+    """A recorded command with the machine's cache folders written as <smollm2> and <qwen2.5-coder-0.5b>."""
+    from par_studies.parents import get_parent
     from par_studies.smollm2 import cache_folder
 
-    return text.replace(str(cache_folder()), PARENT)
+    return text.replace(str(cache_folder()), PARENT).replace(str(get_parent("qwen2.5-coder-0.5b").cache_folder), QWEN)
 
 
 def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: int,
