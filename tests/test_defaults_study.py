@@ -62,6 +62,19 @@ def test_a_run_gives_train_par_only_the_data_flags(monkeypatch, tmp_path):
     assert flags == {"--train_file", "--test_file", "--operations_column", "--state_column", "--seed",
                      "--baselines", "--output_dir", "--disable_tqdm"}
     assert seen[0][seen[0].index("--seed") + 1] == "2"
+    # a variant adds its flags, drops the baselines, and runs in a folder of its own
+    with pytest.raises(SystemExit):
+        study.run("counters4", 2, variant="long_budget")
+    variant = seen[1]
+    assert "--baselines" not in variant and variant[variant.index("--max_steps") + 1] == "15000"
+    assert variant[variant.index("--output_dir") + 1].endswith("counters4_long_budget_s2")
+
+
+def test_curriculum_progress_keeps_the_steps_where_the_cap_changed():
+    curve = [{"step": 10, "curriculum_max_depth": 5.0}, {"step": 20, "curriculum_max_depth": 5.0}, {"step": 30},
+             {"step": 40, "curriculum_max_depth": 5.98}, {"step": 50, "curriculum_max_depth": 6.0},
+             {"step": 60, "curriculum_max_depth": 7.2}]
+    assert study.curriculum_progress(curve) == [[10, 5], [40, 6], [60, 7]]
 
 
 def test_the_recipe_label_names_what_each_rule_changed():

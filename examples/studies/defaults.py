@@ -8,6 +8,7 @@ command, so that the three are timed under the same machine load.
     python examples/studies/defaults.py --log register3 --seed 0         # one run: results/own_data_cpu/defaults/
     python examples/studies/defaults.py --all --seeds 0,1,2 --jobs 2      # every log and seed not yet recorded
     python examples/studies/defaults.py --collect                        # results/own_data_cpu/defaults.md
+    python examples/studies/defaults.py --log counters4 --variant long_budget --seed 0   # a miss's cause, PAR only
 
 Logs (`LOGS`): the final-states files of results/own_data_cpu (register3, batch_process, swap-S5 final mappings,
 var_swap5, and register3's first 1,000 records) and two written for this study, neither used to choose a rule:
@@ -19,6 +20,9 @@ var_swap5, and register3's first 1,000 records) and two written for this study, 
   increments modulo 3 (`c = (c + 1) % 3`), copies (`b = d`), resets (`a = 0`) and swaps (`a, d = d, a`); 1..16
   operations after the assignments (so no record is shorter than 5 statements); the state is the mapping of the four.
 Each test file: 1,024 records at 16, 64 and 256 operations (var_swap5 and counters4: plus their initial assignments).
+Variants (`VARIANTS`, `--variant V`): the same command with a few flags added, PAR only, to measure what a miss is
+owed to; their records go to results/own_data_cpu/defaults/variants/ (with the curriculum's progress over the steps)
+and never into the defaults table.
 RPNI is not run on swap_s5, var_swap5 and counters4: it did not finish in 834 s (swap_s5, 15,200 records), 150 s
 (var_swap5) and 300 s (counters4, 1,000 records).
 """
@@ -59,6 +63,11 @@ LOGS = {
     # the LSTM only
     "counters4": dict(train="counters4_final.jsonl", test="counters4_test.jsonl", test_lengths=(20, 68, 260),
                       columns={"--operations_column": "statements", "--state_column": "values"}, baselines="lstm"),
+}
+
+# variant -> (what it asks, the flags added to the data flags); PAR only (no baselines)
+VARIANTS = {
+    "long_budget": ("is the miss the step budget? 15,000 steps instead of the default 6,000", {"--max_steps": "15000"}),
 }
 
 # ---- the elevator log: 4 floors x doors x mode = 16 states, free-text events in three wordings each ----
@@ -170,36 +179,60 @@ def make_data() -> None:
     print(f"wrote the elevator, counters4 and register3_1000 files under {repo_relative(DATA)}")
 
 
-def run(log: str, seed: int) -> dict:
+def curriculum_progress(curve: list[dict]) -> list[list[int]]:
+    """[step, d_max] at each logged step where the curriculum's cap changed (the first logged step included)."""
+    progress: list[list[int]] = []
+    for point in curve:
+        cap = point.get("curriculum_max_depth")
+        if cap is not None and (not progress or round(cap) != progress[-1][1]):
+            progress.append([int(point["step"]), round(cap)])
+    return progress
+
+
+def run(log: str, seed: int, variant: str | None = None) -> dict:
     """One run: train_par.py with only the data flags and --baselines lstm,rpni; its record under
-    results/own_data_cpu/defaults/."""
-    spec, folder = LOGS[log], RUNS / f"{log}_s{seed}"
+    results/own_data_cpu/defaults/. With `variant`: the variant's flags added, PAR only, its record under
+    defaults/variants/."""
+    spec = LOGS[log]
+    name = f"{log}_s{seed}" if variant is None else f"{log}_{variant}_s{seed}"
+    folder = RUNS / name
     for kind in ("train", "test"):
         if not (DATA / spec[kind]).is_file():
             raise SystemExit(f"{DATA / spec[kind]} is missing: run --make_data (and own_data.py --make_data)")
     flags = {"--train_file": repo_relative(DATA / spec["train"]), "--test_file": repo_relative(DATA / spec["test"]),
              **spec.get("columns", {}), "--seed": str(seed), "--baselines": spec.get("baselines", "lstm,rpni"),
              "--output_dir": repo_relative(folder), "--disable_tqdm": "true"}
+    if variant is not None:
+        del flags["--baselines"]
+        flags.update(VARIANTS[variant][1])
     command = ["python", "examples/train_par.py", *argv(flags)]
     folder.mkdir(parents=True, exist_ok=True)
     started = time.time()
     run_logged(command, folder / "train.log")
     summary = json.loads((folder / "summary.json").read_text())
     recipe = summary["recipe"]
-    rows = {row["method"]: row for row in summary["baselines"]["rows"]}
+    if variant is None:
+        rows = {row["method"]: row for row in summary["baselines"]["rows"]}
+    else:
+        evaluation = json.loads((folder / "eval_test.json").read_text())
+        rows = {"PAR": {"accuracy": {str(d): a for d, a in zip(evaluation["depths"], evaluation["accuracy"])},
+                        "train_seconds": summary["train_seconds"], "steps": summary["steps"]}}
     record = {
-        "log": log, "seed": seed, "command": " ".join(command), "steps": summary["steps"],
+        "log": log, "seed": seed, **({} if variant is None else {"variant": variant, "asks": VARIANTS[variant][0]}),
+        "command": " ".join(command), "steps": summary["steps"],
         "stopped_by": summary.get("stopped_by"), "recipe": {k: recipe[k] for k in ("chosen", "reasons", "notes")},
         "records": {k: recipe["statistics"][k] for k in ("records", "shortest", "longest", "state_shape", "labels",
                                                          "whole_state", "distinct_operations", "words_per_operation",
                                                          "min_operation_repeats")},
         "methods": {name: {k: row.get(k) for k in ("accuracy", "train_seconds", "steps", "states", "error")}
                     for name, row in rows.items()},
+        "curriculum": curriculum_progress(summary.get("curve") or []),
+        "probes": summary.get("probe"),
         "wall_seconds": round(time.time() - started, 1),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": f"{platform.node()} ({os.cpu_count()} CPUs), one thread, two runs at a time",
     }
-    out = RESULTS / "defaults" / f"{log}_s{seed}.json"
+    out = RESULTS / "defaults" / ("" if variant is None else "variants") / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({"log": log, "seed": seed, "steps": record["steps"],
@@ -330,6 +363,8 @@ def main(args=None) -> None:
     parser.add_argument("--make_data", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--log", choices=list(LOGS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--variant", choices=list(VARIANTS), default=None,
+                        help="with --log: the variant's flags added, PAR only (records under defaults/variants/)")
     parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--all", type=true_or_false, nargs="?", const=True, default=False,
                         help="every log and seed of --seeds that has no record yet")
@@ -350,7 +385,7 @@ def main(args=None) -> None:
     elif parsed.collect:
         collect()
     elif parsed.log:
-        run(parsed.log, parsed.seed)
+        run(parsed.log, parsed.seed, parsed.variant)
     else:
         parser.error("give --make_data, --collect, --all, or --log L [--seed S]")
 
