@@ -1,0 +1,53 @@
+"""pretrained_smollm2.py --heldout2: the second held-out set, read once, on a trained row's folders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import load_example
+
+train_par = load_example("examples/train_par.py")
+study = load_example("examples/reproduce/pretrained_smollm2.py")
+
+
+def test_heldout2_reads_the_rows_seeds_once(tmp_path, monkeypatch):
+    """A tiny retrofit (a byte-level BPE reads any wording, as SmolLM2's does) evaluated on the second set's
+    wordings, which its word list never held; a second read is refused."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from par_studies.paper_scale.harness import EOS, qwen_like_tokenizer
+    from state_tracking import load_task
+    from tests.test_parents import tiny_llama_config
+
+    tokenizer = qwen_like_tokenizer(load_task("examples/tasks/batch_process_phrasings.json"))
+    tokenizer.pad_token = tokenizer.eos_token = EOS
+    torch.manual_seed(0)
+    LlamaForCausalLM(tiny_llama_config(vocab_size=len(tokenizer), num_hidden_layers=3, pad_token_id=None)
+                     ).save_pretrained(tmp_path / "llama")
+    tokenizer.save_pretrained(tmp_path / "llama")
+    run = tmp_path / "row_s0"
+    train_par.main(["--init_from_qwen2", str(tmp_path / "llama"), "--prelude_layers", "1", "--core_layers", "1",
+                    "--coda_layers", "1", "--task_file", "examples/tasks/batch_process_phrasings.json",
+                    "--rendering", "text", "--random_initial", "true", "--loop_view", "local",
+                    "--progress_positions", "true", "--bidirectional_queries", "true", "--max_steps", "2",
+                    "--per_device_train_batch_size", "4", "--max_train_depth", "2", "--eval_depths", "2",
+                    "--eval_n", "4", "--disable_tqdm", "true", "--use_cpu", "true", "--report_to", "none",
+                    "--output_dir", str(run)])
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"evaluation": {"held_out": {"accuracy": [0.5, 0.25]}}}))
+    monkeypatch.setattr(study, "run_path", lambda row, seed: run)
+    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
+    monkeypatch.setattr(study, "HELDOUT2_OUT", tmp_path / "heldout2.json")
+    monkeypatch.setattr(study, "DEPTHS", [2, 3])
+    monkeypatch.setattr(study, "N", 6)
+    out = study.heldout2("retrofit_frozen_emb", [0])
+    saved = json.loads((tmp_path / "heldout2.json").read_text())
+    assert saved["row"] == "retrofit_frozen_emb" and saved["task_file"].endswith("batch_process_heldout2.json")
+    assert saved["per_seed"]["0"]["depths"][0] == 2 and set(saved["mean"]) == {"2", "3"}
+    assert all(0.0 <= a <= 1.0 for a in saved["per_seed"]["0"]["accuracy"])
+    assert saved["first_held_out_set"] == {"0": [0.5, 0.25]} and out["n_per_depth"] == 6
+    with pytest.raises(SystemExit, match="read once"):
+        study.heldout2("retrofit_frozen_emb", [0])
