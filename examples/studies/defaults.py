@@ -68,6 +68,12 @@ LOGS = {
 # variant -> (what it asks, the flags added to the data flags); PAR only (no baselines)
 VARIANTS = {
     "long_budget": ("is the miss the step budget? 15,000 steps instead of the default 6,000", {"--max_steps": "15000"}),
+    # the recipe the rules chose on the logs whose records start short (register3, batch_process, swap-S5, elevator)
+    "feedback": ("is the miss the refused answer feedback? the feedback recipe (h64 1 + 1 + 1, answer feedback, fast "
+                 "curriculum, one token per statement) forced",
+                 {"--answer_feedback": "true", "--hidden_size": "64", "--intermediate_size": "128",
+                  "--prelude_layers": "1", "--core_layers": "1", "--coda_layers": "1", "--operation_tokens": "whole",
+                  "--compile_core": "false"}),
 }
 
 # ---- the elevator log: 4 floors x doors x mode = 16 states, free-text events in three wordings each ----
