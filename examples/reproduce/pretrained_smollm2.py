@@ -20,6 +20,9 @@ Rows:
   tokenizer, every weight trained.
 - `retrofit_frozen_emb`: `retrofit_full` with the input embeddings (and the tied LM head) frozen, the search's
   first pilot winner (issue 49), same step and time budget.
+- `qwen_frozen_emb`: the Qwen2.5-shaped parent (Qwen2.5-Coder-0.5B-Instruct, `python -m par_studies.parents fetch
+  qwen2.5-coder-0.5b`), its first 9 of 24 layers as 3 + 3 + 3, embeddings frozen (the pilot `pilot_qwen_frozen_emb`
+  that won the search), 300 steps with the curriculum every 25 steps.
 - `scratch`: the package's from-scratch recipe (hidden 128, 1 + 2 + 1 layers, the task's word-level tokenizer),
   trained for the same wall-time cap.
 - `swap_s5_retrofit`: the same retrofit on swap-S5 in its text rendering (identity start), 800 steps or 2,400 s,
@@ -133,6 +136,13 @@ ROWS = rows_by_name(
     *[Row.of(f"pilot_{name}", f"search: {label}, d <= 4, 150 steps", LOCAL,
              {**BATCH_PROCESS, **RETROFIT, **SEARCH, **flags}) for name, label, flags in SEARCH_ROWS],
 )
+# the Qwen2.5-shaped parent at full scale (issue 49): its pilot's flags, train d <= 8, the curriculum twice as fast
+# (every 25 steps: d <= 8 from step ~175) and a step budget of 300 (~1 h of one thread here; the SmolLM2 rows' 3,300 s
+# cap would end it before d <= 8); a time cap only as a guard
+QWEN_ROW = {**BATCH_PROCESS, **RETROFIT, **FULL_RUN, **next(f for n, _, f in SEARCH_ROWS if n == "qwen_frozen_emb"), "--curriculum_every_steps": "25",
+            "--max_steps": "300", "--max_train_seconds": "5400"}
+ROWS["qwen_frozen_emb"] = Row.of("qwen_frozen_emb", "Qwen2.5-Coder-0.5B 9 layers (3+3+3), input embeddings (and tied "
+                                 "head) frozen, 300 steps, curriculum every 25", LOCAL, QWEN_ROW, budget=5400)
 # what each row is evaluated on: phrasings and depths (1,024 prompts each; pilots 256 at d = 4)
 EVALUATION = {"swap_s5_retrofit": (["canonical"], [8, 32, 64])}
 
