@@ -139,7 +139,8 @@ ROWS = rows_by_name(
 # the Qwen2.5-shaped parent at full scale (issue 49): its pilot's flags, train d <= 8, the curriculum twice as fast
 # (every 25 steps: d <= 8 from step ~175) and a step budget of 300 (~1 h of one thread here; the SmolLM2 rows' 3,300 s
 # cap would end it before d <= 8); a time cap only as a guard
-QWEN_ROW = {**BATCH_PROCESS, **RETROFIT, **FULL_RUN, **next(f for n, _, f in SEARCH_ROWS if n == "qwen_frozen_emb"), "--curriculum_every_steps": "25",
+QWEN_PILOT = next(flags for name, _, flags in SEARCH_ROWS if name == "qwen_frozen_emb")
+QWEN_ROW = {**BATCH_PROCESS, **RETROFIT, **FULL_RUN, **QWEN_PILOT, "--curriculum_every_steps": "25",
             "--max_steps": "300", "--max_train_seconds": "5400"}
 ROWS["qwen_frozen_emb"] = Row.of("qwen_frozen_emb", "Qwen2.5-Coder-0.5B 9 layers (3+3+3), input embeddings (and tied "
                                  "head) frozen, 300 steps, curriculum every 25", LOCAL, QWEN_ROW, budget=5400)
