@@ -9,6 +9,7 @@ command, so that the three are timed under the same machine load.
     python examples/studies/defaults.py --all --seeds 0,1,2 --jobs 2      # every log and seed not yet recorded
     python examples/studies/defaults.py --collect                        # results/own_data_cpu/defaults.md
     python examples/studies/defaults.py --log counters4 --variant long_budget --seed 0   # a miss's cause, PAR only
+    python examples/studies/defaults.py --per_length counters4_s0        # a run's accuracy per length, 1..20
 
 Logs (`LOGS`): the final-states files of results/own_data_cpu (register3, batch_process, swap-S5 final mappings,
 var_swap5, and register3's first 1,000 records) and two written for this study, neither used to choose a rule:
@@ -183,6 +184,45 @@ def make_data() -> None:
     lines = source.read_text().splitlines()[:SMALL_N]
     (DATA / LOGS["register3_1000"]["train"]).write_text("\n".join(lines) + "\n")
     print(f"wrote the elevator, counters4 and register3_1000 files under {repo_relative(DATA)}")
+
+
+GENERATORS = {"elevator": elevator_records, "counters4": counters_records}
+PER_LENGTH = (1, 2, 3, 4, 6, 8, 10, 12, 14, 16)  # operations (counters4: after its four assignments)
+PER_LENGTH_N = 256
+
+
+def per_length(run_name: str) -> dict:
+    """Where a run fails: its checkpoint on fresh records of each length of `PER_LENGTH` (a generated log's own
+    generator, seed 7; `PER_LENGTH_N` per length), through examples/evaluate_par.py --test_file. A run whose accuracy
+    falls off just past the longest length its curriculum reached fails to extrapolate; one that is wrong within it
+    did not learn. Record: results/own_data_cpu/defaults/variants/<run>_per_length.json."""
+    log = next((name for name in GENERATORS if run_name.startswith(name + "_")), None)
+    if log is None:
+        raise SystemExit(f"--per_length: {run_name!r} is not a run of a generated log ({', '.join(GENERATORS)})")
+    folder = RUNS / run_name
+    if not (folder / "config.json").is_file():
+        raise SystemExit(f"--per_length: {repo_relative(folder)} holds no trained checkpoint")
+    test = folder / "per_length_test.jsonl"
+    write_jsonl(test, [r for k, d in enumerate(PER_LENGTH) for r in GENERATORS[log](PER_LENGTH_N, (d, d), seed=7 + k)])
+    out = folder / "per_length_eval.json"
+    columns = LOGS[log].get("columns", {})
+    command = ["python", "examples/evaluate_par.py", "--model", repo_relative(folder), "--test_file",
+               repo_relative(test), *argv(columns), "--out", repo_relative(out)]
+    run_logged(command, folder / "per_length.log")
+    evaluation = json.loads(out.read_text())
+    summary = json.loads((folder / "summary.json").read_text())
+    rows = evaluation["per_depth"]
+    record = {"run": run_name, "command": " ".join(command), "steps": summary["steps"],
+              "curriculum": curriculum_progress(summary.get("curve") or []),
+              "accuracy": {str(row["depth"]): row["accuracy"] for row in rows},
+              "per_query_accuracy": {str(row["depth"]): row.get("per_query_accuracy") for row in rows},
+              "n_per_length": PER_LENGTH_N,
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    path = RESULTS / "defaults" / "variants" / f"{run_name}_per_length.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps(record["accuracy"]))
+    return record
 
 
 def curriculum_progress(curve: list[dict]) -> list[list[int]]:
@@ -371,6 +411,8 @@ def main(args=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--variant", choices=list(VARIANTS), default=None,
                         help="with --log: the variant's flags added, PAR only (records under defaults/variants/)")
+    parser.add_argument("--per_length", default=None, metavar="RUN",
+                        help="a run of a generated log (e.g. counters4_s0) on fresh records of each length")
     parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--all", type=true_or_false, nargs="?", const=True, default=False,
                         help="every log and seed of --seeds that has no record yet")
@@ -390,6 +432,8 @@ def main(args=None) -> None:
         run_all([int(seed) for seed in parsed.seeds.split(",")], parsed.jobs, logs)
     elif parsed.collect:
         collect()
+    elif parsed.per_length:
+        per_length(parsed.per_length)
     elif parsed.log:
         run(parsed.log, parsed.seed, parsed.variant)
     else:
