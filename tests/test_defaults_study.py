@@ -97,3 +97,11 @@ def test_each_seed_is_judged_on_accuracy_first_then_time_where_the_lstm_gets_the
     assert study.seed_verdict(record(1.0, 0.95, 100, 10)) == "met: the LSTM misses 99%"
     assert study.seed_verdict(record(1.0, 1.0, 20, 10)) == "met"
     assert study.seed_verdict(record(1.0, 1.0, 21, 10)) == "time"
+
+
+def test_per_length_needs_a_trained_run_of_a_generated_log(monkeypatch, tmp_path):
+    monkeypatch.setattr(study, "RUNS", tmp_path)
+    with pytest.raises(SystemExit, match="not a run of a generated log"):
+        study.per_length("register3_s0")
+    with pytest.raises(SystemExit, match="holds no trained checkpoint"):
+        study.per_length("counters4_s0")
