@@ -113,19 +113,28 @@ def whole_state_check(dataset, lengths: np.ndarray, limit: int = WHOLE_STATE_CHE
     next label = δ(label, operation), explains the records (what answer feedback needs: all one iteration hands the
     next is its answer). The shortest `limit` records are read in order of length: a record whose walk through the δ
     known so far (from its initial state, or one shared start) reaches its last operation votes δ(label before it,
-    operation) = its final label (and every recorded step state votes too); δ is each transition's majority, a vote
-    against it a conflict. A label that is only part of the state (an alarm flag of a larger machine) shows as
+    operation) = its final label (and every recorded step state votes too); a record whose operations are the first k
+    of another's gives the state after those k (so logs that open with assignments, none short, are checked too); δ is
+    each transition's majority, a vote against it a conflict. A label that is only part of the state (an alarm flag of a larger machine) shows as
     conflicts. Returns (whole: True / False / None where under `WHOLE_STATE_MIN_CHECKED` transitions could be
     checked, transitions checked, conflicts)."""
     order = np.argsort(lengths, kind="stable")[:limit]
     rows = dataset.select(order.tolist()).select_columns(["operations", "labels", "initial"]).to_dict()
     votes: dict[tuple, Counter] = defaultdict(Counter)
     delta: dict[tuple, tuple] = {}
+    # a record whose operations are another's first k: its final label is the state there (records that all open
+    # with assignments, none shorter than 5, are checked this way where no walk can start)
+    finals: dict[tuple, tuple] = {}
+    for start, ops, labels in zip(rows["initial"], rows["operations"], rows["labels"]):
+        if ops and all(labels[-1]):
+            finals.setdefault((tuple(start), tuple(ops)), tuple(labels[-1]))
     ordered_lengths = lengths[order]
     for length in np.unique(ordered_lengths):  # δ of shorter records walks the longer ones
         for i in np.flatnonzero(ordered_lengths == length):
-            state = tuple(rows["initial"][i]) or ("<start>",)
-            for op, labels in zip(rows["operations"][i], rows["labels"][i]):
+            start, ops = tuple(rows["initial"][i]), rows["operations"][i]
+            state = start or ("<start>",)
+            for k, (op, labels) in enumerate(zip(ops, rows["labels"][i])):
+                state = finals.get((start, tuple(ops[:k])), state) if k else state
                 if all(labels):  # a recorded state: a vote where the state before it is known, and a known state
                     if state is not None:
                         votes[(state, op)][tuple(labels)] += 1

@@ -11,6 +11,7 @@ from datasets import Dataset
 
 from state_tracking.recipe import (
     MANY_RECORDS,
+    WHOLE_STATE_MIN_CHECKED,
     RecordStatistics,
     apply_recipe,
     check_recipe,
@@ -130,7 +131,45 @@ def test_the_whole_state_check_tells_a_whole_label_from_part_of_the_state():
     assert whole is True and checked >= 100 and conflicts == 0
     whole, checked, conflicts = check(high_low_records(200))
     assert whole is False and conflicts > 0.01 * checked
-    assert check(counter_records(200, lengths=(3, 4)))[0] is None  # nothing short enough to start a walk from
+    # no record of 1 operation to start a walk from, but the records of 3 are the first 3 operations of some of 4
+    whole, checked, _ = check(counter_records(200, lengths=(3, 4)))
+    assert whole is True and checked >= WHOLE_STATE_MIN_CHECKED
+    assert check(counter_records(200, lengths=(4, 4)))[0] is None  # nothing to start from, no record a prefix
+
+
+def assignment_records(n: int, whole: bool, seed: int = 0) -> list[dict]:
+    """Two variables of 0..2 opened by their assignments (`a = 1`, `b = 2`), then 1..3 of `a = b`, `b = 0`, `a += 1`:
+    no record shorter than 3 statements. The label: both values (the whole state) or a's alone (part of it)."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for _ in range(n):
+        a, b = (int(v) for v in rng.integers(0, 3, 2))
+        ops = [f"a = {a}", f"b = {b}"]
+        for _ in range(int(rng.integers(1, 4))):
+            kind = int(rng.integers(3))
+            if kind == 0:
+                a, op = b, "a = b"
+            elif kind == 1:
+                b, op = 0, "b = 0"
+            else:
+                a, op = (a + 1) % 3, "a += 1"
+            ops.append(op)
+        records.append({"operations": ops, "state": [str(a), str(b)] if whole else [str(a)]})
+    return records
+
+
+def test_the_whole_state_check_reads_logs_that_open_with_assignments():
+    def check(records):
+        data = Dataset.from_dict({
+            "operations": [r["operations"] for r in records],
+            "labels": [[[""] * len(r["state"])] * (len(r["operations"]) - 1) + [r["state"]] for r in records],
+            "initial": [[] for _ in records]})
+        return whole_state_check(data, np.array([len(r["operations"]) for r in records]))
+
+    whole, checked, conflicts = check(assignment_records(2000, whole=True))
+    assert whole is True and checked >= WHOLE_STATE_MIN_CHECKED and conflicts == 0
+    whole, checked, conflicts = check(assignment_records(2000, whole=False))  # a = b needs b, which a's label lacks
+    assert whole is False and conflicts > 0.01 * checked
 
 
 # ---- the rules, each on statistics built to trigger it ----
