@@ -1,4 +1,5 @@
-"""pretrained_smollm2.py --heldout2: the second held-out set, read once, on a trained row's folders."""
+"""pretrained_smollm2.py on a trained row's folder: --heldout2 (the second held-out set, read once) and the per-phrasing
+evaluation files that let two processes share a row's evaluation."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ train_par = load_example("examples/train_par.py")
 study = load_example("examples/reproduce/pretrained_smollm2.py")
 
 
-def test_heldout2_reads_the_rows_seeds_once(tmp_path, monkeypatch):
-    """A tiny retrofit (a byte-level BPE reads any wording, as SmolLM2's does) evaluated on the second set's
-    wordings, which its word list never held; a second read is refused."""
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A tiny retrofit trained 2 steps: a byte-level BPE reads any wording, as SmolLM2's does."""
     import torch
     from transformers import LlamaForCausalLM
 
@@ -22,6 +23,7 @@ def test_heldout2_reads_the_rows_seeds_once(tmp_path, monkeypatch):
     from state_tracking import load_task
     from tests.test_parents import tiny_llama_config
 
+    tmp_path = tmp_path_factory.mktemp("tiny_retrofit")
     tokenizer = qwen_like_tokenizer(load_task("examples/tasks/batch_process_phrasings.json"))
     tokenizer.pad_token = tokenizer.eos_token = EOS
     torch.manual_seed(0)
@@ -36,6 +38,12 @@ def test_heldout2_reads_the_rows_seeds_once(tmp_path, monkeypatch):
                     "--per_device_train_batch_size", "4", "--max_train_depth", "2", "--eval_depths", "2",
                     "--eval_n", "4", "--disable_tqdm", "true", "--use_cpu", "true", "--report_to", "none",
                     "--output_dir", str(run)])
+    return run
+
+
+def test_heldout2_reads_the_rows_seeds_once(tiny_run, tmp_path, monkeypatch):
+    """The second set's wordings, which the run's training never held; a second read is refused."""
+    run = tiny_run
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"evaluation": {"held_out": {"accuracy": [0.5, 0.25]}}}))
     monkeypatch.setattr(study, "run_path", lambda row, seed: run)
@@ -51,3 +59,27 @@ def test_heldout2_reads_the_rows_seeds_once(tmp_path, monkeypatch):
     assert saved["first_held_out_set"] == {"0": [0.5, 0.25]} and out["n_per_depth"] == 6
     with pytest.raises(SystemExit, match="read once"):
         study.heldout2("retrofit_frozen_emb", [0])
+
+
+def test_a_phrasing_evaluated_apart_is_read_back_not_evaluated_again(tiny_run, monkeypatch):
+    for cache in tiny_run.glob("eval_*.json"):
+        cache.unlink()
+    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
+    import state_tracking
+
+    calls = []
+    real = state_tracking.evaluate_until_failed
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["phrasing"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(state_tracking, "evaluate_until_failed", counted)
+    segments = [{"command": "python examples/train_par.py", "wall_seconds": 1.0, "status": "finished"}]
+    apart = study.evaluate("retrofit_frozen_emb", 0, segments, [2, 3], 4, ["held_out"])
+    assert calls == ["held_out"] and (tiny_run / "eval_held_out.json").is_file()
+    whole = study.evaluate("retrofit_frozen_emb", 0, segments, [2, 3], 4, ["seen", "held_out"])
+    assert calls == ["held_out", "seen"]  # held_out read from its file
+    assert whole["evaluation"]["held_out"] == apart["evaluation"]["held_out"]
+    study.evaluate("retrofit_frozen_emb", 0, segments, [2], 4, ["held_out"])  # another grid: evaluated again
+    assert calls == ["held_out", "seen", "held_out"]

@@ -195,6 +195,12 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
     model, tokenizer, task = load_run(folder, max(depths))
     evaluation = {}
     for phrasing in phrasings or PHRASINGS:
+        cache = folder / f"eval_{phrasing}.json"  # written by an earlier (or a parallel --phrasings) evaluation
+        cached = json.loads(cache.read_text()) if cache.is_file() else None
+        if cached is not None and cached["grid"] == depths and cached["n_per_depth"] == n:
+            evaluation[phrasing], result = cached["evaluation"], cached
+            print(f"{row} s{seed} {phrasing}: read from {cache.name}", flush=True)
+            continue
         started = time.time()
         # the stop rule of every study: after two depths under 2% the longer ones are not run (counted as 0)
         result = evaluate_until_failed(model, tokenizer, task, depths, mode="forced", n_per_depth=n, seed=seed,
@@ -202,6 +208,8 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
                                        progress=False)
         evaluation[phrasing] = {"depths": result["depths"], "accuracy": result["accuracy"],
                                 "seconds": round(time.time() - started, 1)}
+        cache.write_text(json.dumps({"grid": depths, "n_per_depth": n, "evaluation": evaluation[phrasing],
+                                     "environment": result["environment"]}, indent=1))
         print(f"{row} s{seed} {phrasing}: " + " ".join(
             f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
     segments = [dict(s, command=scrub(s["command"])) for s in segments]
@@ -244,10 +252,19 @@ def record_path(row: str, seed: int) -> Path:
     return OUT / "runs" / f"{row}_s{seed}.json"
 
 
-def run_row(row: str, seed: int) -> dict:
+def run_row(row: str, seed: int, only: list[str] | None = None) -> dict | None:
+    """Train (or resume) and evaluate a row; its record under results/pretrained_cpu/runs/. `only`: evaluate just
+    these phrasings (each kept in the run folder as eval_<phrasing>.json, which a later full run reads instead of
+    evaluating again: two processes can share a row's evaluation), and write no record."""
     segments = train(row, seed)
     is_pilot = row.startswith("pilot_")
     phrasings, depths = EVALUATION.get(row, (PHRASINGS, [4] if is_pilot else DEPTHS))
+    if only is not None:
+        unknown = sorted(set(only) - set(phrasings))
+        if unknown:
+            raise SystemExit(f"--phrasings: {', '.join(unknown)} not evaluated for row {row} (its: {phrasings})")
+        evaluate(row, seed, segments, depths, 256 if is_pilot else N, only)
+        return None
     record = evaluate(row, seed, segments, depths, 256 if is_pilot else N, phrasings)
     record["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)
     save_record(record, record_path(row, seed))
@@ -561,6 +578,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--row", choices=sorted(ROWS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--phrasings", default=None,
+                        help="with --row: evaluate only these (comma-separated) phrasings, kept in the run folder "
+                             "for a later --row run to read (no record written)")
     parser.add_argument("--parity", type=true_or_false, nargs="?", const=True, default=False,
                         help="R = 1 of the retrofit against the parent, real weights")
     parser.add_argument("--diagnose", choices=sorted(ROWS),
@@ -577,7 +597,7 @@ def main(argv=None) -> None:
     if args.parity:
         run_parity()
     if args.row:
-        run_row(args.row, args.seed)
+        run_row(args.row, args.seed, None if args.phrasings is None else args.phrasings.split(","))
     if args.diagnose:
         diagnose_slots(args.diagnose, args.seed)
     if args.export:
