@@ -190,9 +190,11 @@ def test_feedback_rule():
     flags, reason = feedback_rule(dataclasses.replace(BASE, whole_state=False, transition_conflicts=900))
     assert flags == {} and "900 of 15000 transitions conflict" in reason
     assert feedback_rule(dataclasses.replace(BASE, whole_state=None))[0] == {}
+    # no short record needed once the answer is known to be whole (logs that open with assignments)
     flags, reason = feedback_rule(dataclasses.replace(BASE, shortest=6))
-    assert flags == {} and "shortest record has 6 operations" in reason and "variable-swap" in reason
-    assert feedback_rule(dataclasses.replace(BASE, shortest=2))[0] == {"answer_feedback": True}
+    assert flags == {"answer_feedback": True} and "counters4" in reason
+    flags, reason = feedback_rule(dataclasses.replace(SWAPS, whole_state=None))
+    assert flags == {} and "too few records to check" in reason
 
 
 def test_model_size_and_regularization_rules():
@@ -257,8 +259,16 @@ def test_the_rules_on_records_built_to_trigger_them(tmp_path):
     assert s.whole_state is False and "answer_feedback" not in choose_recipe(s).chosen
     s = statistics_of(tmp_path, swap_records(300))  # shortest record: 3 assignments + 1 swap
     assert s.shortest == 4 and s.words_per_operation > 3
-    assert choose_recipe(s).chosen == {"curriculum_window": 5, "curriculum_every_steps": 20,
-                                       "operation_tokens": "whole", "adam_beta2": 0.95}
+    # its records of 4 are the first 4 statements of some of 5: the answer is checked whole, feedback on (300 records:
+    # the regularized small model)
+    assert (s.whole_state, s.transition_conflicts) == (True, 0) and s.transitions_checked >= 20
+    assert choose_recipe(s).chosen == {"answer_feedback": True, "hidden_size": 64, "intermediate_size": 128,
+                                       "grad_window": 16, "weight_decay": 0.1, "curriculum_advance_accuracy": None,
+                                       "curriculum_every_steps": 100, "operation_tokens": "whole",
+                                       "compile_core": "false"}
+    # wholeness unknown: the swap log's recipe without feedback
+    assert choose_recipe(dataclasses.replace(s, whole_state=None)).chosen == {
+        "curriculum_window": 5, "curriculum_every_steps": 20, "operation_tokens": "whole", "adam_beta2": 0.95}
 
 
 # ---- on train_par.py's arguments ----
