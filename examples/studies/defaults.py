@@ -66,6 +66,7 @@ LOGS = {
                       columns={"--operations_column": "statements", "--state_column": "values"}, baselines="lstm"),
 }
 
+LOAD = "two runs at a time"  # what else ran beside each run; PAR_LOAD in the environment says otherwise
 # variant -> (what it asks, the flags added to the data flags); PAR only (no baselines)
 VARIANTS = {
     "long_budget": ("is the miss the step budget? 15,000 steps instead of the default 6,000", {"--max_steps": "15000"}),
@@ -276,7 +277,7 @@ def run(log: str, seed: int, variant: str | None = None) -> dict:
         "probes": summary.get("probe"),
         "wall_seconds": round(time.time() - started, 1),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "host": f"{platform.node()} ({os.cpu_count()} CPUs), one thread, two runs at a time",
+        "host": f"{platform.node()} ({os.cpu_count()} CPUs), one thread, {os.environ.get('PAR_LOAD', LOAD)}",
     }
     out = RESULTS / "defaults" / ("" if variant is None else "variants") / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
