@@ -83,3 +83,10 @@ def test_a_phrasing_evaluated_apart_is_read_back_not_evaluated_again(tiny_run, m
     assert whole["evaluation"]["held_out"] == apart["evaluation"]["held_out"]
     study.evaluate("retrofit_frozen_emb", 0, segments, [2], 4, ["held_out"])  # another grid: evaluated again
     assert calls == ["held_out", "seen", "held_out"]
+
+
+def test_an_export_names_the_parent_its_row_was_cut_from():
+    assert study.parent_of("qwen_frozen_emb") == ("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, "
+                                                  "its first layers as 3 + 3 + 3, embeddings frozen)")
+    assert study.parent_of("retrofit_full") == ("smollm2", "SmolLM2-135M-Instruct (Q4_1 GGUF, its first layers as "
+                                                "3 + 3 + 3)")

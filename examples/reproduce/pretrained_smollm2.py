@@ -293,7 +293,19 @@ def run_parity() -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------- export
-EXPORT = RUN_DIR / "export" / "par-smollm2-batch-process"  # ~240 MB: rebuilt from the weights, never committed
+EXPORT = RUN_DIR / "export"  # <name>/ per exported row (240 MB-1 GB): rebuilt from the weights, never committed
+
+
+def parent_of(row: str) -> tuple[str, str]:
+    """(a short name for the export's folder and repo id, what the row was retrofitted from), from its flags."""
+    flags = ROWS[row].flags
+    layers = "{} + {} + {}".format(*(flags.get(f"--{part}_layers", "1") for part in ("prelude", "core", "coda")))
+    frozen = ", embeddings frozen" if flags.get("--freeze_embeddings") == "true" else ""
+    if flags.get("--init_from_qwen2") == QWEN:
+        return "qwen2.5-coder-0.5b", f"Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, its first layers as {layers}{frozen})"
+    return "smollm2", f"SmolLM2-135M-Instruct (Q4_1 GGUF, its first layers as {layers}{frozen})"
+
+
 PIPELINE_CHECK = """
     import numpy as np
     import torch
@@ -329,7 +341,9 @@ def export(row: str, seed: int, target: Path | None = None, depth: int = 64, n: 
     from state_tracking import load_task_from_dir
 
     hub = repo_module("examples.push_to_hub")
-    target = target or EXPORT
+    short, parent = parent_of(row)
+    repo_id = f"par-{short}-batch-process"
+    target = target or EXPORT / repo_id
     record = json.loads(record_path(row, seed).read_text())
     folder = run_path(row, seed)
     if target.exists():
@@ -339,12 +353,12 @@ def export(row: str, seed: int, target: Path | None = None, depth: int = 64, n: 
              f"{TRAIN_MAX_DEPTH}, random start states), seen phrasings (drawn among those training used) and held-out "
              f"ones (the phrasing of every sentence kept out of training). `{record['command']}`.")
     measured = {"depths": DEPTHS, "rows": rows, "train_max_depth": TRAIN_MAX_DEPTH, "n_sequences": N}
-    hub.export_for_hub(folder, target, repo_id="par-smollm2-batch-process", measured=measured, rendering="text",
+    hub.export_for_hub(folder, target, repo_id=repo_id, measured=measured, rendering="text",
                        learned_halting=False,
                        training_data=(f"{record['samples_seen']:,} random text problems of {TASK_FILE} (d ≤ "
                                       f"{TRAIN_MAX_DEPTH}), {record['steps']} steps, seed {seed}; retrofitted from "
-                                      "SmolLM2-135M-Instruct (Q4_1 GGUF, first 9 of 30 layers as 3 + 3 + 3)."),
-                       limits="CPU scale: a truncated 135M parent, one task, one seed; forced depth (no halting head).")
+                                      f"{parent}."),
+                       limits="CPU scale: a truncated parent, one task, one seed; forced depth (no halting head).")
     card = (target / "README.md").read_text().replace(
         "No results were attached to this export.", hub.results_section(intro, DEPTHS, rows, curve=record.get("curve")))
     (target / "README.md").write_text(card)
@@ -585,7 +599,8 @@ def main(argv=None) -> None:
                         help="R = 1 of the retrofit against the parent, real weights")
     parser.add_argument("--diagnose", choices=sorted(ROWS),
                         help="held-out phrasings one slot at a time (a trained row)")
-    parser.add_argument("--export", choices=sorted(ROWS), help=f"a trained row as a pipeline checkpoint ({EXPORT})")
+    parser.add_argument("--export", choices=sorted(ROWS),
+                        help=f"a trained row as a pipeline checkpoint ({EXPORT}/<name>)")
     parser.add_argument("--heldout2", choices=sorted(ROWS),
                         help=f"the chosen row's seeds (--seeds) on the second held-out set, once ({HELDOUT2})")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for --heldout2")
