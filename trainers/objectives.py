@@ -129,7 +129,7 @@ def within_operation_variance_ratio(z: torch.Tensor, ids: torch.Tensor) -> torch
     centroids = centroids / counts[:, None]
     within = ((z - centroids[inverse]) ** 2).sum()
     total = ((z - z.mean(0)) ** 2).sum()
-    if not bool((counts >= 2).any()) or float(total) <= 0.0:
+    if not bool((counts >= 2).any()) or float(total.detach()) <= 0.0:
         return z.sum() * 0.0
     return within / total
 
