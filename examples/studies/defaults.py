@@ -9,7 +9,7 @@ command, so that the three are timed under the same machine load.
     python examples/studies/defaults.py --all --seeds 0,1,2 --jobs 2      # every log and seed not yet recorded
     python examples/studies/defaults.py --collect                        # results/own_data_cpu/defaults.md
     python examples/studies/defaults.py --log counters4 --variant long_budget --seed 0   # a miss's cause, PAR only
-    python examples/studies/defaults.py --per_length counters4_s0        # a run's accuracy per length, 1..20
+    python examples/studies/defaults.py --per_length superseded/counters4_s0   # a run's accuracy per length
 
 Logs (`LOGS`): the final-states files of results/own_data_cpu (register3, batch_process, swap-S5 final mappings,
 var_swap5, and register3's first 1,000 records) and two written for this study, neither used to choose a rule:
@@ -197,7 +197,7 @@ def per_length(run_name: str) -> dict:
     generator, seed 7; `PER_LENGTH_N` per length), through examples/evaluate_par.py --test_file. A run whose accuracy
     falls off just past the longest length its curriculum reached fails to extrapolate; one that is wrong within it
     did not learn. Record: results/own_data_cpu/defaults/variants/<run>_per_length.json."""
-    log = next((name for name in GENERATORS if run_name.startswith(name + "_")), None)
+    log = next((name for name in GENERATORS if Path(run_name).name.startswith(name + "_")), None)
     if log is None:
         raise SystemExit(f"--per_length: {run_name!r} is not a run of a generated log ({', '.join(GENERATORS)})")
     folder = RUNS / run_name
@@ -219,7 +219,7 @@ def per_length(run_name: str) -> dict:
               "per_query_accuracy": {str(row["depth"]): row.get("per_query_accuracy") for row in rows},
               "n_per_length": PER_LENGTH_N,
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    path = RESULTS / "defaults" / "variants" / f"{run_name}_per_length.json"
+    path = RESULTS / "defaults" / "variants" / f"{run_name.replace('/', '_')}_per_length.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record["accuracy"]))
@@ -413,7 +413,8 @@ def main(args=None) -> None:
     parser.add_argument("--variant", choices=list(VARIANTS), default=None,
                         help="with --log: the variant's flags added, PAR only (records under defaults/variants/)")
     parser.add_argument("--per_length", default=None, metavar="RUN",
-                        help="a run of a generated log (e.g. counters4_s0) on fresh records of each length")
+                        help="a run of a generated log (a folder under runs/own_data/defaults, e.g. counters4_s0 or "
+                             "superseded/counters4_s0) on fresh records of each length")
     parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--all", type=true_or_false, nargs="?", const=True, default=False,
                         help="every log and seed of --seeds that has no record yet")
