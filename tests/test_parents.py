@@ -204,7 +204,7 @@ def test_pretrained_study_rows_parse_and_hold_out_one_slot_at_a_time(monkeypatch
 
     study = load_example("examples/reproduce/pretrained_smollm2.py")
     train_par = load_example("examples/train_par.py")
-    monkeypatch.setattr(study, "parent_folder", lambda: "some/smollm2")
+    monkeypatch.setattr(study, "parent_folder", lambda name="smollm2-135m": f"some/{name}")  # nothing fetched
     for name in study.ROWS:
         model_args, task_args, train_args = train_par.parse_args(argv(study.row_flags(name)) + ["--output_dir", "x"])
         retrofit = model_args.init_from_parent is not None

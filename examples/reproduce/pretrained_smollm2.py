@@ -39,9 +39,9 @@ Rows:
   trained wordings of one operation read alike in the prelude, `--phrasing_alignment_weight 1`) and
   `pilot_frozen_emb_align` (that loss with the embeddings frozen), `pilot_frozen_emb_ratio` (embeddings frozen and
   the loss as the share of the centred encodings' variance within operations, `--phrasing_alignment_form
-  variance_ratio`), `pilot_qwen_frozen_emb` (the Qwen2.5-shaped
-  parent, Qwen2.5-Coder-0.5B-Instruct from `python -m par_studies.parents fetch qwen2.5-coder-0.5b`, its first 9 of
-  24 layers as 3 + 3 + 3, embeddings frozen).
+  variance_ratio`), `pilot_qwen_frozen_emb` (the Qwen2.5-shaped parent, Qwen2.5-Coder-0.5B-Instruct from
+  `python -m par_studies.parents fetch qwen2.5-coder-0.5b`, its first 9 of 24 layers as 3 + 3 + 3, embeddings
+  frozen).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ OUT = REPO / "results" / "pretrained_cpu"
 RUN_DIR = REPO / "runs" / "pretrained_smollm2"
 PARENT = "<smollm2>"  # the cache folder of par_studies.smollm2, filled in when a row runs
 QWEN = "<qwen2.5-coder-0.5b>"  # the Qwen2.5-shaped parent's cache folder (par_studies.parents), filled in likewise
+PLACEHOLDERS = {PARENT: "smollm2-135m", QWEN: "qwen2.5-coder-0.5b"}  # placeholder -> par_studies.parents name
 SPLIT = {"--prelude_layers": "3", "--core_layers": "3", "--coda_layers": "3"}
 TRAIN_MAX_DEPTH = 8
 DEPTHS = [8, 64]
@@ -152,21 +153,18 @@ def run_path(row: str, seed: int) -> Path:
     return RUN_DIR / f"{row}_s{seed}"
 
 
-def parent_folder() -> str:
-    from par_studies.smollm2 import ensure
+def parent_folder(name: str = "smollm2-135m") -> str:
+    """The cache folder holding parent `name`'s GGUF (par_studies.parents), fetched first if the cache lacks it."""
+    from par_studies.parents import get_parent
 
-    return str(ensure())
+    return str(get_parent(name).ensure())
 
 
 def row_flags(row: str) -> dict:
     """The row's train_par.py flags with the parent's cache folder filled in."""
     flags = {**COMMON, **ROWS[row].flags}
-    if flags.get("--init_from_qwen2") == PARENT:
-        flags["--init_from_qwen2"] = parent_folder()
-    elif flags.get("--init_from_qwen2") == QWEN:
-        from par_studies.parents import get_parent
-
-        flags["--init_from_qwen2"] = str(get_parent("qwen2.5-coder-0.5b").ensure())
+    if flags.get("--init_from_qwen2") in PLACEHOLDERS:
+        flags["--init_from_qwen2"] = parent_folder(PLACEHOLDERS[flags["--init_from_qwen2"]])
     return combine(row, flags)
 
 
@@ -175,11 +173,12 @@ def train(row: str, seed: int) -> list[dict]:
 
 
 def scrub(text: str) -> str:
-    """A recorded command with the machine's cache folders written as <smollm2> and <qwen2.5-coder-0.5b>."""
+    """A recorded command with the machine's cache folders written as their placeholders (<smollm2>, ...)."""
     from par_studies.parents import get_parent
-    from par_studies.smollm2 import cache_folder
 
-    return text.replace(str(cache_folder()), PARENT).replace(str(get_parent("qwen2.5-coder-0.5b").cache_folder), QWEN)
+    for placeholder, name in PLACEHOLDERS.items():
+        text = text.replace(str(get_parent(name).cache_folder), placeholder)
+    return text
 
 
 def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: int,
