@@ -95,6 +95,14 @@ def operation_encodings(prelude_states: torch.Tensor, operation_ends: torch.Tens
     return prelude_states[rows[valid], ends[valid]], ops[valid]
 
 
+def operation_centroids(z: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each operation's mean encoding over the batch: c_o = mean of z_j over the occurrences j of operation o.
+    (N, H), (N,) -> centroids (O, H), inverse (N,) (each occurrence's row of centroids), counts (O,)"""
+    _, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
+    centroids = torch.zeros(len(counts), z.shape[1], device=z.device, dtype=z.dtype).index_add_(0, inverse, z)
+    return centroids / counts[:, None], inverse, counts
+
+
 def phrasing_alignment_loss(z: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Phrasings of one operation read alike: the within-operation spread of the unit-normalized encodings,
 
@@ -103,9 +111,7 @@ def phrasing_alignment_loss(z: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     over the occurrences of operations that occur at least twice in the batch (0 when none does). 0 when every
     wording of an operation is encoded alike; at most 2. (N, H), (N,) -> ()"""
     unit = F.normalize(z.float(), dim=-1)
-    _, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
-    centroids = torch.zeros(len(counts), unit.shape[1], device=unit.device).index_add_(0, inverse, unit)
-    centroids = centroids / counts[:, None]
+    centroids, inverse, counts = operation_centroids(unit, ids)
     repeated = counts[inverse] >= 2
     if not bool(repeated.any()):
         return unit.sum() * 0.0
@@ -124,9 +130,7 @@ def within_operation_variance_ratio(z: torch.Tensor, ids: torch.Tensor) -> torch
     operation explains none of the spread; 0 when no operation occurs twice or all encodings are equal.
     (N, H), (N,) -> ()"""
     z = z.float()
-    _, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
-    centroids = torch.zeros(len(counts), z.shape[1], device=z.device, dtype=z.dtype).index_add_(0, inverse, z)
-    centroids = centroids / counts[:, None]
+    centroids, inverse, counts = operation_centroids(z, ids)
     within = ((z - centroids[inverse]) ** 2).sum()
     total = ((z - z.mean(0)) ** 2).sum()
     if not bool((counts >= 2).any()) or float(total.detach()) <= 0.0:

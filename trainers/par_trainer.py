@@ -453,8 +453,7 @@ class ParTrainer(Trainer):
                 raise ValueError("phrasing_alignment_weight > 0 needs batches with operation_ends and ops (a generated "
                                  "task's dataset; records files hold no operation ids to align).")
             alignment = PHRASING_ALIGNMENT_FORMS[self.args.phrasing_alignment_form]
-            loss_align = alignment(*operation_encodings(out.prelude_states, inputs["operation_ends"],
-                                                                      inputs["ops"]))
+            loss_align = alignment(*operation_encodings(out.prelude_states, inputs["operation_ends"], inputs["ops"]))
             loss = loss + self.args.phrasing_alignment_weight * loss_align
             self._log_value("loss_align", loss_align.item())
 
