@@ -29,6 +29,7 @@ from .runs import (
     latest_checkpoint,
     load_run,
     load_train_par,
+    peak_rss_gb,
     repo_module,
     row_train_seconds,
     run_logged,
@@ -40,6 +41,7 @@ from .tables import load_records, mean_sd, save_record, seeds_cell, splice_table
 __all__ = [
     "FULL", "HALTING", "HOLD_TAIL", "KINDS", "LOCAL", "MASTERY", "REPO", "SELF_DISTILL", "Preset", "Row", "argv",
     "blocked_pipeline_check", "combine", "curriculum_growth", "halting", "hold_tail", "latest_checkpoint",
-    "load_records", "load_run", "load_train_par", "mean_sd", "parse_argv", "repo_module", "row_train_seconds",
-    "rows_by_name", "run_logged", "save_record", "seeds_cell", "splice_table", "thread_env", "train_segment",
+    "load_records", "load_run", "load_train_par", "mean_sd", "parse_argv", "peak_rss_gb", "repo_module",
+    "row_train_seconds", "rows_by_name", "run_logged", "save_record", "seeds_cell", "splice_table", "thread_env",
+    "train_segment",
 ]

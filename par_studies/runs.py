@@ -100,11 +100,27 @@ def train_segment(folder: Path, seed: int, flags: Mapping[str, str], name: str,
         code = subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=thread_env(), stdout=log,
                               stderr=subprocess.STDOUT).returncode
     segments[-1].update(wall_seconds=round(time.time() - started, 1),
-                        status="finished" if code == 0 else f"exit {code}")
+                        status="finished" if code == 0 else f"exit {code}", peak_rss_gb=children_peak_rss_gb())
     segments_file.write_text(json.dumps(segments, indent=1))
     if code != 0:
         raise SystemExit(f"{name} seed {seed}: train_par.py exited {code}; see {log_file}")
     return segments
+
+
+def children_peak_rss_gb() -> float:
+    """The peak resident memory (GB) of this process's finished children (getrusage RUSAGE_CHILDREN: the largest
+    of them, so a segment's training process when it is the first child)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)
+
+
+def peak_rss_gb(segments: list[dict]) -> float | None:
+    """A run's peak resident memory (GB): the largest its training segments recorded; None where none recorded it
+    (segments trained before the field existed). A record assembled in a process that did not train reads this,
+    not its own children (which would read 0)."""
+    peaks = [s["peak_rss_gb"] for s in segments if s.get("peak_rss_gb")]
+    return max(peaks) if peaks else None
 
 
 def curriculum_growth(folder: Path) -> list[int] | None:

@@ -117,6 +117,7 @@ def test_a_row_stopped_by_its_time_budget_trains_on_with_more_seconds(tmp_path, 
     assert command[command.index("--max_train_seconds") + 1] == "3614"
     assert command[command.index("--resume_from_checkpoint") + 1].endswith("checkpoint-900")
     assert segments[-1]["resumed_from"] == "checkpoint-900" and segments[-1]["trained_seconds_before"] == 3013.9
+    assert isinstance(segments[-1]["peak_rss_gb"], float)  # the training process's peak, kept with its segment
     assert json.loads((folder / "summary_segment1.json").read_text()) == summary
 
     for done in ({"steps": 3000, "max_steps": 3000, "probe_stopped_at": None},
@@ -127,3 +128,13 @@ def test_a_row_stopped_by_its_time_budget_trains_on_with_more_seconds(tmp_path, 
     with pytest.raises(ValueError, match="more_seconds"):
         (folder / "summary.json").unlink()
         runs.train_segment(folder, 0, flags, "row", more_seconds=0)
+
+
+def test_a_record_reads_its_peak_memory_from_the_training_segments():
+    """A record assembled by a process that did not train (its evaluation run in parallel processes) reads the peak
+    memory its training segments recorded, not its own children's (0.0 in that process: the issue-49 artefact)."""
+    from par_studies import peak_rss_gb
+
+    assert peak_rss_gb([{"peak_rss_gb": 4.2}, {"status": "interrupted"}, {"peak_rss_gb": 6.65}]) == 6.65
+    assert peak_rss_gb([{"status": "finished"}]) is None  # segments trained before the field existed: unknown, not 0
+    assert peak_rss_gb([]) is None

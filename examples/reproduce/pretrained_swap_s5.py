@@ -30,11 +30,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import time
 from pathlib import Path
 
-from par_studies import FULL, LOCAL, REPO, Row, load_records, rows_by_name, save_record, splice_table, train_segment
+from par_studies import (
+    FULL,
+    LOCAL,
+    REPO,
+    Row,
+    load_records,
+    peak_rss_gb,
+    rows_by_name,
+    save_record,
+    splice_table,
+    train_segment,
+)
 from par_studies.rows import combine
 
 TASK_FILE = "examples/tasks/swap_s5_short.json"
@@ -158,7 +168,7 @@ def in_range_reached(summary: dict) -> bool:
 def run_row(row: str, seed: int, more_seconds: float | None = None) -> dict:
     segments = train_segment(run_path(row, seed), seed, row_flags(row), row, more_seconds=more_seconds)
     record = evaluate(row, seed, segments)
-    record["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)
+    record["peak_rss_gb"] = peak_rss_gb(segments)
     save_record(record, record_path(row, seed))
     return record
 
