@@ -96,6 +96,7 @@ def progress_profile(
     padding_control_depth: int | None = None,
     extra_iterations: int = 0,
     device: str | torch.device | None = None,
+    phrasing: str = "canonical",
 ) -> dict[str, Any]:
     """Accuracy of every iteration's readout against z_min(c·k, d) on fresh problems at each depth.
 
@@ -104,6 +105,8 @@ def progress_profile(
             are scored against z_d).
         padding_control_depth: d0; if set, problems are d0 random operations then identity operations up to d
             (see :func:`padded_operations`), so the targets are z_min(c·k, d0).
+        phrasing: the text rendering's sentences (``canonical``, ``seen`` or ``held_out``, as in ``encode_batch``;
+            drawn with a generator derived from ``seed`` and the depth).
     Returns:
         JSON-ready dict: ``depths``, ``profile`` (one list per depth: accuracy at k = 1..R), ``final_accuracy``
         (the readout at R = ⌈d/c⌉), ``first_failure`` (per depth the first k below 50%, or None), and the settings.
@@ -129,8 +132,9 @@ def progress_profile(
         num_iterations = completing + extra_iterations
         k = np.arange(1, num_iterations + 1)
         targets = states[:, np.minimum(c * k, depth)]  # (n, R, Q)
+        words = np.random.default_rng(derive_seed("profile_phrasing", seed, depth))
         answers = iteration_readouts(model, tokenizer, task, ops, initial, num_iterations, rendering=rendering,
-                                     batch_size=batch_size, device=device)  # (n, R, Q)
+                                     batch_size=batch_size, device=device, phrasing=phrasing, rng=words)  # (n, R, Q)
         correct = (answers == targets).all(-1).sum(0)  # (R,)
         accuracy = (correct / n_per_depth).tolist()
         profiles.append(accuracy)
@@ -151,6 +155,7 @@ def progress_profile(
         "seed": seed,
         "rendering": rendering,
         "random_initial": random_initial,
+        "phrasing": phrasing,
     }
 
 

@@ -90,3 +90,37 @@ def test_an_export_names_the_parent_its_row_was_cut_from():
                                                   "its first layers as 3 + 3 + 3, embeddings frozen)")
     assert study.parent_of("retrofit_full") == ("smollm2", "SmolLM2-135M-Instruct (Q4_1 GGUF, its first layers as "
                                                 "3 + 3 + 3)")
+
+
+def test_profile_reads_every_iteration_of_a_trained_row_in_each_phrasing(tiny_run, tmp_path, monkeypatch):
+    """--profile: the accuracy of every iteration k = 1 … d against the state after k operations, per phrasing, kept
+    in the row's record; the last iteration of the held-out profile is the held-out answer at d."""
+    import numpy as np
+
+    from state_tracking import progress_profile
+    from state_tracking.tokenization import encode_batch
+
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"row": "retrofit_frozen_emb"}))
+    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
+    monkeypatch.setattr(study, "PROFILE_DEPTH", 3)
+    monkeypatch.setattr(study, "PROFILE_N", 5)
+    out = study.profile_row("retrofit_frozen_emb", 0)
+    saved = json.loads(record.read_text())["profile"]
+    assert saved == out and saved["depth"] == 3 and saved["n"] == 5 and saved["command"].endswith("--seed 0")
+    for phrasing in ("seen", "held_out"):
+        profile = saved[phrasing]["profile"]
+        assert len(profile) == 3 and all(a in {i / 5 for i in range(6)} for a in profile)
+    # the held-out profile is read from held-out sentences: every prompt it scores contains them
+    from par_studies import load_run
+
+    model, tokenizer, task = load_run(tiny_run, 3)
+    held = encode_batch(task, tokenizer, "text", np.zeros((1, 3), dtype=np.int64), None, "held_out",
+                        np.random.default_rng(0))
+    seen = encode_batch(task, tokenizer, "text", np.zeros((1, 3), dtype=np.int64), None, "canonical")
+    assert held["input_ids"] != seen["input_ids"]
+    direct = progress_profile(model, tokenizer, task, [3], n_per_depth=5, seed=0, rendering="text",
+                              phrasing="held_out")
+    assert direct["phrasing"] == "held_out" and [round(a, 4) for a in direct["profile"][0]] == \
+        saved["held_out"]["profile"]

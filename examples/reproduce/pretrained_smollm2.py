@@ -6,6 +6,7 @@ machine written in English with phrasings held out of training.
     python examples/reproduce/pretrained_smollm2.py --parity                      # R = 1 against the parent
     python examples/reproduce/pretrained_smollm2.py --row retrofit_full --seed 0     # train (or resume) + evaluate
     python examples/reproduce/pretrained_smollm2.py --row scratch --seed 0
+    python examples/reproduce/pretrained_smollm2.py --profile qwen_frozen_emb_500 --seed 0  # every iteration, d = 64
     python examples/reproduce/pretrained_smollm2.py --collect                     # README.md, summary.json
 
 Task: examples/tasks/batch_process_phrasings.json (every sentence written 3 or 4 ways; the last way of each is held
@@ -44,7 +45,8 @@ Rows:
   the loss as the share of the centred encodings' variance within operations, `--phrasing_alignment_form
   variance_ratio`), `pilot_qwen_frozen_emb` (the Qwen2.5-shaped parent, Qwen2.5-Coder-0.5B-Instruct from
   `python -m par_studies.parents fetch qwen2.5-coder-0.5b`, its first 9 of 24 layers as 3 + 3 + 3, embeddings
-  frozen).
+  frozen), `pilot_qwen_prelude6` (the same with its first 12 layers as 6 + 3 + 3: the prelude, which reads each
+  sentence, twice as deep).
 """
 
 from __future__ import annotations
@@ -123,6 +125,11 @@ SEARCH_ROWS = [
     ("qwen_frozen_emb", "Qwen2.5-Coder-0.5B 9 layers (3+3+3), input embeddings (and tied head) frozen",
      {"--init_from_qwen2": QWEN, "--gguf_file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
       "--freeze_embeddings": "true"}),
+    # more of the parent where the sentences are read: the prelude (which encodes each sentence on its own) twice as
+    # deep, layers 0-5 of the Qwen parent; core 6-8 and coda 9-11
+    ("qwen_prelude6", "Qwen2.5-Coder-0.5B 12 layers (6+3+3), input embeddings (and tied head) frozen",
+     {"--init_from_qwen2": QWEN, "--gguf_file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+      "--freeze_embeddings": "true", "--prelude_layers": "6"}),
 ]
 
 
@@ -612,6 +619,39 @@ def diagnose_slots(row: str, seed: int) -> dict:
     return slots
 
 
+PROFILE_DEPTH, PROFILE_N = 64, 256
+
+
+def profile_row(row: str, seed: int) -> dict:
+    """Inside the loop of a trained row: the accuracy of every iteration k = 1 … 64 against the state after k
+    operations (`state_tracking.progress_profile`, d = 64, PROFILE_N prompts, idle start, each phrasing), kept in the
+    row's record under "profile". A readout that decays with k past the trained depth is the recurrence drifting; one
+    that holds to k = 64 while the final answer fails would point elsewhere."""
+    import torch
+
+    from par_studies import load_run
+    from state_tracking import progress_profile
+
+    torch.set_num_threads(1)
+    model, tokenizer, task = load_run(run_path(row, seed), PROFILE_DEPTH)
+    profiles = {}
+    for phrasing in PHRASINGS:
+        started = time.time()
+        result = progress_profile(model, tokenizer, task, [PROFILE_DEPTH], n_per_depth=PROFILE_N, seed=seed,
+                                  rendering="text", phrasing=phrasing)
+        profiles[phrasing] = {"profile": [round(a, 4) for a in result["profile"][0]],
+                              "first_below_50": result["first_failure"][0], "seconds": round(time.time() - started, 1)}
+        shown = {k: profiles[phrasing]["profile"][k - 1] for k in (1, 8, 9, 16, 32, 64) if k <= PROFILE_DEPTH}
+        print(f"{row} s{seed} {phrasing} d={PROFILE_DEPTH}: " + " ".join(f"k={k}:{100 * a:.1f}" for k, a in
+                                                                        shown.items()), flush=True)
+    path = record_path(row, seed)
+    record = json.loads(path.read_text())
+    record["profile"] = {"depth": PROFILE_DEPTH, "n": PROFILE_N, **profiles,
+                         "command": f"python examples/reproduce/pretrained_smollm2.py --profile {row} --seed {seed}"}
+    save_record(record, path)
+    return record["profile"]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--row", choices=sorted(ROWS))
@@ -623,6 +663,8 @@ def main(argv=None) -> None:
                         help="R = 1 of the retrofit against the parent, real weights")
     parser.add_argument("--diagnose", choices=sorted(ROWS),
                         help="held-out phrasings one slot at a time (a trained row)")
+    parser.add_argument("--profile", choices=sorted(ROWS),
+                        help="accuracy of every iteration at d = 64, each phrasing (a trained, recorded row)")
     parser.add_argument("--export", choices=sorted(ROWS),
                         help=f"a trained row as a pipeline checkpoint ({EXPORT}/<name>)")
     parser.add_argument("--heldout2", choices=sorted(ROWS),
@@ -631,14 +673,16 @@ def main(argv=None) -> None:
     parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False,
                         help="README.md and summary.json from runs/*.json")
     args = parser.parse_args(argv)
-    if not (args.row or args.parity or args.diagnose or args.export or args.heldout2 or args.collect):
-        parser.error("give --row, --parity, --diagnose, --export, --heldout2 or --collect")
+    if not (args.row or args.parity or args.diagnose or args.profile or args.export or args.heldout2 or args.collect):
+        parser.error("give --row, --parity, --diagnose, --profile, --export, --heldout2 or --collect")
     if args.parity:
         run_parity()
     if args.row:
         run_row(args.row, args.seed, None if args.phrasings is None else args.phrasings.split(","))
     if args.diagnose:
         diagnose_slots(args.diagnose, args.seed)
+    if args.profile:
+        profile_row(args.profile, args.seed)
     if args.export:
         export(args.export, args.seed)
     if args.heldout2:
