@@ -24,8 +24,7 @@ Rows:
 - `qwen_frozen_emb`: the Qwen2.5-shaped parent (Qwen2.5-Coder-0.5B-Instruct, `python -m par_studies.parents fetch
   qwen2.5-coder-0.5b`), its first 9 of 24 layers as 3 + 3 + 3, embeddings frozen (the pilot `pilot_qwen_frozen_emb`
   that won the search), 300 steps with the curriculum every 25 steps; `qwen_frozen_emb_500` the same trained 500
-  steps (cap 6,600 s); `qwen_prelude6_500` that row with the prelude 6 layers deep (6 + 3 + 3, the search's
-  `pilot_qwen_prelude6`).
+  steps (cap 6,600 s).
 - `retrofit_frozen_emb_300`: the control for the Qwen row's schedule: `retrofit_frozen_emb` trained 300 steps with
   the curriculum every 25 steps.
 - `scratch`: the package's from-scratch recipe (hidden 128, 1 + 2 + 1 layers, the task's word-level tokenizer),
@@ -171,10 +170,6 @@ ROWS["qwen_frozen_emb"] = Row.of("qwen_frozen_emb", "Qwen2.5-Coder-0.5B 9 layers
 QWEN_LONG = {**QWEN_ROW, "--max_steps": "500", "--max_train_seconds": "6600"}
 ROWS["qwen_frozen_emb_500"] = Row.of("qwen_frozen_emb_500", "qwen_frozen_emb trained 500 steps (325 at d <= 8)",
                                      LOCAL, QWEN_LONG, budget=6600)
-# the pilot winner at full scale: qwen_frozen_emb_500 with the prelude 6 layers deep (layers 0-5; core 6-8, coda 9-11)
-ROWS["qwen_prelude6_500"] = Row.of("qwen_prelude6_500", "Qwen2.5-Coder-0.5B 12 layers (6+3+3), embeddings frozen, "
-                                   "500 steps (325 at d <= 8)", LOCAL, {**QWEN_LONG, "--prelude_layers": "6"},
-                                   budget=6600)
 # the control for the 300-step Qwen row: SmolLM2 (retrofit_frozen_emb) under that row's schedule (300 steps, the
 # curriculum every 25). If it stays flat to 8x as its 693-step row did, the short schedule is not what stops the Qwen
 # row extrapolating
