@@ -54,6 +54,7 @@ from state_tracking.training_data import (  # noqa: E402
     training_problems,
 )
 from trainers import (  # noqa: E402
+    FreezePreludeCallback,
     ParTrainer,
     ParTrainingArguments,
     PrefixSelfDistillationTrainer,
@@ -97,6 +98,9 @@ class ModelArguments:
     freeze_prelude: bool = field(default=False, metadata={
         "help": "train neither the token embeddings nor the prelude (model.freeze_prelude(): a retrofit keeps the "
                 "parent's reading of words; tied embeddings freeze the LM-head rows too)"})
+    freeze_prelude_from_step: int | None = field(default=None, metadata={
+        "help": "train the prelude for this many optimizer steps, then stop training it (trainers.FreezePrelude"
+                "Callback): the reading of sentences learned early is kept while core and coda train on"})
     freeze_embeddings: bool = field(default=False, metadata={
         "help": "train not the token embeddings (model.freeze_embeddings(): most of a retrofit's parameters and AdamW "
                 "state; tied embeddings freeze the LM-head rows too)"})
@@ -519,6 +523,8 @@ def main(argv=None):
     data = load_data(model_args, task_args, data_args, train_args, given)  # 2. data
     model = load_model(data, model_args, train_args)  # 3. model
     trainer = build_trainer(model, data, task_args, data_args, train_args)  # 4. trainer
+    if model_args.freeze_prelude_from_step is not None:
+        trainer.add_callback(FreezePreludeCallback(model_args.freeze_prelude_from_step))
     trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)  # 5. train
     train_seconds = time.time() - started
     if not trainer.is_world_process_zero():

@@ -308,3 +308,45 @@ def test_pretrained_study_docstring_names_its_rows_and_only_those():
     described = set(re.findall(r"`([a-z][a-z0-9_]*)`", study.__doc__.split("Rows:", 1)[1]))
     assert described == set(study.ROWS)
     assert set(re.findall(r"--row (\S+)", study.__doc__)) <= set(study.ROWS)
+
+
+def test_freeze_prelude_from_step_keeps_the_prelude_of_step_n_and_trains_the_core_on(tmp_path):
+    """--freeze_prelude_from_step 2: the prelude moves in steps 1-2 (it differs from the parent's at checkpoint-2),
+    then stays exactly as at step 2 to the end of 4 steps, while the core trains on; bad values are refused by name."""
+    from safetensors.torch import load_file
+
+    from par_studies.paper_scale.harness import EOS, qwen_like_tokenizer
+    from state_tracking import load_task
+    from tests.conftest import load_example
+
+    train_par = load_example("examples/train_par.py")
+    task_file = str(REPO / "examples" / "tasks" / "batch_process_phrasings.json")
+    tokenizer = qwen_like_tokenizer(load_task(task_file))
+    tokenizer.pad_token = tokenizer.eos_token = EOS
+    torch.manual_seed(0)
+    parent = LlamaForCausalLM(tiny_llama_config(vocab_size=len(tokenizer), num_hidden_layers=3, pad_token_id=None))
+    parent.save_pretrained(tmp_path / "llama")
+    tokenizer.save_pretrained(tmp_path / "llama")
+    common = ["--init_from_qwen2", str(tmp_path / "llama"), "--prelude_layers", "1", "--core_layers", "1",
+              "--coda_layers", "1", "--task_file", task_file, "--rendering", "text", "--loop_view", "local",
+              "--progress_positions", "true", "--bidirectional_queries", "true", "--max_train_depth", "3",
+              "--per_device_train_batch_size", "4", "--learning_rate", "1e-2", "--warmup_steps", "0",
+              "--eval_depths", "3", "--eval_n", "4", "--use_cpu", "true", "--disable_tqdm", "true",
+              "--report_to", "none"]
+    out = tmp_path / "run"
+    train_par.main([*common, "--freeze_prelude_from_step", "2", "--max_steps", "4", "--save_strategy", "steps",
+                    "--save_steps", "2", "--save_total_limit", "2", "--output_dir", str(out)])
+    at_2 = load_file(str(out / "checkpoint-2" / "model.safetensors"))
+    final = load_file(str(out / "model.safetensors"))
+    before = parent.state_dict()
+    prelude, core = "model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight"
+    assert not torch.equal(at_2[prelude], before[prelude])  # trained in steps 1-2
+    torch.testing.assert_close(final[prelude], at_2[prelude], atol=0, rtol=0)  # frozen from step 2 on
+    assert not torch.equal(final[core], at_2[core])  # the core trained on
+    for value, message in (("0", "must be an integer >= 1"), ("-3", "must be an integer >= 1")):
+        with pytest.raises(ValueError, match=message):
+            train_par.main([*common, "--freeze_prelude_from_step", value, "--max_steps", "1",
+                            "--output_dir", str(tmp_path / "x")])
+    with pytest.raises(ValueError, match="give one"):
+        train_par.main([*common, "--freeze_prelude_from_step", "2", "--freeze_prelude", "true", "--max_steps", "1",
+                        "--output_dir", str(tmp_path / "y")])

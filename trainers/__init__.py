@@ -1,10 +1,12 @@
 """Trainer subclasses for PAR: the progress-aligned loss, halting, depth schedules, prefix self-distillation."""
 
 from .callbacks import (
+    FreezePreludeCallback,
     ProbeCallback,
     RecordsProbeCallback,
     StateAccuracyProbeCallback,
     TimeBudgetCallback,
+    freeze_prelude_weights,
     probe_stop,
     trained_seconds,
 )
@@ -50,7 +52,8 @@ __all__ = [
     "mastery_levels", "mastery_max_depth", "MasteryCurriculum", "operation_encodings", "ParTrainer",
     "ParTrainingArguments", "phrasing_alignment_loss",
     "prefix_position_ids", "PrefixSelfDistillationTrainer", "ProbeCallback", "probe_stop", "progress_targets",
-    "readout_accuracy", "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",
+    "readout_accuracy", "FreezePreludeCallback", "freeze_prelude_weights",
+    "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",
     "stretch_max_scale", "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback",
     "trained_seconds", "within_operation_variance_ratio",
 ]

@@ -78,6 +78,34 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
         return {"args": {"seconds": self.seconds, "elapsed_before": round(self.elapsed(), 3)}, "attributes": {}}
 
 
+def freeze_prelude_weights(model) -> int:
+    """Stop training the prelude P's layers: requires_grad off and their gradients dropped, so AdamW (which skips
+    parameters without a gradient) leaves them as they are from here on. Returns how many tensors it froze."""
+    model = getattr(model, "module", model)
+    frozen = 0
+    for parameter in model.prelude.parameters():
+        if parameter.requires_grad:
+            parameter.requires_grad_(False)
+            parameter.grad = None
+            frozen += 1
+    return frozen
+
+
+class FreezePreludeCallback(TrainerCallback):
+    """--freeze_prelude_from_step N: the prelude trains for the first N optimizer steps, then stops (at step N, and at
+    once when a run resumes past N). Core, coda, adapter (and the embeddings, unless frozen) train throughout."""
+
+    def __init__(self, step: int):
+        self.step = step
+        self.frozen_at: int | None = None
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        if self.frozen_at is None and state.global_step >= self.step:
+            freeze_prelude_weights(model)
+            self.frozen_at = state.global_step
+        return control
+
+
 def trained_seconds(checkpoint: str | Path) -> float:
     """Training seconds a checkpoint had counted (earlier segments included): what `TimeBudgetCallback.state`
     stored in its `trainer_state.json`; 0 for a checkpoint saved without a budget."""

@@ -32,6 +32,22 @@ RECIPE_VIEW = dict(loop_view="local", progress_positions=True, bidirectional_que
 PAPER_VIEW = dict(loop_view="full", progress_positions=False, bidirectional_queries=False)  # retrofit
 
 
+def check_freeze_prelude_from_step(model_args) -> None:
+    """--freeze_prelude_from_step N: an integer >= 1, not with --freeze_prelude (frozen from step 0) nor --peft (whose
+    factors, not the prelude's weights, are what trains)."""
+    step = getattr(model_args, "freeze_prelude_from_step", None)
+    if step is None:
+        return
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValueError(f"--freeze_prelude_from_step must be an integer >= 1 (optimizer steps); got {step!r}.")
+    if model_args.freeze_prelude:
+        raise ValueError("--freeze_prelude_from_step and --freeze_prelude: give one (--freeze_prelude freezes it "
+                         "from step 0).")
+    if getattr(model_args, "peft", None):
+        raise ValueError("--freeze_prelude_from_step trains the prelude's own weights; it does not combine with "
+                         f"--peft {model_args.peft}.")
+
+
 def resolve_view(model_args) -> dict:
     """The loop-view fields: given flags win; unset ones take the from-scratch recipe, or the paper's full view when
     retrofitting a pretrained parent (whose causal attention the options would change)."""
@@ -108,6 +124,7 @@ def build_model(model_args, token_ids: dict, train_args=None):
         if not model_args.init_from_parent:
             raise ValueError("--parent_weights random draws a parent's weights afresh: it needs --init_from_parent.")
         model.reinitialize_weights(seed=train_args.seed if train_args is not None else 0)
+    check_freeze_prelude_from_step(model_args)
     if model_args.freeze_prelude:
         model.freeze_prelude()
     if model_args.freeze_embeddings:

@@ -24,7 +24,8 @@ Rows:
 - `qwen_frozen_emb`: the Qwen2.5-shaped parent (Qwen2.5-Coder-0.5B-Instruct, `python -m par_studies.parents fetch
   qwen2.5-coder-0.5b`), its first 9 of 24 layers as 3 + 3 + 3, embeddings frozen (the pilot `pilot_qwen_frozen_emb`
   that won the search), 300 steps with the curriculum every 25 steps; `qwen_frozen_emb_500` the same trained 500
-  steps (cap 6,600 s).
+  steps (cap 6,600 s); `qwen_freeze_prelude_300` that row with the prelude frozen from step 300
+  (`--freeze_prelude_from_step 300`).
 - `retrofit_frozen_emb_300`: the control for the Qwen row's schedule: `retrofit_frozen_emb` trained 300 steps with
   the curriculum every 25 steps.
 - `scratch`: the package's from-scratch recipe (hidden 128, 1 + 2 + 1 layers, the task's word-level tokenizer),
@@ -170,6 +171,11 @@ ROWS["qwen_frozen_emb"] = Row.of("qwen_frozen_emb", "Qwen2.5-Coder-0.5B 9 layers
 QWEN_LONG = {**QWEN_ROW, "--max_steps": "500", "--max_train_seconds": "6600"}
 ROWS["qwen_frozen_emb_500"] = Row.of("qwen_frozen_emb_500", "qwen_frozen_emb trained 500 steps (325 at d <= 8)",
                                      LOCAL, QWEN_LONG, budget=6600)
+# the 500-step row extrapolates (99.61% at 8x) but lost the unseen wordings (41.02% at d = 8; 91.31% after 300 steps):
+# the same row with the prelude, which reads each sentence, frozen from step 300 while core and coda train on
+ROWS["qwen_freeze_prelude_300"] = Row.of(
+    "qwen_freeze_prelude_300", "qwen_frozen_emb_500 with the prelude frozen from step 300", LOCAL,
+    {**QWEN_LONG, "--freeze_prelude_from_step": "300"}, budget=6600)
 # the control for the 300-step Qwen row: SmolLM2 (retrofit_frozen_emb) under that row's schedule (300 steps, the
 # curriculum every 25). If it stays flat to 8x as its 693-step row did, the short schedule is not what stops the Qwen
 # row extrapolating
