@@ -67,6 +67,7 @@ from trainers.model_setup import (  # noqa: E402
     AUTO_COMPILE_MIN_STEPS,
     build_model,
     build_tokenizer_for,
+    check_freeze_prelude_from_step,
     eager_if_compile_fails,
     use_tokenizer_special_tokens,
 )
@@ -381,6 +382,7 @@ def check_arguments(model_args: ModelArguments, task_args: TaskArguments, data_a
                          "--init_from_parent.")
     if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it
         raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
+    check_freeze_prelude_from_step(model_args)
     check_baselines(parse_baselines(data_args.baselines), data_args)
     check_recipe(data_args.recipe)
     if task_args.probe_depth is None and not data_args.given and given & set(PROBE_SETTINGS):

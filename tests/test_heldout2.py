@@ -94,7 +94,7 @@ def test_an_export_names_the_parent_its_row_was_cut_from():
 
 def test_profile_reads_every_iteration_of_a_trained_row_in_each_phrasing(tiny_run, tmp_path, monkeypatch):
     """--profile: the accuracy of every iteration k = 1 … d against the state after k operations, per phrasing, kept
-    in the row's record; the last iteration of the held-out profile is the held-out answer at d."""
+    in the row's record; its held-out profile is progress_profile's on held-out sentences."""
     import numpy as np
 
     from state_tracking import progress_profile

@@ -78,17 +78,13 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
         return {"args": {"seconds": self.seconds, "elapsed_before": round(self.elapsed(), 3)}, "attributes": {}}
 
 
-def freeze_prelude_weights(model) -> int:
+def freeze_prelude_weights(model) -> None:
     """Stop training the prelude P's layers: requires_grad off and their gradients dropped, so AdamW (which skips
-    parameters without a gradient) leaves them as they are from here on. Returns how many tensors it froze."""
-    model = getattr(model, "module", model)
-    frozen = 0
-    for parameter in model.prelude.parameters():
-        if parameter.requires_grad:
-            parameter.requires_grad_(False)
-            parameter.grad = None
-            frozen += 1
-    return frozen
+    parameters without a gradient) leaves them as they are from here on."""
+    prelude = getattr(model, "module", model).prelude
+    prelude.requires_grad_(False)
+    for parameter in prelude.parameters():
+        parameter.grad = None
 
 
 class FreezePreludeCallback(TrainerCallback):
@@ -97,12 +93,12 @@ class FreezePreludeCallback(TrainerCallback):
 
     def __init__(self, step: int):
         self.step = step
-        self.frozen_at: int | None = None
+        self.frozen = False
 
     def on_step_begin(self, args, state, control, model=None, **kwargs):
-        if self.frozen_at is None and state.global_step >= self.step:
+        if not self.frozen and state.global_step >= self.step:
             freeze_prelude_weights(model)
-            self.frozen_at = state.global_step
+            self.frozen = True
         return control
 
 

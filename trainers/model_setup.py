@@ -34,8 +34,8 @@ PAPER_VIEW = dict(loop_view="full", progress_positions=False, bidirectional_quer
 
 def check_freeze_prelude_from_step(model_args) -> None:
     """--freeze_prelude_from_step N: an integer >= 1, not with --freeze_prelude (frozen from step 0) nor --peft (whose
-    factors, not the prelude's weights, are what trains)."""
-    step = getattr(model_args, "freeze_prelude_from_step", None)
+    factors, not the prelude's weights, are what trains). train_par's check_arguments calls it before anything loads."""
+    step = model_args.freeze_prelude_from_step
     if step is None:
         return
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
@@ -43,7 +43,7 @@ def check_freeze_prelude_from_step(model_args) -> None:
     if model_args.freeze_prelude:
         raise ValueError("--freeze_prelude_from_step and --freeze_prelude: give one (--freeze_prelude freezes it "
                          "from step 0).")
-    if getattr(model_args, "peft", None):
+    if model_args.peft:
         raise ValueError("--freeze_prelude_from_step trains the prelude's own weights; it does not combine with "
                          f"--peft {model_args.peft}.")
 
@@ -124,7 +124,6 @@ def build_model(model_args, token_ids: dict, train_args=None):
         if not model_args.init_from_parent:
             raise ValueError("--parent_weights random draws a parent's weights afresh: it needs --init_from_parent.")
         model.reinitialize_weights(seed=train_args.seed if train_args is not None else 0)
-    check_freeze_prelude_from_step(model_args)
     if model_args.freeze_prelude:
         model.freeze_prelude()
     if model_args.freeze_embeddings:
