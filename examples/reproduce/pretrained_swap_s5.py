@@ -19,6 +19,10 @@ Rows ({view} × {init}; SmolLM2-135M's first 4 of 30 layers as prelude 1 + core 
   positions), the pretrained parent / the same shape and tokenizer with every weight drawn afresh;
 - `smollm2_local` / `random_local`: the package's local view (at iteration k the queries read operation k only);
 - `smollm2_full_no_anchor`: the pretrained full-view row without state-norm anchoring (the paper's ablation).
+- pilots, 600 steps each (the learning-rate schedule decays over them): `smollm2_full_lr1e3` / `random_full_lr1e3`
+  (every weight at lr 1e-3, the adapter's rate) and `smollm2_full_lr3e4`: what speeds up learning the training range,
+  which the rows above at lr 1e-4 left at d <= 3; `smollm2_full_lr1e3_b32` / `random_full_lr1e3_b32` the same at
+  batch 32.
 
 Test (after training): 1,024 fresh prompts per depth at d = 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid
 after two depths under 2%); the full-view rows' progress profiles (accuracy of every iteration) at d = 16 and 32. A
@@ -79,6 +83,15 @@ SMOLLM2 = {
 PRETRAINED = {"--parent_weights": "pretrained"}
 RANDOM = {"--parent_weights": "random"}
 NO_ANCHOR = {"--norm_anchoring": "false"}
+PILOT_BUDGET = 4800  # a guard only: the pilots end on their 600 steps
+
+
+def pilot(learning_rate: str, batch: int = 8) -> dict:
+    """SMOLLM2 as a pilot: 600 steps (the schedule decays over them) with every pretrained weight at `learning_rate`
+    and `batch` prompts per step."""
+    return {**SMOLLM2, "--learning_rate": learning_rate, "--per_device_train_batch_size": str(batch),
+            "--max_steps": "600", "--max_train_seconds": str(PILOT_BUDGET)}
+
 
 ROWS = rows_by_name(
     Row.of("smollm2_full", "SmolLM2 1+2+1, pretrained, full view (the paper's)", FULL, SMOLLM2, PRETRAINED,
@@ -88,6 +101,20 @@ ROWS = rows_by_name(
     Row.of("random_local", "SmolLM2 shape 1+2+1, random init, local view", LOCAL, SMOLLM2, RANDOM, budget=BUDGET),
     Row.of("smollm2_full_no_anchor", "SmolLM2 1+2+1, pretrained, full view, no norm anchoring", FULL, SMOLLM2,
            PRETRAINED, NO_ANCHOR, budget=BUDGET),
+    # pilots (2026-12-05): every row above learned d <= 2 only after ~600-1,200 steps at lr 1e-4 and none passed d <= 3.
+    # What speeds up learning the training range? 600 steps each (the schedule decays to 0 over them), one session
+    Row.of("smollm2_full_lr1e3", "pilot: smollm2_full at lr 1e-3, 600 steps", FULL, pilot("1e-3"), PRETRAINED,
+           budget=PILOT_BUDGET),
+    Row.of("random_full_lr1e3", "pilot: random_full at lr 1e-3, 600 steps", FULL, pilot("1e-3"), RANDOM,
+           budget=PILOT_BUDGET),
+    Row.of("smollm2_full_lr3e4", "pilot: smollm2_full at lr 3e-4, 600 steps", FULL, pilot("3e-4"), PRETRAINED,
+           budget=PILOT_BUDGET),
+    # lr 1e-3 reached d <= 3 at step 600 (lr 1e-4: step 1,190); batch 8 is an eighth of the from-scratch full view's
+    # 64 (results/paper_protocol_cpu), which learned its training range
+    Row.of("smollm2_full_lr1e3_b32", "pilot: smollm2_full at lr 1e-3, batch 32, 600 steps", FULL,
+           pilot("1e-3", batch=32), PRETRAINED, budget=PILOT_BUDGET),
+    Row.of("random_full_lr1e3_b32", "pilot: random_full at lr 1e-3, batch 32, 600 steps", FULL,
+           pilot("1e-3", batch=32), RANDOM, budget=PILOT_BUDGET),
 )
 
 
