@@ -39,6 +39,8 @@ def test_a_recorded_row_becomes_its_summary_entry_and_table_row(study):
     command = "python examples/train_par.py --loop_view full --parent_weights random --norm_anchoring true"
     record = {"row": "random_full", "seed": 0, "train_commands": [command], "steps": 900, "train_seconds": 3000.0,
               "seconds_per_step": 3.33, "in_range_reached": False,
+              "curve": [{"step": 10, "curriculum_max_depth": 2.0}, {"step": 580, "curriculum_max_depth": 2.5},
+                        {"step": 590, "curriculum_max_depth": 3.0}, {"step": 600, "curriculum_max_depth": 3.0}],
               "evaluation": {"depths": [8, 16], "accuracy": [0.25, 0.0], "grid": [8, 16, 32, 64], "n_per_depth": 256},
               "profile": {"depths": [16], "profile": [[1.0, 0.5, 0.0]], "n_per_depth": 64}}
     entry = study.summary_entry(record)
@@ -46,7 +48,7 @@ def test_a_recorded_row_becomes_its_summary_entry_and_table_row(study):
     assert entry["accuracy"] == {"8": 0.25, "16": 0.0, "32": 0.0, "64": 0.0}  # 32, 64 cut by the stop rule: 0
     assert entry["stopped_by_evaluation_rule"] == [32, 64]
     table = study.rows_table([record])
-    assert "| random_full | 0 | 900 | 3000 | 3.33 | no | 256 | 25.00 | 0.00 | 0.00 | 0.00 |" in table
+    assert "| random_full | 0 | 900 | 3000 | 3.33 | d ≤ 3 (step 590) | no | 256 | 25.00 | 0.00 | 0.00 | 0.00 |" in table
     assert "| random_full | 16 | 64 | 100 50 0 |" in table
     assert study.in_range_reached({"probe": [{"accuracy": 0.99}, {"accuracy": 1.0}]})
     assert not study.in_range_reached({"probe": [{"accuracy": 1.0}, {"accuracy": 0.98}]})
