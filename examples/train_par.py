@@ -164,6 +164,9 @@ class TaskArguments:
                 "probe_every_steps steps and at step 0, logged as probe_accuracy (trainer_state.json, summary.json's "
                 "probe); off unless set (trainers.StateAccuracyProbeCallback)"})
     probe_n: int = field(default=256, metadata={"help": "probe: sequences (drawn once from probe_seed)"})
+    probe_phrasing: str = field(default="canonical", metadata={
+        "help": "probe (text rendering): the prompts' sentences, canonical | seen | held_out (the task's held-out "
+                "wordings, drawn as the evaluator's --phrasing held_out draws them)"})
     probe_every_steps: int = field(default=250, metadata={"help": "probe: optimizer steps between probes"})
     probe_stop_accuracy: float | None = field(default=None, metadata={
         "help": "probe: stop training once the last probe_stop_patience probes reached this accuracy (early stop; "
@@ -363,7 +366,8 @@ def derived_defaults(given: set[str], values: dict) -> dict:
 
 # the probe's settings: with --probe_depth they set the task probe; with records, the first three set the validation
 # probe (the other two are refused there by check_flags)
-PROBE_SETTINGS = ("probe_n", "probe_every_steps", "probe_stop_patience", "probe_seed", "probe_stop_accuracy")
+PROBE_SETTINGS = ("probe_n", "probe_every_steps", "probe_stop_patience", "probe_seed", "probe_stop_accuracy",
+                  "probe_phrasing")
 # the records' flags, which need --train_file or --dataset_name
 RECORD_FLAGS = ("validation_file", "test_file", "operations_column", "state_column", "step_states_column",
                 "initial_state_column", "operation_delimiter")
@@ -385,8 +389,15 @@ def check_arguments(model_args: ModelArguments, task_args: TaskArguments, data_a
     check_freeze_prelude_from_step(model_args)
     check_baselines(parse_baselines(data_args.baselines), data_args)
     check_recipe(data_args.recipe)
+    if task_args.probe_phrasing not in ("canonical", "seen", "held_out"):
+        raise ValueError(f"--probe_phrasing must be one of canonical, seen, held_out; got "
+                         f"{task_args.probe_phrasing!r}.")
+    if task_args.probe_phrasing != "canonical" and task_args.rendering != "text":
+        raise ValueError(f"--probe_phrasing {task_args.probe_phrasing} needs --rendering text (the "
+                         f"{task_args.rendering} rendering has one phrasing).")
     if task_args.probe_depth is None and not data_args.given and given & set(PROBE_SETTINGS):
-        raise ValueError("--probe_n, --probe_every_steps, --probe_seed and --probe_stop_* need --probe_depth "
+        raise ValueError("--probe_n, --probe_every_steps, --probe_seed, --probe_phrasing and --probe_stop_* need "
+                         "--probe_depth "
                          "(without it no probe runs; with records, --probe_n, --probe_every_steps and "
                          "--probe_stop_patience set the validation probe).")
 
@@ -480,7 +491,8 @@ def build_trainer(model, data: TrainingData, task_args: TaskArguments, data_args
             seed=train_args.seed if task_args.probe_seed is None else task_args.probe_seed,
             rendering=task_args.rendering, random_initial=task_args.random_initial,
             batch_size=task_args.eval_batch_size, fixed_iterations=train_args.fixed_iterations,
-            stop_accuracy=task_args.probe_stop_accuracy, stop_patience=task_args.probe_stop_patience))
+            stop_accuracy=task_args.probe_stop_accuracy, stop_patience=task_args.probe_stop_patience,
+            phrasing=task_args.probe_phrasing))
     records = data.records
     if records is not None and "validation" in records.splits:
         trainer.add_callback(RecordsProbeCallback(

@@ -29,7 +29,7 @@ _READ_SPLITS = ("max_eval_samples", "validation_split_percentage", "preprocessin
 FLAG_MODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "train_par.py": (
         ("task", "task_file", "rendering", "random_initial", "train_size", "eval_depths", "probe_depth", "probe_seed",
-         "probe_stop_accuracy"),
+         "probe_stop_accuracy", "probe_phrasing"),
         ("validation_file", "test_file", *_READ_RECORDS, "max_train_samples", "data_name", *_READ_SPLITS,
          *_TOKENIZE_RECORDS, "stop_when_validation_exact", "restore_best_probe", "baselines", "recipe"),
     ),

@@ -124,3 +124,32 @@ def test_profile_reads_every_iteration_of_a_trained_row_in_each_phrasing(tiny_ru
                               phrasing="held_out")
     assert direct["phrasing"] == "held_out" and [round(a, 4) for a in direct["profile"][0]] == \
         saved["held_out"]["profile"]
+
+
+def test_a_probe_on_the_held_out_wordings_scores_what_the_evaluator_scores_on_them(tiny_run, tmp_path):
+    """--probe_phrasing held_out: the probe's prompts are the evaluator's held-out prompts for that depth, n and seed
+    (not the canonical ones), and its accuracy is the evaluator's; a phrasing without the text rendering, or a name the
+    task does not know, is refused by the callback and by train_par.py before anything loads."""
+    from par_studies import load_run
+    from state_tracking import evaluate_length_generalization
+    from trainers import StateAccuracyProbeCallback
+
+    model, tokenizer, task = load_run(tiny_run, 3)
+    kwargs = dict(n=6, seed=5, rendering="text", random_initial=True)
+    held = StateAccuracyProbeCallback(tokenizer, task, 3, phrasing="held_out", **kwargs)
+    canonical = StateAccuracyProbeCallback(tokenizer, task, 3, **kwargs)
+    assert held.describe() == {"probe_depth": 3, "probe_n": 6, "probe_phrasing": "held_out"}
+    assert held.encoded["input_ids"] != canonical.encoded["input_ids"]
+    evaluated = evaluate_length_generalization(model, tokenizer, task, [3], n_per_depth=6, seed=5, rendering="text",
+                                               random_initial=True, phrasing="held_out", progress=False)
+    assert held.evaluate(model) == evaluated["accuracy"][0]
+    with pytest.raises(ValueError, match="needs the text rendering"):
+        StateAccuracyProbeCallback(tokenizer, task, 3, phrasing="held_out", rendering="symbolic")
+    with pytest.raises(ValueError, match="phrasing must be one of"):
+        StateAccuracyProbeCallback(tokenizer, task, 3, phrasing="unseen", rendering="text")
+    base = ["--task_file", "examples/tasks/batch_process_phrasings.json", "--probe_depth", "3", "--max_steps", "1",
+            "--output_dir", str(tmp_path / "refused")]
+    with pytest.raises(ValueError, match="--probe_phrasing held_out needs --rendering text"):
+        train_par.main(base + ["--probe_phrasing", "held_out"])
+    with pytest.raises(ValueError, match="--probe_phrasing must be one of canonical, seen, held_out"):
+        train_par.main(base + ["--rendering", "text", "--probe_phrasing", "unseen"])

@@ -18,6 +18,7 @@ from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from state_tracking import StateTrackingCollator, encode_batch, model_token_ids, overall_state_accuracy
+from state_tracking.data import derive_seed
 from state_tracking.evaluation import draw_test_problems
 from state_tracking.records import longest_records
 
@@ -245,7 +246,11 @@ class StateAccuracyProbeCallback(ProbeCallback):
     `state_tracking.evaluation.draw_test_problems(task, depth, n, seed)` — the problems `evaluate_length_generalization`
     scores at that depth with the same n and seed, and scored as it does (encode_batch, right padding, forced R,
     `overall_state_accuracy`; the same numbers, tested). Logged as {"step", "probe_accuracy", "probe_depth",
-    "probe_n"}; early stop and best model as `ProbeCallback`'s.
+    "probe_n"} (and "probe_phrasing" unless canonical); early stop and best model as `ProbeCallback`'s.
+
+    `phrasing` (text rendering): the sentences of the probe's prompts, ``canonical``, ``seen`` or ``held_out``
+    (`Task.phrasing_options`), drawn as the evaluator draws them for that phrasing, seed and depth: a probe on the
+    held-out wordings follows, over training, what `evaluate_length_generalization(phrasing="held_out")` measures.
 
     Nothing needs restoring on resume: the probe set is drawn again from its seed (the same problems) and the curve
     comes back with the checkpoint's log history. The probe touches no random state of training (its problems have
@@ -260,22 +265,29 @@ class StateAccuracyProbeCallback(ProbeCallback):
     def __init__(self, tokenizer, task, depth: int, n: int = 256, every_steps: int = 250, seed: int = 0,
                  rendering: str = "symbolic", random_initial: bool = False, batch_size: int = 256,
                  fixed_iterations: int | None = None, at_start: bool = True, stop_accuracy: float | None = None,
-                 stop_patience: int = 2, curriculum_cap: Callable[[int], int] | None = None):
+                 stop_patience: int = 2, curriculum_cap: Callable[[int], int] | None = None,
+                 phrasing: str = "canonical"):
         super().__init__(n, every_steps, batch_size, at_start, stop_accuracy, stop_patience, curriculum_cap)
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"StateAccuracyProbeCallback.depth must be an integer >= 1; got {depth!r}.")
+        if phrasing != "canonical" and rendering != "text":
+            raise ValueError(f"StateAccuracyProbeCallback.phrasing {phrasing!r} needs the text rendering (the "
+                             f"{rendering!r} rendering has one phrasing: 'canonical').")
+        task.phrasing_options(phrasing)  # checks the name
         if fixed_iterations is not None and (isinstance(fixed_iterations, bool) or fixed_iterations < 1):
             raise ValueError(f"StateAccuracyProbeCallback.fixed_iterations must be None or >= 1; got "
                              f"{fixed_iterations!r}.")
-        self.depth, self.seed, self.fixed_iterations = depth, seed, fixed_iterations
+        self.depth, self.seed, self.fixed_iterations, self.phrasing = depth, seed, fixed_iterations, phrasing
         ops, initial = draw_test_problems(task, depth, n, seed, random_initial)  # (n, d), (n, Q) or None
         self.ops = ops
         self.targets = task.final_states(ops, initial)  # (n, Q)
-        self.encoded = encode_batch(task, tokenizer, rendering, ops, initial)
+        self.encoded = encode_batch(task, tokenizer, rendering, ops, initial, phrasing,
+                                    np.random.default_rng(derive_seed("phrasing", phrasing, seed, depth)))
         self.collate = StateTrackingCollator(model_token_ids(tokenizer, task)["pad_token_id"], padding_side="right")
 
     def describe(self) -> dict:
-        return {"probe_depth": self.depth, "probe_n": self.n}
+        return {"probe_depth": self.depth, "probe_n": self.n,
+                **({} if self.phrasing == "canonical" else {"probe_phrasing": self.phrasing})}
 
     def evaluate(self, model) -> float:
         """The probe set's overall state accuracy under `model` (left in the train/eval mode it came in)."""

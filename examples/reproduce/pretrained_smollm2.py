@@ -25,7 +25,8 @@ Rows:
   qwen2.5-coder-0.5b`), its first 9 of 24 layers as 3 + 3 + 3, embeddings frozen (the pilot `pilot_qwen_frozen_emb`
   that won the search), 300 steps with the curriculum every 25 steps; `qwen_frozen_emb_500` the same trained 500
   steps (cap 6,600 s); `qwen_freeze_prelude_300` that row with the prelude frozen from step 300
-  (`--freeze_prelude_from_step 300`).
+  (`--freeze_prelude_from_step 300`); `qwen_probe_500` the 500-step row with a probe of 128 prompts on the held-out
+  wordings at d = 64 every 50 steps (`--probe_phrasing held_out`, problems of seed 1000).
 - `retrofit_frozen_emb_300`: the control for the Qwen row's schedule: `retrofit_frozen_emb` trained 300 steps with
   the curriculum every 25 steps.
 - `scratch`: the package's from-scratch recipe (hidden 128, 1 + 2 + 1 layers, the task's word-level tokenizer),
@@ -176,6 +177,14 @@ ROWS["qwen_frozen_emb_500"] = Row.of("qwen_frozen_emb_500", "qwen_frozen_emb tra
 ROWS["qwen_freeze_prelude_300"] = Row.of(
     "qwen_freeze_prelude_300", "qwen_frozen_emb_500 with the prelude frozen from step 300", LOCAL,
     {**QWEN_LONG, "--freeze_prelude_from_step": "300"}, budget=6600)
+# the prelude frozen from step 300 kept nothing (held out 40.53 / 48.34% at d = 8 / 64, as the 500-step row's 41.02 /
+# 49.51%). When is the reading lost, and is there a step with both the wordings and the extrapolation? The 500-step
+# row with a probe on the held-out wordings at d = 64 (8x) every 50 steps: the curve of the issue's own number over
+# training, on 128 problems of their own seed (not the test prompts)
+ROWS["qwen_probe_500"] = Row.of(
+    "qwen_probe_500", "qwen_frozen_emb_500 probed on held-out wordings at d = 64 every 50 steps", LOCAL,
+    {**QWEN_LONG, "--probe_depth": "64", "--probe_phrasing": "held_out", "--probe_n": "128",
+     "--probe_every_steps": "50", "--probe_seed": "1000"}, budget=6600)
 # the control for the 300-step Qwen row: SmolLM2 (retrofit_frozen_emb) under that row's schedule (300 steps, the
 # curriculum every 25). If it stays flat to 8x as its 693-step row did, the short schedule is not what stops the Qwen
 # row extrapolating
