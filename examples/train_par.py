@@ -47,6 +47,7 @@ from state_tracking.reports import (  # noqa: E402
     evaluate_records_and_report,
     run_summary,
 )
+from state_tracking.tasks import Task  # noqa: E402
 from state_tracking.training_data import (  # noqa: E402
     build_task,
     prepare_records,
@@ -389,8 +390,8 @@ def check_arguments(model_args: ModelArguments, task_args: TaskArguments, data_a
     check_freeze_prelude_from_step(model_args)
     check_baselines(parse_baselines(data_args.baselines), data_args)
     check_recipe(data_args.recipe)
-    if task_args.probe_phrasing not in ("canonical", "seen", "held_out"):
-        raise ValueError(f"--probe_phrasing must be one of canonical, seen, held_out; got "
+    if task_args.probe_phrasing not in Task.PHRASINGS:
+        raise ValueError(f"--probe_phrasing must be one of {', '.join(Task.PHRASINGS)}; got "
                          f"{task_args.probe_phrasing!r}.")
     if task_args.probe_phrasing != "canonical" and task_args.rendering != "text":
         raise ValueError(f"--probe_phrasing {task_args.probe_phrasing} needs --rendering text (the "

@@ -89,6 +89,13 @@ def check_test_depths(depths: Sequence[int]) -> list[int]:
     return depths
 
 
+def phrasing_rng(phrasing: str, seed: int, depth: int) -> np.random.Generator:
+    """The generator that draws the test prompts' sentences at `depth` for `phrasing` and `seed`
+    (`derive_seed("phrasing", phrasing, seed, depth)`): the evaluator's and the training probe's, so that both score
+    the same prompts."""
+    return np.random.default_rng(derive_seed("phrasing", phrasing, seed, depth))
+
+
 def draw_test_problems(task: Task, depth: int, n: int, seed: int,
                        random_initial: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """The test problems at `depth`: ops (n, d) then, with `random_initial`, start states (n, Q), from
@@ -229,8 +236,7 @@ def evaluate_length_generalization(
     for depth in depths:
         ops, initial = draw_test_problems(task, depth, n_per_depth, seed, random_initial)
         targets = task.final_states(ops, initial)  # (n, Q)
-        encoded = encode_batch(task, tokenizer, rendering, ops, initial, phrasing,
-                               np.random.default_rng(derive_seed("phrasing", phrasing, seed, depth)))
+        encoded = encode_batch(task, tokenizer, rendering, ops, initial, phrasing, phrasing_rng(phrasing, seed, depth))
         num_iterations = math.ceil(depth / step_size) if mode == "forced" else None
         if fixed_iterations is not None:
             num_iterations = int(fixed_iterations)

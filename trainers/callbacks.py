@@ -18,8 +18,7 @@ from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from state_tracking import StateTrackingCollator, encode_batch, model_token_ids, overall_state_accuracy
-from state_tracking.data import derive_seed
-from state_tracking.evaluation import draw_test_problems
+from state_tracking.evaluation import draw_test_problems, phrasing_rng
 from state_tracking.records import longest_records
 
 from .distributed import distributed_running
@@ -282,7 +281,7 @@ class StateAccuracyProbeCallback(ProbeCallback):
         self.ops = ops
         self.targets = task.final_states(ops, initial)  # (n, Q)
         self.encoded = encode_batch(task, tokenizer, rendering, ops, initial, phrasing,
-                                    np.random.default_rng(derive_seed("phrasing", phrasing, seed, depth)))
+                                    phrasing_rng(phrasing, seed, depth))
         self.collate = StateTrackingCollator(model_token_ids(tokenizer, task)["pad_token_id"], padding_side="right")
 
     def describe(self) -> dict:
