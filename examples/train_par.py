@@ -62,6 +62,7 @@ from trainers import (  # noqa: E402
     RecordsProbeCallback,
     SelfDistillationArguments,
     StateAccuracyProbeCallback,
+    require_complete_checkpoint,
     teardown_distributed,
 )
 from trainers.model_setup import (  # noqa: E402
@@ -388,6 +389,8 @@ def check_arguments(model_args: ModelArguments, task_args: TaskArguments, data_a
     if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it
         raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
     check_freeze_prelude_from_step(model_args)
+    if isinstance(train_args.resume_from_checkpoint, str):  # a cut-off save would restart the schedule silently
+        require_complete_checkpoint(train_args.resume_from_checkpoint)
     check_baselines(parse_baselines(data_args.baselines), data_args)
     check_recipe(data_args.recipe)
     if task_args.probe_phrasing not in Task.PHRASINGS:

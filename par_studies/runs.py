@@ -36,12 +36,12 @@ def run_logged(command: list[str], log: Path | None = None) -> None:
 
 
 def latest_checkpoint(folder: Path) -> Path | None:
-    """The newest checkpoint-<step> folder of a run (transformers' `get_last_checkpoint`: other names such as
-    checkpoint-foo are ignored), or None."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest *complete* checkpoint-<step> folder of a run, or None: `trainers.last_complete_checkpoint`
+    (a checkpoint whose saving was cut off, e.g. by the end of a session, has no trainer_state.json and is
+    skipped with a warning; other names such as checkpoint-foo are ignored)."""
+    from trainers import last_complete_checkpoint
 
-    last = get_last_checkpoint(str(folder)) if Path(folder).is_dir() else None
-    return None if last is None else Path(last)
+    return last_complete_checkpoint(folder)
 
 
 def row_train_seconds(segments: list[dict]) -> float:

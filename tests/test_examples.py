@@ -482,6 +482,7 @@ def test_paper_protocol_second_stage_resumes_the_parents_curriculum(tmp_path):
     assert protocol.ROWS[row].init_from == parent
     parent_checkpoint = protocol.run_path(p, parent, 1) / "checkpoint-900"
     parent_checkpoint.mkdir(parents=True)
+    (parent_checkpoint / "trainer_state.json").write_text("{}")  # a complete checkpoint (trainer_state written last)
     (protocol.run_path(p, parent, 1) / "summary.json").write_text("{}")
     with pytest.raises(SystemExit, match="no curriculum state"):
         protocol.parent_flags(p, row, 1)

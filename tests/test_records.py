@@ -3,6 +3,7 @@
 import csv
 import hashlib
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -396,10 +397,36 @@ def test_small_review_fixes_refuse_or_report_what_is_true(tmp_path):
         ["--self-distillation", "false"])
     summary = train_par.main(base + ["--self-distillation", "true", "--output_dir", str(tmp_path / "sd")])
     assert summary["records"]["training_mode"].startswith("label-free prefix self-distillation")
+    assert latest_checkpoint(tmp_path / "sd").name == "checkpoint-2"
     (tmp_path / "sd" / "checkpoint-foo").mkdir()
-    (tmp_path / "sd" / "checkpoint-3").mkdir()
+    complete = tmp_path / "sd" / "checkpoint-3"
+    shutil.copytree(tmp_path / "sd" / "checkpoint-2", complete)
     assert latest_checkpoint(tmp_path / "sd").name == "checkpoint-3"
     assert latest_checkpoint(tmp_path / "absent") is None
+
+
+def test_a_checkpoint_whose_saving_was_cut_off_is_skipped_on_resume_and_refused_when_named(tmp_path):
+    """A session that ends while the Trainer saves leaves checkpoint-N with the weights but no trainer_state.json
+    (written last). Resuming from it would restart the step count and the learning-rate schedule at 0 with the
+    step-N weights, silently: the resumers take the newest *complete* checkpoint (with a warning naming the other),
+    and train_par refuses it by name."""
+    from par_studies import latest_checkpoint
+
+    path = tmp_path / "log.csv"
+    write_csv(path, turnstile_rows(60, 1, 4, seed=1))
+    out = tmp_path / "run"
+    base = TINY + ["--train_file", str(path), "--step_states_column", "observed", "--operation_delimiter", ";"]
+    train_par.main(base + ["--max_steps", "2", "--output_dir", str(out)])
+    cut = out / "checkpoint-4"
+    shutil.copytree(out / "checkpoint-2", cut)
+    (cut / "trainer_state.json").unlink()
+    with pytest.warns(UserWarning, match="checkpoint-4 is an incomplete checkpoint"):
+        assert latest_checkpoint(out).name == "checkpoint-2"
+    with pytest.raises(ValueError, match=r"resume_from_checkpoint: .*checkpoint-4 has no trainer_state.json"):
+        train_par.main(base + ["--max_steps", "4", "--output_dir", str(out), "--resume_from_checkpoint", str(cut)])
+    with pytest.raises(ValueError, match=r"resume_from_checkpoint: .*absent is not a directory"):
+        train_par.main(base + ["--max_steps", "4", "--output_dir", str(out),
+                               "--resume_from_checkpoint", str(tmp_path / "absent")])
 
 
 def test_records_longer_than_the_loop_can_run_are_named_before_training_or_skipped(tmp_path):

@@ -6,8 +6,11 @@ from .callbacks import (
     RecordsProbeCallback,
     StateAccuracyProbeCallback,
     TimeBudgetCallback,
+    checkpoint_complete,
     freeze_prelude_weights,
+    last_complete_checkpoint,
     probe_stop,
+    require_complete_checkpoint,
     trained_seconds,
 )
 from .distributed import teardown_distributed, teardown_distributed_at_exit
@@ -47,12 +50,12 @@ from .self_distillation import (
 
 __all__ = [
     "OBJECTIVES", "additive_hold_iterations", "answer_loss", "apply_core_lora", "balanced_halt_loss",
-    "core_lora_config", "curriculum_done", "curriculum_max_depth", "DepthBatchSampler", "distillation_kl",
-    "ema_update", "final_targets", "halt_labels", "hold_iterations", "is_adapter_parameter", "iterations_for_depth",
-    "mastery_levels", "mastery_max_depth", "MasteryCurriculum", "operation_encodings", "ParTrainer",
-    "ParTrainingArguments", "phrasing_alignment_loss",
+    "checkpoint_complete", "core_lora_config", "curriculum_done", "curriculum_max_depth", "DepthBatchSampler",
+    "distillation_kl", "ema_update", "final_targets", "halt_labels", "hold_iterations", "is_adapter_parameter",
+    "iterations_for_depth", "last_complete_checkpoint", "mastery_levels", "mastery_max_depth", "MasteryCurriculum",
+    "operation_encodings", "ParTrainer", "ParTrainingArguments", "phrasing_alignment_loss",
     "prefix_position_ids", "PrefixSelfDistillationTrainer", "ProbeCallback", "probe_stop", "progress_targets",
-    "readout_accuracy", "FreezePreludeCallback", "freeze_prelude_weights",
+    "readout_accuracy", "require_complete_checkpoint", "FreezePreludeCallback", "freeze_prelude_weights",
     "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",
     "stretch_max_scale", "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback",
     "trained_seconds", "within_operation_variance_ratio",

@@ -102,6 +102,44 @@ class FreezePreludeCallback(TrainerCallback):
         return control
 
 
+def checkpoint_complete(checkpoint: str | Path) -> bool:
+    """Whether a Trainer checkpoint folder was saved to the end: it holds trainer_state.json, the file
+    `Trainer._save_checkpoint` writes after the weights, optimizer, scheduler and RNG states. A save cut off
+    part-way (the process stopped) leaves the weights without it, and resuming from such a folder would silently
+    restart the step count and the learning-rate schedule from 0."""
+    return (Path(checkpoint) / "trainer_state.json").is_file()
+
+
+def last_complete_checkpoint(folder: str | Path) -> Path | None:
+    """The newest complete checkpoint-<step> folder under `folder` (`checkpoint_complete`), or None. Newer
+    incomplete ones are skipped with a warning naming them (they are left on disk: delete them, or let
+    save_total_limit rotate them away)."""
+    import warnings
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    steps = sorted((int(p.name[len(PREFIX_CHECKPOINT_DIR) + 1:]), p) for p in folder.iterdir()
+                   if p.is_dir() and p.name.startswith(PREFIX_CHECKPOINT_DIR + "-")
+                   and p.name[len(PREFIX_CHECKPOINT_DIR) + 1:].isdigit())
+    for _, path in reversed(steps):
+        if checkpoint_complete(path):
+            return path
+        warnings.warn(f"{path} is an incomplete checkpoint (no trainer_state.json: its saving was cut off); "
+                      "skipping it", stacklevel=2)
+    return None
+
+
+def require_complete_checkpoint(checkpoint: str | Path) -> None:
+    """One clear error for `--resume_from_checkpoint` naming a folder that is not a complete checkpoint."""
+    path = Path(checkpoint)
+    if not path.is_dir():
+        raise ValueError(f"resume_from_checkpoint: {checkpoint} is not a directory")
+    if not checkpoint_complete(path):
+        raise ValueError(f"resume_from_checkpoint: {checkpoint} has no trainer_state.json: its saving was cut off "
+                         "(or it is not a Trainer checkpoint); resume from an earlier complete checkpoint-<step>")
+
+
 def trained_seconds(checkpoint: str | Path) -> float:
     """Training seconds a checkpoint had counted (earlier segments included): what `TimeBudgetCallback.state`
     stored in its `trainer_state.json`; 0 for a checkpoint saved without a budget."""

@@ -241,10 +241,11 @@ def split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def resume_flags(command: list[str]) -> list[str]:
-    """A run continues where it stopped: with a checkpoint in its --output_dir (transformers' get_last_checkpoint)
-    and no --resume_from_checkpoint given, the command gains one (so save_total_limit rotates the continued run's
-    checkpoints instead of a fresh run's deleting the earlier ones); a finished run (summary.json) is an error."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """A run continues where it stopped: with a complete checkpoint in its --output_dir
+    (`trainers.last_complete_checkpoint`) and no --resume_from_checkpoint given, the command gains one (so
+    save_total_limit rotates the continued run's checkpoints instead of a fresh run's deleting the earlier ones); a
+    finished run (summary.json) is an error."""
+    from trainers import last_complete_checkpoint
 
     flags = parse_flags(command)
     output_dir = Path(flags["--output_dir"])
@@ -252,8 +253,8 @@ def resume_flags(command: list[str]) -> list[str]:
         raise SystemExit(f"{output_dir} holds a finished run (summary.json); give another --output_dir or --seed.")
     if "--resume_from_checkpoint" in flags or not output_dir.is_dir():
         return command
-    last = get_last_checkpoint(str(output_dir))
-    return command if last is None else [*command, "--resume_from_checkpoint", last]
+    last = last_complete_checkpoint(output_dir)
+    return command if last is None else [*command, "--resume_from_checkpoint", str(last)]
 
 
 def main(argv=None):
