@@ -31,14 +31,20 @@ def tiny_run(tmp_path_factory):
                      ).save_pretrained(tmp_path / "llama")
     tokenizer.save_pretrained(tmp_path / "llama")
     run = tmp_path / "row_s0"
-    train_par.main(["--init_from_qwen2", str(tmp_path / "llama"), "--prelude_layers", "1", "--core_layers", "1",
-                    "--coda_layers", "1", "--task_file", "examples/tasks/batch_process_phrasings.json",
-                    "--rendering", "text", "--random_initial", "true", "--loop_view", "local",
-                    "--progress_positions", "true", "--bidirectional_queries", "true", "--max_steps", "2",
-                    "--per_device_train_batch_size", "4", "--max_train_depth", "2", "--eval_depths", "2",
-                    "--eval_n", "4", "--disable_tqdm", "true", "--use_cpu", "true", "--report_to", "none",
-                    "--output_dir", str(run)])
+    from par_studies import argv
+
+    train_par.main(argv({**tiny_flags(tmp_path / "llama"), "--output_dir": str(run)}))
     return run
+
+
+def tiny_flags(parent) -> dict:
+    """The tiny run's train_par.py flags (its parent folder `parent`)."""
+    return {"--init_from_qwen2": str(parent), "--prelude_layers": "1", "--core_layers": "1", "--coda_layers": "1",
+            "--task_file": "examples/tasks/batch_process_phrasings.json", "--rendering": "text",
+            "--random_initial": "true", "--loop_view": "local", "--progress_positions": "true",
+            "--bidirectional_queries": "true", "--max_steps": "2", "--per_device_train_batch_size": "4",
+            "--max_train_depth": "2", "--eval_depths": "2", "--eval_n": "4", "--disable_tqdm": "true",
+            "--use_cpu": "true", "--report_to": "none", "--learning_rate": "1e-2"}
 
 
 def test_heldout2_reads_the_rows_seeds_once(tiny_run, tmp_path, monkeypatch):
@@ -153,3 +159,53 @@ def test_a_probe_on_the_held_out_wordings_scores_what_the_evaluator_scores_on_th
         train_par.main(base + ["--probe_phrasing", "held_out"])
     with pytest.raises(ValueError, match="--probe_phrasing must be one of canonical, seen, held_out"):
         train_par.main(base + ["--rendering", "text", "--probe_phrasing", "unseen"])
+
+
+def test_interpolation_toward_the_parent_moves_every_pretrained_weight_and_keeps_the_adapter(tiny_run, tmp_path,
+                                                                                            monkeypatch):
+    """WiSE-FT (--interpolate): θ_0 is the run's own start (the parent's converted weights), each parent weight goes to
+    θ_0 + α (θ_ft − θ_0), the adapter stays fine-tuned; α = 1 scores what the trained row scores; a bad α or initial
+    state is refused by name."""
+    import torch
+    from safetensors.torch import load_file
+
+    from par_studies import load_run
+    from par_studies.interpolation import initial_weights, interpolate_from_init
+    from state_tracking import evaluate_until_failed
+
+    flags = tiny_flags(tiny_run.parent / "llama")
+    initial = initial_weights(flags, 0, tmp_path / "scratch")
+    parent = load_file(str(tiny_run.parent / "llama" / "model.safetensors"))
+    torch.testing.assert_close(initial["model.layers.0.self_attn.q_proj.weight"],
+                               parent["model.layers.0.self_attn.q_proj.weight"])
+    torch.testing.assert_close(initial["model.embed_tokens.weight"], parent["model.embed_tokens.weight"])
+    model, tokenizer, task = load_run(tiny_run, 3)
+    tuned = {k: v.clone() for k, v in model.state_dict().items()}
+    name = "model.layers.1.mlp.up_proj.weight"
+    assert not torch.equal(tuned[name], initial[name])  # training moved it
+    done = interpolate_from_init(model, initial, 0.25)
+    assert name in done and "adapter.weight" not in done
+    torch.testing.assert_close(model.state_dict()[name], initial[name] + 0.25 * (tuned[name] - initial[name]))
+    torch.testing.assert_close(model.state_dict()["adapter.weight"], tuned["adapter.weight"])
+    model.load_state_dict(tuned)
+    interpolate_from_init(model, initial, 0.0)
+    torch.testing.assert_close(model.state_dict()[name], initial[name])
+    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\]; got 1.5"):
+        interpolate_from_init(model, initial, 1.5)
+    with pytest.raises(ValueError, match=f"the initial weights lack {name}"):
+        interpolate_from_init(model, {k: v for k, v in initial.items() if k != name}, 0.5)
+
+    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(study, "row_flags", lambda row: flags)
+    monkeypatch.setattr(study, "INTERPOLATION_OUT", tmp_path / "interpolation")
+    monkeypatch.setattr(study, "DEPTHS", [2, 3])
+    record = study.interpolate("retrofit_frozen_emb", 0, [1.0, 0.5], n=6)
+    saved = json.loads((tmp_path / "interpolation" / "retrofit_frozen_emb_s0.json").read_text())
+    assert saved["points"] == record["points"] and [p["alpha"] for p in saved["points"]] == [1.0, 0.5]
+    model.load_state_dict(tuned)
+    direct = evaluate_until_failed(model, tokenizer, task, [2, 3], mode="forced", n_per_depth=6, seed=0,
+                                   rendering="text", phrasing="held_out", train_max_depth=8, progress=False)
+    assert saved["points"][0]["held_out"]["accuracy"] == direct["accuracy"]
+    assert saved["command"].endswith("--alphas 1.0,0.5 --interpolation_n 6")
+    with pytest.raises(SystemExit):
+        study.main(["--interpolate", "retrofit_frozen_emb", "--alphas", "0.5,2"])

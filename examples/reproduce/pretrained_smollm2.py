@@ -7,6 +7,7 @@ machine written in English with phrasings held out of training.
     python examples/reproduce/pretrained_smollm2.py --row retrofit_full --seed 0     # train (or resume) + evaluate
     python examples/reproduce/pretrained_smollm2.py --row scratch --seed 0
     python examples/reproduce/pretrained_smollm2.py --profile qwen_frozen_emb_500 --seed 0  # every iteration, d = 64
+    python examples/reproduce/pretrained_smollm2.py --interpolate qwen_frozen_emb_500 --seed 0  # WiSE-FT, alphas
     python examples/reproduce/pretrained_smollm2.py --collect                     # README.md, summary.json
 
 Task: examples/tasks/batch_process_phrasings.json (every sentence written 3 or 4 ways; the last way of each is held
@@ -667,6 +668,57 @@ def profile_row(row: str, seed: int) -> dict:
     return record["profile"]
 
 
+INTERPOLATION_OUT = OUT / "interpolation"
+INTERPOLATION_N = 128  # prompts per depth and phrasing: a screen (the row's own test has 1,024)
+
+
+def interpolate(row: str, seed: int, alphas: list[float], n: int = INTERPOLATION_N) -> dict:
+    """WiSE-FT on a trained row (`par_studies.interpolation.interpolate_from_init`): for each α the parent's weights
+    moved α of the way to the fine-tuned ones (the adapter fine-tuned), evaluated like the row (forced depth, DEPTHS,
+    both phrasings, the row's seed) on `n` prompts per depth. Does a point between the parent, which reads any
+    wording, and the fine-tuned loop, which extrapolates, keep both? Kept in interpolation/<row>_s<seed>.json."""
+    import tempfile
+
+    import torch
+
+    from par_studies import load_run
+    from par_studies.interpolation import initial_weights, interpolate_from_init
+    from state_tracking import evaluate_until_failed
+
+    torch.set_num_threads(1)
+    folder = run_path(row, seed)
+    if not (folder / "summary.json").is_file():
+        raise SystemExit(f"--interpolate {row}: {folder} holds no finished run (summary.json)")
+    started = time.time()
+    with tempfile.TemporaryDirectory() as scratch:
+        initial = initial_weights(row_flags(row), seed, Path(scratch))
+    model, tokenizer, task = load_run(folder, max(DEPTHS))
+    tuned = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    built = round(time.time() - started, 1)
+    points = []
+    for alpha in alphas:
+        model.load_state_dict(tuned)
+        interpolate_from_init(model, initial, alpha)
+        point = {"alpha": alpha}
+        for phrasing in PHRASINGS:
+            started = time.time()
+            result = evaluate_until_failed(model, tokenizer, task, DEPTHS, mode="forced", n_per_depth=n, seed=seed,
+                                           rendering="text", phrasing=phrasing, train_max_depth=TRAIN_MAX_DEPTH,
+                                           progress=False)
+            point[phrasing] = {"depths": result["depths"], "accuracy": result["accuracy"],
+                               "seconds": round(time.time() - started, 1)}
+            print(f"{row} s{seed} alpha={alpha} {phrasing}: " + " ".join(
+                f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
+        points.append(point)
+    record = {"row": row, "seed": seed, "n_per_depth": n, "depths": DEPTHS, "setup_seconds": built,
+              "command": f"python examples/reproduce/pretrained_smollm2.py --interpolate {row} --seed {seed} "
+                         f"--alphas {','.join(str(a) for a in alphas)} --interpolation_n {n}",
+              "environment": result["environment"], "points": points}
+    INTERPOLATION_OUT.mkdir(parents=True, exist_ok=True)
+    save_record(record, INTERPOLATION_OUT / f"{row}_s{seed}.json")
+    return record
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--row", choices=sorted(ROWS))
@@ -685,11 +737,18 @@ def main(argv=None) -> None:
     parser.add_argument("--heldout2", choices=sorted(ROWS),
                         help=f"the chosen row's seeds (--seeds) on the second held-out set, once ({HELDOUT2})")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for --heldout2")
+    parser.add_argument("--interpolate", choices=sorted(ROWS),
+                        help="WiSE-FT: a trained row's weights moved back toward its parent's, evaluated per --alphas")
+    parser.add_argument("--alphas", default="1.0,0.8,0.6,0.4",
+                        help="comma-separated alphas in [0, 1] for --interpolate (1 = the fine-tuned row)")
+    parser.add_argument("--interpolation_n", type=int, default=INTERPOLATION_N,
+                        help="prompts per depth and phrasing for --interpolate")
     parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False,
                         help="README.md and summary.json from runs/*.json")
     args = parser.parse_args(argv)
-    if not (args.row or args.parity or args.diagnose or args.profile or args.export or args.heldout2 or args.collect):
-        parser.error("give --row, --parity, --diagnose, --profile, --export, --heldout2 or --collect")
+    if not (args.row or args.parity or args.diagnose or args.profile or args.export or args.heldout2
+            or args.interpolate or args.collect):
+        parser.error("give --row, --parity, --diagnose, --profile, --export, --heldout2, --interpolate or --collect")
     if args.parity:
         run_parity()
     if args.row:
@@ -702,6 +761,16 @@ def main(argv=None) -> None:
         export(args.export, args.seed)
     if args.heldout2:
         heldout2(args.heldout2, [int(seed) for seed in args.seeds.split(",")])
+    if args.interpolate:
+        try:
+            alphas = [float(a) for a in args.alphas.split(",")]
+        except ValueError:
+            parser.error(f"--alphas must be comma-separated numbers in [0, 1]; got {args.alphas!r}")
+        if not alphas or any(not 0.0 <= a <= 1.0 for a in alphas):
+            parser.error(f"--alphas must be comma-separated numbers in [0, 1]; got {args.alphas!r}")
+        if args.interpolation_n < 1:
+            parser.error(f"--interpolation_n must be >= 1; got {args.interpolation_n}")
+        interpolate(args.interpolate, args.seed, alphas, args.interpolation_n)
     if args.collect:
         collect()
 
