@@ -24,6 +24,8 @@ Rows ({view} × {init}; SmolLM2-135M's first 4 of 30 layers as prelude 1 + core 
   which the rows above at lr 1e-4 left at d <= 3; `smollm2_full_lr1e3_b32` / `random_full_lr1e3_b32` the same at
   batch 32;
 - `smollm2_full_lr1e3_3k` / `random_full_lr1e3_3k`: the pilots' choice, lr 1e-3 at batch 8, on the 3,000-step schedule.
+- `smollm2_full_lr1e3_constant`: the lr 1e-3 pilot with its rate held after the warm-up (does the decay let the
+  curriculum advance?); `smollm2_full_lr1e3_no_anchor`: that pilot without norm anchoring.
 
 Test (after training): 1,024 fresh prompts per depth at d = 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid
 after two depths under 2%); the full-view rows' progress profiles (accuracy of every iteration) at d = 16 and 32. A
@@ -131,6 +133,14 @@ ROWS = rows_by_name(
            budget=LONG_BUDGET),
     Row.of("random_full_lr1e3_3k", "random_full at lr 1e-3, 3,000 steps", FULL, long_row("1e-3"), RANDOM,
            budget=LONG_BUDGET),
+    # smollm2_full_lr1e3_3k was still at d <= 3 after 3,000 steps (from step 1,490, lr ~5e-4 there), where the 600-step
+    # pilot reached d <= 3 at step 570 with its rate decayed to ~5e-5: is the decay what lets the mastery bar clear?
+    # The pilot with the rate held at 1e-3 after its warm-up; and the pilot without norm anchoring (the paper's
+    # ablation, at the stage this CPU reaches: how fast the first steps are learned, not extrapolation)
+    Row.of("smollm2_full_lr1e3_constant", "pilot: smollm2_full_lr1e3 with the rate constant after warm-up", FULL,
+           pilot("1e-3"), {"--lr_scheduler_type": "constant_with_warmup"}, PRETRAINED, budget=PILOT_BUDGET),
+    Row.of("smollm2_full_lr1e3_no_anchor", "pilot: smollm2_full_lr1e3 without norm anchoring", FULL, pilot("1e-3"),
+           PRETRAINED, NO_ANCHOR, budget=PILOT_BUDGET),
 )
 
 
