@@ -679,6 +679,53 @@ def test_records_probe_restores_the_weights_of_its_best_probe_when_the_final_one
     assert not any("probe_restored_step" in row for row in trainer.state.log_history)
 
 
+def test_a_probe_whose_compiled_shapes_fail_runs_eagerly_and_training_stays_compiled(tmp_path):
+    """A probe on shapes torch.compile cannot compile (measured: an InductorError at the first probe after a resume
+    ended a 70-minute run) is probed eagerly, the same accuracies as an eager run's, with one warning; the model's
+    compiled parts are kept for training; an error that is not the compiler's is raised."""
+    from torch._inductor.exc import InductorError
+
+    from modeling_par.compile_support import eager_parts
+    from trainers import StateAccuracyProbeCallback
+
+    local = dict(loop_view="local", progress_positions=True, bidirectional_queries=True)
+
+    class FailsInEval:
+        """Stands for compiled parts: the eager functions in training, a compiler error (or `error`) in eval mode."""
+
+        def __init__(self, model, error):
+            self.parts, self.model, self.error, self.failures = eager_parts(model), model, error, 0
+
+        def __getattr__(self, name):
+            function = getattr(self.parts, name)
+
+            def call(*args, **kwargs):
+                if not self.model.training:
+                    self.failures += 1
+                    raise self.error
+                return function(*args, **kwargs)
+            return call
+
+    def train(folder, error=None):
+        model = tiny_model(**local)
+        fake = FailsInEval(model, error) if error is not None else None
+        model.compiled = fake
+        args = tiny_args(folder, max_steps=4)
+        trainer = ParTrainer(model=model, args=args, train_dataset=DATASET, data_collator=COLLATOR)
+        trainer.add_callback(StateAccuracyProbeCallback(TOKENIZER, TASK, 4, n=8, every_steps=2, seed=3))
+        trainer.train()
+        return [e["probe_accuracy"] for e in trainer.state.log_history if "probe_accuracy" in e], model, fake
+
+    eager, _, _ = train(tmp_path / "eager")
+    with pytest.warns(UserWarning, match="torch.compile failed on the probe's shapes .*probing eagerly"):
+        probed, model, fake = train(tmp_path / "fails", InductorError(ValueError("Exponent must be non-negative."),
+                                                                      None))
+    assert len(probed) == 3 and probed == eager
+    assert fake.failures == 1 and model.compiled is fake  # tried compiled once; training kept its compiled parts
+    with pytest.raises(RuntimeError, match="not the compiler"):
+        train(tmp_path / "other", RuntimeError("not the compiler"))
+
+
 def test_state_accuracy_probe_early_stop_after_patience_probes_and_across_a_resume(tmp_path):
     """stop_accuracy: training stops at the probe step where the last `stop_patience` probes all reached it (not at
     the first such probe), the stop is logged and that step's checkpoint saved; resumed from a checkpoint whose

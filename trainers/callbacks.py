@@ -7,6 +7,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -114,8 +115,6 @@ def last_complete_checkpoint(folder: str | Path) -> Path | None:
     """The newest complete checkpoint-<step> folder under `folder` (`checkpoint_complete`), or None. Newer
     incomplete ones are skipped with a warning naming them (they are left on disk: delete them, or let
     save_total_limit rotate them away)."""
-    import warnings
-
     folder = Path(folder)
     if not folder.is_dir():
         return None
@@ -196,6 +195,7 @@ class ProbeCallback(TrainerCallback):
             raise ValueError(f"{name}.stop_patience must be an integer >= 1; got {stop_patience!r}.")
         self.n, self.every_steps, self.batch_size, self.at_start = n, every_steps, batch_size, at_start
         self.stop_accuracy, self.stop_patience, self.curriculum_cap = stop_accuracy, stop_patience, curriculum_cap
+        self.eager = False  # set once torch.compile failed on the probe's shapes (`_evaluate_compiled_or_eager`)
 
     def evaluate(self, model) -> float:
         """The probe's accuracy under `model` (left in the train/eval mode it came in)."""
@@ -213,10 +213,37 @@ class ProbeCallback(TrainerCallback):
         """Probe and log (the main process); None on the other ranks."""
         if not state.is_world_process_zero:
             return None
-        entry = {"step": state.global_step, self.metric: self.evaluate(model), **self.describe()}
+        entry = {"step": state.global_step, self.metric: self._evaluate_compiled_or_eager(model), **self.describe()}
         state.log_history.append(entry)
         print(entry, flush=True)
         return entry[self.metric]
+
+    def _evaluate_compiled_or_eager(self, model) -> float:
+        """`evaluate(model)`; where the model's compiled parts (`compile_core`) fail to compile on the probe's shapes
+        (measured: an InductorError on a dynamic-shape guard at the first probe after a resume, once the training
+        steps had made the shapes dynamic), this probe and every later one run eagerly, the same computation, while
+        training stays compiled. Any other error is raised."""
+        from .model_setup import is_compiler_error
+
+        loop = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper's PAR model
+        compiled = getattr(loop, "compiled", None)
+        if compiled is None:
+            return self.evaluate(model)
+        if not self.eager:
+            try:
+                return self.evaluate(model)
+            except Exception as error:
+                if not is_compiler_error(error):
+                    raise
+                self.eager = True
+                warnings.warn(f"{type(self).__name__}: torch.compile failed on the probe's shapes "
+                              f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); probing eagerly from "
+                              "now on (the same computation), training stays compiled", stacklevel=2)
+        loop.compiled = None
+        try:
+            return self.evaluate(model)
+        finally:
+            loop.compiled = compiled
 
     def should_stop(self, log_history: list[dict], steps_done: int, max_depth: int | None = None) -> bool:
         """`probe_stop` over the probes logged in `log_history`, `steps_done` optimizer steps into training."""
