@@ -25,7 +25,8 @@ Rows ({view} × {init}; SmolLM2-135M's first 4 of 30 layers as prelude 1 + core 
   batch 32;
 - `smollm2_full_lr1e3_3k` / `random_full_lr1e3_3k`: the pilots' choice, lr 1e-3 at batch 8, on the 3,000-step schedule.
 - `smollm2_full_lr1e3_constant`: the lr 1e-3 pilot with its rate held after the warm-up (does the decay let the
-  curriculum advance?); `smollm2_full_lr1e3_no_anchor`: that pilot without norm anchoring.
+  curriculum advance?); `smollm2_full_lr1e3_no_anchor`: that pilot without norm anchoring; `smollm2_local_lr1e3`:
+  the local view at lr 1e-3.
 
 Test (after training): 1,024 fresh prompts per depth at d = 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid
 after two depths under 2%); the full-view rows' progress profiles (accuracy of every iteration) at d = 16 and 32. A
@@ -141,6 +142,10 @@ ROWS = rows_by_name(
            pilot("1e-3"), {"--lr_scheduler_type": "constant_with_warmup"}, PRETRAINED, budget=PILOT_BUDGET),
     Row.of("smollm2_full_lr1e3_no_anchor", "pilot: smollm2_full_lr1e3 without norm anchoring", FULL, pilot("1e-3"),
            PRETRAINED, NO_ANCHOR, budget=PILOT_BUDGET),
+    # the local view (the package's, which extrapolates from scratch) at the pilots' rate: can a pretrained parent
+    # learn swap-S5 at all here? At lr 1e-4 smollm2_local reached d <= 3 only at step 1,170
+    Row.of("smollm2_local_lr1e3", "pilot: smollm2_local at lr 1e-3, 600 steps", LOCAL, pilot("1e-3"), PRETRAINED,
+           budget=PILOT_BUDGET),
 )
 
 
