@@ -209,3 +209,31 @@ def test_interpolation_toward_the_parent_moves_every_pretrained_weight_and_keeps
     assert saved["command"].endswith("--alphas 1.0,0.5 --interpolation_n 6")
     with pytest.raises(SystemExit):
         study.main(["--interpolate", "retrofit_frozen_emb", "--alphas", "0.5,2"])
+
+
+def test_probe_curve_keeps_the_probes_and_a_probe_changes_no_weight(tiny_run, tmp_path, monkeypatch):
+    """--probe_curve: every probe of a trained row with its curriculum d_max, as JSON; the same flags and seed trained
+    with the probe end on the very weights of the run without it (--compare_to: max |Δ| 0), so the row's evaluation
+    carries over; a run without a probe is refused by name."""
+    from par_studies import argv
+
+    probed = tmp_path / "probed_s0"
+    train_par.main(argv({**tiny_flags(tiny_run.parent / "llama"), "--output_dir": str(probed), "--probe_depth": "3",
+                         "--probe_n": "4", "--probe_every_steps": "1", "--probe_phrasing": "held_out"}))
+    folders = {"qwen_probe_500": probed, "qwen_frozen_emb_500": tiny_run}
+    monkeypatch.setattr(study, "run_path", lambda row, seed: folders[row])
+    monkeypatch.setattr(study, "PROBE_CURVES_OUT", tmp_path / "curves")
+    record = study.probe_curve("qwen_probe_500", 0, compare_to="qwen_frozen_emb_500")
+    saved = json.loads((tmp_path / "curves" / "qwen_probe_500_s0.json").read_text())
+    summary = json.loads((probed / "summary.json").read_text())
+    assert saved["probe"] == record["probe"] and [p["step"] for p in saved["probe"]] == [0, 1, 2]
+    assert [p["accuracy"] for p in saved["probe"]] == [p["accuracy"] for p in summary["probe"]]
+    assert [p["curriculum_max_depth"] for p in saved["probe"]] == [None] * 3  # no curriculum in this run
+    assert saved["probe_flags"]["--probe_phrasing"] == "held_out"  # the row's own flags
+    assert saved["compare_to"] == {"row": "qwen_frozen_emb_500", "max_abs_weight_diff": 0.0}
+    assert saved["command"].endswith("--probe_curve qwen_probe_500 --seed 0 --compare_to qwen_frozen_emb_500")
+    summary["curve"] = [{"step": 1, "curriculum_max_depth": 2.0}, {"step": 2, "curriculum_max_depth": 3.0}]
+    (probed / "summary.json").write_text(json.dumps(summary))  # a mastery curriculum's log: d_max at each probe
+    assert [p["curriculum_max_depth"] for p in study.probe_curve("qwen_probe_500", 0)["probe"]] == [None, 2, 3]
+    with pytest.raises(SystemExit, match="logged no probe"):
+        study.probe_curve("qwen_frozen_emb_500", 0)

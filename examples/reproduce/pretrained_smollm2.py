@@ -7,6 +7,7 @@ machine written in English with phrasings held out of training.
     python examples/reproduce/pretrained_smollm2.py --row retrofit_full --seed 0     # train (or resume) + evaluate
     python examples/reproduce/pretrained_smollm2.py --row scratch --seed 0
     python examples/reproduce/pretrained_smollm2.py --profile qwen_frozen_emb_500 --seed 0  # every iteration, d = 64
+    python examples/reproduce/pretrained_smollm2.py --probe_curve qwen_probe_500 --compare_to qwen_frozen_emb_500
     python examples/reproduce/pretrained_smollm2.py --interpolate qwen_frozen_emb_500 --seed 0  # WiSE-FT, alphas
     python examples/reproduce/pretrained_smollm2.py --collect                     # README.md, summary.json
 
@@ -668,6 +669,58 @@ def profile_row(row: str, seed: int) -> dict:
     return record["profile"]
 
 
+PROBE_CURVES_OUT = OUT / "probe_curves"
+
+
+def probe_curve(row: str, seed: int, compare_to: str | None = None) -> dict:
+    """A trained row's probe over training (its summary.json `probe`: every probe's step and accuracy) beside its
+    training curve's curriculum d_max, in probe_curves/<row>_s<seed>.json. With `compare_to`, a row trained with the
+    same flags but the probe, the largest |Δ| between the two final models' weights: 0 (or kernel rounding) says the
+    probe changed nothing, so that row's evaluation is this row's too and need not be run again."""
+    from safetensors.torch import load_file
+
+    from par_studies import row_train_seconds
+
+    folder = run_path(row, seed)
+    if not (folder / "summary.json").is_file():
+        raise SystemExit(f"--probe_curve {row}: {folder} holds no finished run (summary.json)")
+    summary = json.loads((folder / "summary.json").read_text())
+    if not summary.get("probe"):
+        raise SystemExit(f"--probe_curve {row}: its run logged no probe (give the row --probe_depth)")
+    segments = json.loads((folder / "segments.json").read_text()) if (folder / "segments.json").is_file() else []
+    depth_at = {entry["step"]: int(entry["curriculum_max_depth"]) for entry in summary.get("curve") or []
+                if "curriculum_max_depth" in entry}
+
+    def d_max(step: int) -> int | None:
+        logged = [s for s in depth_at if s <= step]
+        return depth_at[max(logged)] if logged else None
+
+    record = {"row": row, "seed": seed, "steps": summary["steps"],
+              "train_seconds": row_train_seconds(segments) if segments else summary["train_seconds"],
+              "probe_flags": {k: v for k, v in ROWS[row].flags.items() if k.startswith("--probe_")},
+              "probe": [dict(entry, curriculum_max_depth=d_max(entry["step"])) for entry in summary["probe"]],
+              "segments": [dict(s, command=scrub(s["command"])) for s in segments],
+              "command": f"python examples/reproduce/pretrained_smollm2.py --probe_curve {row} --seed {seed}"
+                         + (f" --compare_to {compare_to}" if compare_to else "")}
+    if compare_to is not None:
+        other = run_path(compare_to, seed) / "model.safetensors"
+        if not other.is_file():
+            raise SystemExit(f"--compare_to {compare_to}: {other} does not exist")
+        mine, theirs = load_file(str(folder / "model.safetensors")), load_file(str(other))
+        if set(mine) != set(theirs):
+            raise SystemExit(f"--compare_to {compare_to}: the two models hold different weights")
+        record["compare_to"] = {"row": compare_to, "max_abs_weight_diff": max(
+            float((mine[k].float() - theirs[k].float()).abs().max()) for k in mine)}
+    for entry in record["probe"]:
+        print(f"{row} s{seed} step {entry['step']}: {100 * entry['accuracy']:.2f}% "
+              f"(d_max {entry['curriculum_max_depth']})", flush=True)
+    if compare_to is not None:
+        print(f"max |weight difference| against {compare_to}: {record['compare_to']['max_abs_weight_diff']:.3g}")
+    PROBE_CURVES_OUT.mkdir(parents=True, exist_ok=True)
+    save_record(record, PROBE_CURVES_OUT / f"{row}_s{seed}.json")
+    return record
+
+
 INTERPOLATION_OUT = OUT / "interpolation"
 INTERPOLATION_N = 128  # prompts per depth and phrasing: a screen (the row's own test has 1,024)
 
@@ -737,6 +790,10 @@ def main(argv=None) -> None:
     parser.add_argument("--heldout2", choices=sorted(ROWS),
                         help=f"the chosen row's seeds (--seeds) on the second held-out set, once ({HELDOUT2})")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for --heldout2")
+    parser.add_argument("--probe_curve", choices=sorted(ROWS),
+                        help="a trained row's probe accuracies over training (its summary.json), kept as JSON")
+    parser.add_argument("--compare_to", choices=sorted(ROWS),
+                        help="with --probe_curve: the row trained with the same flags without the probe (weights diff)")
     parser.add_argument("--interpolate", choices=sorted(ROWS),
                         help="WiSE-FT: a trained row's weights moved back toward its parent's, evaluated per --alphas")
     parser.add_argument("--alphas", default="1.0,0.8,0.6,0.4",
@@ -747,8 +804,11 @@ def main(argv=None) -> None:
                         help="README.md and summary.json from runs/*.json")
     args = parser.parse_args(argv)
     if not (args.row or args.parity or args.diagnose or args.profile or args.export or args.heldout2
-            or args.interpolate or args.collect):
-        parser.error("give --row, --parity, --diagnose, --profile, --export, --heldout2, --interpolate or --collect")
+            or args.interpolate or args.probe_curve or args.collect):
+        parser.error("give --row, --parity, --diagnose, --profile, --export, --heldout2, --interpolate, "
+                     "--probe_curve or --collect")
+    if args.compare_to and not args.probe_curve:
+        parser.error("--compare_to goes with --probe_curve")
     if args.parity:
         run_parity()
     if args.row:
@@ -761,6 +821,8 @@ def main(argv=None) -> None:
         export(args.export, args.seed)
     if args.heldout2:
         heldout2(args.heldout2, [int(seed) for seed in args.seeds.split(",")])
+    if args.probe_curve:
+        probe_curve(args.probe_curve, args.seed, args.compare_to)
     if args.interpolate:
         try:
             alphas = [float(a) for a in args.alphas.split(",")]
