@@ -206,7 +206,10 @@ def test_interpolation_toward_the_parent_moves_every_pretrained_weight_and_keeps
     direct = evaluate_until_failed(model, tokenizer, task, [2, 3], mode="forced", n_per_depth=6, seed=0,
                                    rendering="text", phrasing="held_out", train_max_depth=8, progress=False)
     assert saved["points"][0]["held_out"]["accuracy"] == direct["accuracy"]
-    assert saved["command"].endswith("--alphas 1.0,0.5 --interpolation_n 6")
+    assert saved["commands"][0].endswith("--alphas 1.0,0.5 --interpolation_n 6")
+    more = study.interpolate("retrofit_frozen_emb", 0, [0.25, 0.5], n=6)  # a second screen adds its alphas
+    assert [p["alpha"] for p in more["points"]] == [1.0, 0.5, 0.25] and len(more["commands"]) == 2
+    assert more["points"][0] == saved["points"][0]
     with pytest.raises(SystemExit):
         study.main(["--interpolate", "retrofit_frozen_emb", "--alphas", "0.5,2"])
 

@@ -763,12 +763,22 @@ def interpolate(row: str, seed: int, alphas: list[float], n: int = INTERPOLATION
             print(f"{row} s{seed} alpha={alpha} {phrasing}: " + " ".join(
                 f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
         points.append(point)
+    command = (f"python examples/reproduce/pretrained_smollm2.py --interpolate {row} --seed {seed} "
+               f"--alphas {','.join(str(a) for a in alphas)} --interpolation_n {n}")
+    path = INTERPOLATION_OUT / f"{row}_s{seed}.json"
+    earlier = json.loads(path.read_text()) if path.is_file() else None
+    if earlier is not None and (earlier["n_per_depth"], earlier["depths"]) == (n, DEPTHS):
+        # a later screen adds its alphas to the earlier ones (the same prompts: same seed, n and depths)
+        points = [p for p in earlier["points"] if p["alpha"] not in alphas] + points
+        kept = earlier.get("commands") or [earlier["command"]]  # a record of one screen may say "command"
+        commands = [c for c in kept if c != command] + [command]
+    else:
+        commands = [command]
     record = {"row": row, "seed": seed, "n_per_depth": n, "depths": DEPTHS, "setup_seconds": built,
-              "command": f"python examples/reproduce/pretrained_smollm2.py --interpolate {row} --seed {seed} "
-                         f"--alphas {','.join(str(a) for a in alphas)} --interpolation_n {n}",
-              "environment": result["environment"], "points": points}
+              "commands": commands, "environment": result["environment"],
+              "points": sorted(points, key=lambda p: -p["alpha"])}
     INTERPOLATION_OUT.mkdir(parents=True, exist_ok=True)
-    save_record(record, INTERPOLATION_OUT / f"{row}_s{seed}.json")
+    save_record(record, path)
     return record
 
 
