@@ -230,12 +230,28 @@ def scrub(text: str) -> str:
     return text
 
 
+def evaluate_phrasing(model, tokenizer, task, depths: list[int], n: int, seed: int, phrasing: str,
+                      label: str) -> tuple[dict, dict]:
+    """One phrasing of the study's test (forced depth, `n` prompts per depth of the row's `seed`), printed under
+    `label`: ({"depths", "accuracy", "seconds"}, the evaluator's environment). The stop rule of every study: after
+    two depths under 2% the longer ones are not run (counted as 0)."""
+    from state_tracking import evaluate_until_failed
+
+    started = time.time()
+    result = evaluate_until_failed(model, tokenizer, task, depths, mode="forced", n_per_depth=n, seed=seed,
+                                   rendering="text", phrasing=phrasing, train_max_depth=TRAIN_MAX_DEPTH,
+                                   progress=False)
+    print(f"{label} {phrasing}: " + " ".join(
+        f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
+    return ({"depths": result["depths"], "accuracy": result["accuracy"], "seconds": round(time.time() - started, 1)},
+            result["environment"])
+
+
 def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: int,
              phrasings: list[str] | None = None) -> dict:
     import torch
 
     from par_studies import load_run, row_train_seconds
-    from state_tracking import evaluate_until_failed
 
     torch.set_num_threads(1)
     folder = run_path(row, seed)
@@ -246,20 +262,13 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
         cache = folder / f"eval_{phrasing}.json"  # written by an earlier (or a parallel --phrasings) evaluation
         cached = json.loads(cache.read_text()) if cache.is_file() else None
         if cached is not None and cached["grid"] == depths and cached["n_per_depth"] == n:
-            evaluation[phrasing], result = cached["evaluation"], cached
+            evaluation[phrasing], environment = cached["evaluation"], cached["environment"]
             print(f"{row} s{seed} {phrasing}: read from {cache.name}", flush=True)
             continue
-        started = time.time()
-        # the stop rule of every study: after two depths under 2% the longer ones are not run (counted as 0)
-        result = evaluate_until_failed(model, tokenizer, task, depths, mode="forced", n_per_depth=n, seed=seed,
-                                       rendering="text", phrasing=phrasing, train_max_depth=TRAIN_MAX_DEPTH,
-                                       progress=False)
-        evaluation[phrasing] = {"depths": result["depths"], "accuracy": result["accuracy"],
-                                "seconds": round(time.time() - started, 1)}
+        evaluation[phrasing], environment = evaluate_phrasing(model, tokenizer, task, depths, n, seed, phrasing,
+                                                              f"{row} s{seed}")
         cache.write_text(json.dumps({"grid": depths, "n_per_depth": n, "evaluation": evaluation[phrasing],
-                                     "environment": result["environment"]}, indent=1))
-        print(f"{row} s{seed} {phrasing}: " + " ".join(
-            f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
+                                     "environment": environment}, indent=1))
     segments = [dict(s, command=scrub(s["command"])) for s in segments]
     trained = row_train_seconds(segments)
     return dict(row=row, label=ROWS[row].label, seed=seed, task=task.name,
@@ -267,7 +276,7 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
                 train_commands=[s["command"] for s in segments], segments=segments, steps=summary["steps"],
                 samples_seen=summary["samples_seen"], train_seconds=trained,
                 seconds_per_step=round(trained / max(1, summary["steps"]), 3), curve=summary.get("curve"),
-                evaluation=evaluation, n_per_depth=n, environment=result["environment"],
+                evaluation=evaluation, n_per_depth=n, environment=environment,
                 parameters=sum(p.numel() for p in model.parameters()),
                 trainable_parameters=trainable_count(folder, row))
 
@@ -438,7 +447,7 @@ def heldout2(row: str, seeds: list[int]) -> dict:
     import torch
 
     from par_studies import load_run
-    from state_tracking import evaluate_until_failed, load_task
+    from state_tracking import load_task
 
     if HELDOUT2_OUT.exists():
         raise SystemExit(f"{HELDOUT2_OUT} exists: the second held-out set is read once")
@@ -450,14 +459,8 @@ def heldout2(row: str, seeds: list[int]) -> dict:
         if (trained.candidate_names, trained.op_names, trained.transitions.tolist()) != (
                 task.candidate_names, task.op_names, task.transitions.tolist()):
             raise SystemExit(f"{HELDOUT2} is not the machine row {row} was trained on")
-        started = time.time()
-        result = evaluate_until_failed(model, tokenizer, task, DEPTHS, mode="forced", n_per_depth=N, seed=seed,
-                                       rendering="text", phrasing="held_out", train_max_depth=TRAIN_MAX_DEPTH,
-                                       progress=False)
-        per_seed[str(seed)] = {"depths": result["depths"], "accuracy": result["accuracy"],
-                               "seconds": round(time.time() - started, 1)}
-        print(f"{row} s{seed} heldout2: " + " ".join(
-            f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
+        per_seed[str(seed)], environment = evaluate_phrasing(model, tokenizer, task, DEPTHS, N, seed, "held_out",
+                                                             f"{row} s{seed} heldout2")
     trained_on = {str(seed): json.loads(record_path(row, seed).read_text())["evaluation"]["held_out"]["accuracy"]
                   for seed in seeds}
     by_depth = {str(d): [per_seed[str(s)]["accuracy"][i] if i < len(per_seed[str(s)]["accuracy"]) else 0.0
@@ -469,7 +472,7 @@ def heldout2(row: str, seeds: list[int]) -> dict:
         "per_seed": per_seed,
         "mean": {d: float(np.mean(v)) for d, v in by_depth.items()},
         "sd": {d: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0 for d, v in by_depth.items()},
-        "first_held_out_set": trained_on, "environment": result["environment"],
+        "first_held_out_set": trained_on, "environment": environment,
     }
     save_record(record, HELDOUT2_OUT)
     return record
@@ -736,7 +739,6 @@ def interpolate(row: str, seed: int, alphas: list[float], n: int = INTERPOLATION
 
     from par_studies import load_run
     from par_studies.interpolation import initial_weights, interpolate_from_init
-    from state_tracking import evaluate_until_failed
 
     torch.set_num_threads(1)
     folder = run_path(row, seed)
@@ -754,14 +756,8 @@ def interpolate(row: str, seed: int, alphas: list[float], n: int = INTERPOLATION
         interpolate_from_init(model, initial, alpha)
         point = {"alpha": alpha}
         for phrasing in PHRASINGS:
-            started = time.time()
-            result = evaluate_until_failed(model, tokenizer, task, DEPTHS, mode="forced", n_per_depth=n, seed=seed,
-                                           rendering="text", phrasing=phrasing, train_max_depth=TRAIN_MAX_DEPTH,
-                                           progress=False)
-            point[phrasing] = {"depths": result["depths"], "accuracy": result["accuracy"],
-                               "seconds": round(time.time() - started, 1)}
-            print(f"{row} s{seed} alpha={alpha} {phrasing}: " + " ".join(
-                f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
+            point[phrasing], environment = evaluate_phrasing(model, tokenizer, task, DEPTHS, n, seed, phrasing,
+                                                             f"{row} s{seed} alpha={alpha}")
         points.append(point)
     command = (f"python examples/reproduce/pretrained_smollm2.py --interpolate {row} --seed {seed} "
                f"--alphas {','.join(str(a) for a in alphas)} --interpolation_n {n}")
@@ -775,7 +771,7 @@ def interpolate(row: str, seed: int, alphas: list[float], n: int = INTERPOLATION
     else:
         commands = [command]
     record = {"row": row, "seed": seed, "n_per_depth": n, "depths": DEPTHS, "setup_seconds": built,
-              "commands": commands, "environment": result["environment"],
+              "commands": commands, "environment": environment,
               "points": sorted(points, key=lambda p: -p["alpha"])}
     INTERPOLATION_OUT.mkdir(parents=True, exist_ok=True)
     save_record(record, path)
