@@ -240,3 +240,65 @@ def test_probe_curve_keeps_the_probes_and_a_probe_changes_no_weight(tiny_run, tm
     assert [p["curriculum_max_depth"] for p in study.probe_curve("qwen_probe_500", 0)["probe"]] == [None, 2, 3]
     with pytest.raises(SystemExit, match="logged no probe"):
         study.probe_curve("qwen_frozen_emb_500", 0)
+
+
+def test_sentences_reads_each_wording_alone_and_names_what_it_was_read_as(tiny_run, tmp_path, monkeypatch):
+    """--sentences: every wording of every operation, one-operation prompts from every start state; the accuracy is
+    the share of start states answered as the operation's transition, and `read_as` names the operations whose
+    transitions the answers match (checked here against the answers recomputed through the evaluator's own path)."""
+    import numpy as np
+
+    from state_tracking import load_task
+
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"row": "x"}))
+    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
+    out = study.diagnose_sentences("retrofit_frozen_emb", 0)["sentences"]
+    task = load_task("examples/tasks/batch_process_phrasings.json")
+    spec = json.loads(open("examples/tasks/batch_process_phrasings.json").read())
+    assert len(out) == sum(len(v) for v in spec["text"]["operations"].values())
+    assert [s["wording"] for s in out if s["held_out"]] == [v[-1] for v in spec["text"]["operations"].values()]
+    names = task.candidate_names
+    for s in out:
+        o = task.op_names.index(s["operation"])
+        answers = [names.index(a) for a in s["answers"]]
+        truth = [int(task.transitions[o][state]) for state in range(len(names))]
+        assert s["accuracy"] == np.mean([a == t for a, t in zip(answers, truth)])
+        assert s["read_as"] == study.read_as(answers, task.transitions, task.op_names)
+    assert json.loads(record.read_text())["sentences"] == out
+
+
+def test_read_as_names_the_operations_the_answers_fit():
+    import numpy as np
+
+    transitions = np.array([[1, 1, 2], [0, 2, 2], [0, 1, 2]])  # op a, op b, identity
+    assert study.read_as([1, 1, 2], transitions, ["a", "b", "id"]) == ["a"]
+    assert study.read_as([0, 1, 2], transitions, ["a", "b", "id"]) == ["id"]
+    assert study.read_as([0, 2, 0], transitions, ["a", "b", "id"]) == ["b"]  # 2 of 3 agree with b, 1 with id and a
+    assert study.read_as([2, 0, 0], transitions, ["a", "b", "id"]) == ["a", "b", "id"]  # none agrees at all
+
+
+def test_a_two_stage_row_trains_its_first_stage_first_and_starts_from_it(tmp_path, monkeypatch):
+    """A row with `init_from` fine-tunes the same seed's trained stage-1 row (--init_from_par its folder); train()
+    trains that row first when it has not finished, and not again when it has."""
+    calls = []
+
+    def fake_segment(folder, seed, flags, name):
+        calls.append((name, seed, flags.get("--init_from_par")))
+        (folder / "summary.json").parent.mkdir(parents=True, exist_ok=True)
+        (folder / "summary.json").write_text("{}")
+        return []
+
+    monkeypatch.setattr(study, "RUN_DIR", tmp_path)
+    monkeypatch.setattr(study, "REPO", tmp_path.parent)
+    monkeypatch.setattr(study, "train_segment", fake_segment)
+    monkeypatch.setattr(study, "parent_folder", lambda name="smollm2-135m": f"some/{name}")
+    study.train("qwen_stage2_frozen_prelude", 3)
+    study.train("qwen_stage2_all", 3)
+    stage1 = f"{tmp_path.name}/qwen_frozen_emb_s3"
+    assert calls == [("qwen_frozen_emb", 3, None), ("qwen_stage2_frozen_prelude", 3, stage1),
+                     ("qwen_stage2_all", 3, stage1)]
+    flags = study.row_flags("qwen_stage2_frozen_prelude", 3)
+    assert flags["--freeze_prelude"] == "true" and "--init_from_qwen2" not in flags
+    assert flags["--curriculum_start_depth"] == "8" and flags["--probe_phrasing"] == "held_out"

@@ -208,7 +208,9 @@ def test_pretrained_study_rows_parse_and_hold_out_one_slot_at_a_time(monkeypatch
     for name in study.ROWS:
         model_args, task_args, train_args = train_par.parse_args(argv(study.row_flags(name)) + ["--output_dir", "x"])
         retrofit = model_args.init_from_parent is not None
-        assert retrofit == (name != "scratch") and task_args.rendering == "text"
+        two_stage = study.ROWS[name].init_from is not None  # fine-tunes its stage-1 row's folder instead
+        assert retrofit == (name != "scratch" and not two_stage) and task_args.rendering == "text"
+        assert two_stage == (model_args.init_from_par is not None)
         assert not retrofit or (model_args.truncate_parent and model_args.gguf_file.endswith(".gguf"))
         assert resolve_view(model_args)["loop_view"] == "local"
     full = load_task(REPO / study.TASK_FILE)

@@ -7,6 +7,7 @@ machine written in English with phrasings held out of training.
     python examples/reproduce/pretrained_smollm2.py --row retrofit_full --seed 0     # train (or resume) + evaluate
     python examples/reproduce/pretrained_smollm2.py --row scratch --seed 0
     python examples/reproduce/pretrained_smollm2.py --profile qwen_frozen_emb_500 --seed 0  # every iteration, d = 64
+    python examples/reproduce/pretrained_smollm2.py --sentences qwen_frozen_emb_500 --seed 0  # each sentence alone
     python examples/reproduce/pretrained_smollm2.py --probe_curve qwen_probe_500 --compare_to qwen_frozen_emb_500
     python examples/reproduce/pretrained_smollm2.py --interpolate qwen_frozen_emb_500 --seed 0  # WiSE-FT, alphas
     python examples/reproduce/pretrained_smollm2.py --collect                     # README.md, summary.json
@@ -29,6 +30,12 @@ Rows:
   steps (cap 6,600 s); `qwen_freeze_prelude_300` that row with the prelude frozen from step 300
   (`--freeze_prelude_from_step 300`); `qwen_probe_500` the 500-step row with a probe of 128 prompts on the held-out
   wordings at d = 64 every 50 steps (`--probe_phrasing held_out`, problems of seed 1000).
+- `qwen_stage2_frozen_prelude`: two stages, keep the reading and then train the loop: `qwen_frozen_emb` (300 steps,
+  trained first where missing) fine-tuned 200 more steps at d = 8 on a fresh schedule with the prelude frozen, probed
+  on 128 held-out-wording prompts at d = 8 every 25 steps; `qwen_stage2_all` the same with the prelude trained.
+- `retrofit_determiners`: `retrofit_frozen_emb` trained on examples/tasks/batch_process_determiners.json (every
+  trained operation sentence also with its leading determiner swapped, examples/reproduce/determiner_variants.py)
+  for 700 steps; tested on the original task file's prompts.
 - `retrofit_frozen_emb_300`: the control for the Qwen row's schedule: `retrofit_frozen_emb` trained 300 steps with
   the curriculum every 25 steps.
 - `scratch`: the package's from-scratch recipe (hidden 128, 1 + 2 + 1 layers, the task's word-level tokenizer),
@@ -194,8 +201,41 @@ ROWS["retrofit_frozen_emb_300"] = Row.of(
     "retrofit_frozen_emb_300", "SmolLM2 retrofit_frozen_emb, the Qwen row's schedule (300 steps, curriculum every 25)",
     LOCAL, {**BATCH_PROCESS, **RETROFIT, **FULL_RUN, "--freeze_embeddings": "true", "--curriculum_every_steps": "25",
             "--max_steps": "300"}, budget=BUDGET)
-# what each row is evaluated on: phrasings and depths (1,024 prompts each; pilots 256 at d = 4)
-EVALUATION = {"swap_s5_retrofit": (["canonical"], [8, 32, 64])}
+# Two stages: keep the reading, then train the loop. The 300-step row reads the unseen wordings (91.31% at d = 8) but
+# does not extrapolate (trained 49.71% at 8x); 200 more steps of the 500-step schedule extrapolate and lose the reading
+# (41.02%), and freezing the prelude at step 300 of that schedule kept nothing (its rate was still 4e-5 there, where
+# the 300-step row's had decayed to 0). So: stage 1 is the 300-step row itself (`init_from`: the same seed's trained
+# qwen_frozen_emb, trained first if missing); stage 2 fine-tunes it 200 steps at d <= 8 on a fresh schedule (20 warm-up
+# steps, lr 1e-4, adapter 1e-3, decaying to 0) with the prelude (and the embeddings) frozen, probed every 25 steps on
+# 128 held-out-wording prompts at d = 8 (problems of seed 1000, not the test prompts): when, if ever, the reading goes.
+# Its control trains the prelude too (embeddings frozen, as stage 1)
+STAGE2 = {**BATCH_PROCESS, "--learning_rate": "1e-4", "--adapter_learning_rate": "1e-3", "--warmup_steps": "20",
+          "--per_device_train_batch_size": "32", "--curriculum_start_depth": str(TRAIN_MAX_DEPTH),
+          "--max_steps": "200", "--max_train_seconds": "6600", "--probe_depth": str(TRAIN_MAX_DEPTH),
+          "--probe_phrasing": "held_out", "--probe_n": "128", "--probe_every_steps": "25", "--probe_seed": "1000"}
+ROWS["qwen_stage2_frozen_prelude"] = Row.of(
+    "qwen_stage2_frozen_prelude", "qwen_frozen_emb (300 steps) + 200 steps at d = 8, prelude frozen", LOCAL,
+    {**STAGE2, "--freeze_prelude": "true"}, budget=6600, init_from="qwen_frozen_emb")
+ROWS["qwen_stage2_all"] = Row.of(
+    "qwen_stage2_all", "qwen_frozen_emb (300 steps) + 200 steps at d = 8, prelude trained", LOCAL,
+    {**STAGE2, "--freeze_embeddings": "true"}, budget=6600, init_from="qwen_frozen_emb")
+# Read one sentence at a time (--sentences), the rows that lost held-out accuracy misread "An abort is issued." as
+# the alarm: "An alarm trips." is the only trained operation sentence beginning with "An". retrofit_frozen_emb trained
+# on examples/tasks/batch_process_determiners.json (examples/reproduce/determiner_variants.py: every trained operation
+# sentence also with its leading determiner swapped, The <-> A/An; held-out wordings untouched), a step budget of 700
+# (the time-capped seeds of retrofit_frozen_emb trained 693-776 steps; the time cap is a guard only). Tested on the
+# original task file's prompts (`test_task`): the same test prompts as every other row
+DETERMINERS = "examples/tasks/batch_process_determiners.json"
+ROWS["retrofit_determiners"] = Row.of(
+    "retrofit_determiners", "retrofit_frozen_emb trained on the determiner-varied wordings, 700 steps", LOCAL,
+    {**BATCH_PROCESS, "--task_file": DETERMINERS}, RETROFIT,
+    {"--max_steps": "700", "--max_train_seconds": "7200", "--freeze_embeddings": "true"}, budget=7200)
+# what each row is evaluated on: phrasings, depths and prompts per depth (default: both phrasings, d = 8 and 64, 1,024
+# prompts; pilots 256 at d = 4). The two-stage rows are screens: 256 prompts per depth (±3 points) tell 41% from 90%
+SCREEN_N = 256
+EVALUATION = {"swap_s5_retrofit": (["canonical"], [8, 32, 64], N),
+              "qwen_stage2_frozen_prelude": (PHRASINGS, DEPTHS, SCREEN_N),
+              "qwen_stage2_all": (PHRASINGS, DEPTHS, SCREEN_N)}
 
 
 def run_path(row: str, seed: int) -> Path:
@@ -209,16 +249,25 @@ def parent_folder(name: str = "smollm2-135m") -> str:
     return str(get_parent(name).ensure())
 
 
-def row_flags(row: str) -> dict:
-    """The row's train_par.py flags with the parent's cache folder filled in."""
+def row_flags(row: str, seed: int = 0) -> dict:
+    """The row's train_par.py flags with the parent's cache folder filled in; a two-stage row (`init_from`) starts
+    from the same seed's trained stage-1 row (`--init_from_par`)."""
     flags = {**COMMON, **ROWS[row].flags}
     if flags.get("--init_from_qwen2") in PLACEHOLDERS:
         flags["--init_from_qwen2"] = parent_folder(PLACEHOLDERS[flags["--init_from_qwen2"]])
-    return combine(row, flags)
+    stage1 = ROWS[row].init_from
+    start = {} if stage1 is None else {"--init_from_par": str(run_path(stage1, seed).relative_to(REPO))}
+    return combine(row, flags, start)
 
 
 def train(row: str, seed: int) -> list[dict]:
-    return train_segment(run_path(row, seed), seed, row_flags(row), row)
+    """Train (or resume) a row; a two-stage row trains its stage-1 row first where that has not finished (no
+    summary.json), without evaluating it. Returns the row's segments."""
+    stage1 = ROWS[row].init_from
+    if stage1 is not None and not (run_path(stage1, seed) / "summary.json").is_file():
+        print(f"{row} fine-tunes {stage1} seed {seed}: training that first", flush=True)
+        train(stage1, seed)
+    return train_segment(run_path(row, seed), seed, row_flags(row, seed), row)
 
 
 def scrub(text: str) -> str:
@@ -247,6 +296,18 @@ def evaluate_phrasing(model, tokenizer, task, depths: list[int], n: int, seed: i
             result["environment"])
 
 
+def test_task(row: str, trained):
+    """The task a row is tested on: the study's task file (the same test prompts for every row), which must be the
+    machine the row was trained on (a row trained on an augmented copy of its wordings is tested on the original)."""
+    from state_tracking import load_task
+
+    task = load_task(REPO / TASK_FILE)
+    if (trained.candidate_names, trained.op_names, trained.transitions.tolist()) != (
+            task.candidate_names, task.op_names, task.transitions.tolist()):
+        raise SystemExit(f"row {row} was trained on another machine than {TASK_FILE}")
+    return task
+
+
 def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: int,
              phrasings: list[str] | None = None) -> dict:
     import torch
@@ -256,7 +317,8 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
     torch.set_num_threads(1)
     folder = run_path(row, seed)
     summary = json.loads((folder / "summary.json").read_text())
-    model, tokenizer, task = load_run(folder, max(depths))
+    model, tokenizer, trained = load_run(folder, max(depths))
+    task = test_task(row, trained) if ROWS[row].flags.get("--task_file") == DETERMINERS else trained
     evaluation = {}
     for phrasing in phrasings or PHRASINGS:
         cache = folder / f"eval_{phrasing}.json"  # written by an earlier (or a parallel --phrasings) evaluation
@@ -315,14 +377,14 @@ def run_row(row: str, seed: int, only: list[str] | None = None) -> dict | None:
     evaluating again: two processes can share a row's evaluation), and write no record."""
     segments = train(row, seed)
     is_pilot = row.startswith("pilot_")
-    phrasings, depths = EVALUATION.get(row, (PHRASINGS, [4] if is_pilot else DEPTHS))
+    phrasings, depths, n = EVALUATION.get(row, (PHRASINGS, [4], 256) if is_pilot else (PHRASINGS, DEPTHS, N))
     if only is not None:
         unknown = sorted(set(only) - set(phrasings))
         if unknown:
             raise SystemExit(f"--phrasings: {', '.join(unknown)} not evaluated for row {row} (its: {phrasings})")
-        evaluate(row, seed, segments, depths, 256 if is_pilot else N, only)
+        evaluate(row, seed, segments, depths, n, only)
         return None
-    record = evaluate(row, seed, segments, depths, 256 if is_pilot else N, phrasings)
+    record = evaluate(row, seed, segments, depths, n, phrasings)
     record["peak_rss_gb"] = peak_rss_gb(segments)
     save_record(record, record_path(row, seed))
     return record
@@ -639,6 +701,71 @@ def diagnose_slots(row: str, seed: int) -> dict:
     return slots
 
 
+def sentence_task(op: str, wording: str):
+    """The task with `wording` as the first (canonical) way of operation `op`, so that a canonical prompt writes it;
+    every other sentence keeps its own first way. Every wording stays in the task (segmentation knows it)."""
+    from state_tracking import load_task
+
+    spec = json.loads((REPO / TASK_FILE).read_text())
+    options = spec["text"]["operations"][op]
+    spec["text"]["operations"][op] = [wording, *(o for o in options if o != wording)]
+    return load_task(spec)
+
+
+def read_as(answers: list[int], transitions, op_names: list[str]) -> list[str]:
+    """The operations whose transition from every start state gives `answers` (answer per start state), or, where
+    none does, those agreeing on the most start states: what a one-operation prompt's answers say the sentence was
+    read as."""
+    agreement = [sum(int(transitions[o][s]) == a for s, a in enumerate(answers)) for o in range(len(op_names))]
+    best = max(agreement)
+    return [op_names[o] for o, count in enumerate(agreement) if count == best]
+
+
+def diagnose_sentences(row: str, seed: int) -> dict:
+    """How a trained row reads each operation sentence on its own: for every wording of every operation (trained and
+    held out), one-operation prompts (d = 1, R = 1) from each of the machine's start states, the other sentences in
+    their first (trained) way; per wording the accuracy over the start states and the operation(s) its answers are
+    consistent with (`read_as`). Kept in the row's record under "sentences"."""
+    import numpy as np
+    import torch
+
+    from par_studies import load_run
+    from state_tracking.data import StateTrackingCollator
+    from state_tracking.evaluation import predict_encoded
+    from state_tracking.tokenization import encode_batch, model_token_ids
+
+    torch.set_num_threads(1)
+    model, tokenizer, trained = load_run(run_path(row, seed), 1)
+    spec = json.loads((REPO / TASK_FILE).read_text())
+    held = spec["text"]["held_out_phrasings"]
+    states = np.arange(len(trained.candidate_names))
+    sentences = []
+    for o, op in enumerate(trained.op_names):
+        wordings = spec["text"]["operations"][op]
+        for w, wording in enumerate(wordings):
+            task = sentence_task(op, wording)
+            ops, initial = np.full((len(states), 1), o), states[:, None]
+            encoded = encode_batch(task, tokenizer, "text", ops, initial, "canonical")
+            collate = StateTrackingCollator(model_token_ids(tokenizer, task)["pad_token_id"], padding_side="right")
+            answers, _, _ = predict_encoded(model, encoded, collate, "forced", 1, len(states), 1, model.device)
+            answers = answers[:, 0].tolist()
+            targets = task.final_states(ops, initial)[:, 0].tolist()
+            sentences.append({"operation": op, "wording": wording, "held_out": w >= len(wordings) - held,
+                              "accuracy": float(np.mean([a == t for a, t in zip(answers, targets)])),
+                              "answers": [trained.candidate_names[a] for a in answers],
+                              "read_as": read_as(answers, trained.transitions, trained.op_names)})
+            print(f"{row} s{seed} {'held-out' if sentences[-1]['held_out'] else 'trained '} {wording!r:46} "
+                  f"{100 * sentences[-1]['accuracy']:6.1f}%  read as {', '.join(sentences[-1]['read_as'])}",
+                  flush=True)
+    path = record_path(row, seed)
+    if path.is_file():
+        record = json.loads(path.read_text())
+        record["sentences"] = sentences
+        record["sentences_command"] = f"python examples/reproduce/pretrained_smollm2.py --sentences {row} --seed {seed}"
+        save_record(record, path)
+    return {"sentences": sentences}
+
+
 PROFILE_DEPTH, PROFILE_N = 64, 256
 
 
@@ -789,6 +916,8 @@ def main(argv=None) -> None:
                         help="R = 1 of the retrofit against the parent, real weights")
     parser.add_argument("--diagnose", choices=sorted(ROWS),
                         help="held-out phrasings one slot at a time (a trained row)")
+    parser.add_argument("--sentences", choices=sorted(ROWS),
+                        help="how a trained row reads each operation sentence on its own (d = 1 from every state)")
     parser.add_argument("--profile", choices=sorted(ROWS),
                         help="accuracy of every iteration at d = 64, each phrasing (a trained, recorded row)")
     parser.add_argument("--export", choices=sorted(ROWS),
@@ -809,9 +938,9 @@ def main(argv=None) -> None:
     parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False,
                         help="README.md and summary.json from runs/*.json")
     args = parser.parse_args(argv)
-    if not (args.row or args.parity or args.diagnose or args.profile or args.export or args.heldout2
-            or args.interpolate or args.probe_curve or args.collect):
-        parser.error("give --row, --parity, --diagnose, --profile, --export, --heldout2, --interpolate, "
+    if not (args.row or args.parity or args.diagnose or args.sentences or args.profile or args.export
+            or args.heldout2 or args.interpolate or args.probe_curve or args.collect):
+        parser.error("give --row, --parity, --diagnose, --sentences, --profile, --export, --heldout2, --interpolate, "
                      "--probe_curve or --collect")
     if args.compare_to and not args.probe_curve:
         parser.error("--compare_to goes with --probe_curve")
@@ -821,6 +950,8 @@ def main(argv=None) -> None:
         run_row(args.row, args.seed, None if args.phrasings is None else args.phrasings.split(","))
     if args.diagnose:
         diagnose_slots(args.diagnose, args.seed)
+    if args.sentences:
+        diagnose_sentences(args.sentences, args.seed)
     if args.profile:
         profile_row(args.profile, args.seed)
     if args.export:
