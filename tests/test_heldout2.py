@@ -302,3 +302,18 @@ def test_a_two_stage_row_trains_its_first_stage_first_and_starts_from_it(tmp_pat
     flags = study.row_flags("qwen_stage2_frozen_prelude", 3)
     assert flags["--freeze_prelude"] == "true" and "--init_from_qwen2" not in flags
     assert flags["--curriculum_start_depth"] == "8" and flags["--probe_phrasing"] == "held_out"
+
+
+def test_the_sentences_table_shows_each_held_out_wording_and_what_a_misread_one_fit():
+    sentences = [{"operation": "abort", "wording": "The batch is aborted.", "held_out": False, "accuracy": 1.0,
+                  "read_as": ["abort"]},
+                 {"operation": "abort", "wording": "An abort is issued.", "held_out": True, "accuracy": 0.5,
+                  "read_as": ["alarm"]},
+                 {"operation": "start", "wording": "The operator starts the batch.", "held_out": True,
+                  "accuracy": 5 / 6, "read_as": ["level_ok", "temp_ok", "reset"]},
+                 {"operation": "reset", "wording": "A reset is issued.", "held_out": True, "accuracy": 1.0,
+                  "read_as": ["reset"]}]
+    lines = study.sentences_table([{"row": "r", "seed": 2, "sentences": sentences}])
+    assert lines[3] == "| row | seed | “An abort is issued.” | “The operator starts the batch.” | “A reset is issued.” |"
+    assert lines[-1] == "| r | 2 | 50 (alarm) | 83 (3 operations fit) | 100 |"
+    assert study.sentences_table([]) == []

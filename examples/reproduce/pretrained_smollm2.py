@@ -593,7 +593,30 @@ def rows_table(records: list[dict]) -> str:
             for slot, v in r["slots"].items():
                 acc = dict(zip(v["depths"], v["accuracy"]))
                 lines.append(f"| {r['row']} | {slot} | {cell(acc.get(8))} | {cell(acc.get(64))} |")
+    lines += sentences_table([r for r in records if "sentences" in r])
     return "\n".join(lines)
+
+
+def sentences_table(records: list[dict]) -> list[str]:
+    """The held-out operation wordings read one at a time (`--sentences`): per row and seed, each wording's accuracy
+    from the machine's start states and, where it is not 100%, what its answers were read as."""
+    if not records:
+        return []
+    wordings = [s["wording"] for s in records[0]["sentences"] if s["held_out"]]
+    lines = ["", "Each held-out operation wording read alone (`--sentences`: one-operation prompts from each of the 6 "
+             "start states, R = 1; % right, and the operations whose transitions best fit a wrong wording's answers):",
+             "",
+             "| row | seed | " + " | ".join(f"“{w}”" for w in wordings) + " |", "|---|---|" + "---|" * len(wordings)]
+    for r in records:
+        by_wording = {s["wording"]: s for s in r["sentences"] if s["held_out"]}
+        cells = []
+        for w in wordings:
+            s = by_wording[w]
+            read = "" if s["accuracy"] == 1.0 or s["operation"] in s["read_as"] and len(s["read_as"]) == 1 else (
+                f" ({'/'.join(s['read_as'])})" if len(s["read_as"]) <= 2 else f" ({len(s['read_as'])} operations fit)")
+            cells.append(f"{100 * s['accuracy']:.0f}{read}")
+        lines.append(f"| {r['row']} | {r['seed']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def collect() -> dict:
