@@ -314,6 +314,24 @@ def test_the_sentences_table_shows_each_held_out_wording_and_what_a_misread_one_
                  {"operation": "reset", "wording": "A reset is issued.", "held_out": True, "accuracy": 1.0,
                   "read_as": ["reset"]}]
     lines = study.sentences_table([{"row": "r", "seed": 2, "sentences": sentences}])
-    assert lines[3] == "| row | seed | “An abort is issued.” | “The operator starts the batch.” | “A reset is issued.” |"
+    assert lines[3] == ("| row | seed | “An abort is issued.” | “The operator starts the batch.” | "
+                        "“A reset is issued.” |")
     assert lines[-1] == "| r | 2 | 50 (alarm) | 83 (3 operations fit) | 100 |"
     assert study.sentences_table([]) == []
+
+
+def test_a_two_stage_record_counts_what_its_first_stage_cost(tmp_path, monkeypatch):
+    folder = tmp_path / "qwen_frozen_emb_s1"
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps({"steps": 300}))
+    (folder / "segments.json").write_text(json.dumps([
+        {"command": "python examples/train_par.py --max_steps 300", "trained_seconds_before": 0.0,
+         "wall_seconds": 900.0, "status": "interrupted"},
+        {"command": "python examples/train_par.py --max_steps 300 --resume_from_checkpoint c", "peak_rss_gb": 7.5,
+         "trained_seconds_before": 800.0, "wall_seconds": 2500.5, "status": "finished"}]))
+    monkeypatch.setattr(study, "RUN_DIR", tmp_path)
+    monkeypatch.setattr(study, "scrub", lambda text: text)
+    stage1 = study.stage1_of("qwen_stage2_all", 1)
+    assert stage1 == {"row": "qwen_frozen_emb", "steps": 300, "train_seconds": 3300.5, "peak_rss_gb": 7.5,
+                      "train_commands": ["python examples/train_par.py --max_steps 300",
+                                         "python examples/train_par.py --max_steps 300 --resume_from_checkpoint c"]}

@@ -376,6 +376,19 @@ def trainable_count(folder: Path, row: str) -> int:
     return int(sum(t.numel() for k, t in weights.items() if not is_frozen(k)))
 
 
+def stage1_of(row: str, seed: int) -> dict:
+    """What a two-stage row's first stage cost (its own segments): row, steps, train seconds, commands. The row's
+    `train_seconds` counts its second stage only; the two together are what a seed costs."""
+    from par_studies import row_train_seconds
+
+    stage1 = ROWS[row].init_from
+    folder = run_path(stage1, seed)
+    segments = [dict(s, command=scrub(s["command"])) for s in json.loads((folder / "segments.json").read_text())]
+    return {"row": stage1, "steps": json.loads((folder / "summary.json").read_text())["steps"],
+            "train_seconds": row_train_seconds(segments), "train_commands": [s["command"] for s in segments],
+            "peak_rss_gb": peak_rss_gb(segments)}
+
+
 def record_path(row: str, seed: int) -> Path:
     return OUT / "runs" / f"{row}_s{seed}.json"
 
@@ -395,6 +408,8 @@ def run_row(row: str, seed: int, only: list[str] | None = None) -> dict | None:
         return None
     record = evaluate(row, seed, segments, depths, n, phrasings)
     record["peak_rss_gb"] = peak_rss_gb(segments)
+    if ROWS[row].init_from is not None:
+        record["stage1"] = stage1_of(row, seed)
     save_record(record, record_path(row, seed))
     return record
 
