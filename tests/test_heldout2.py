@@ -335,3 +335,27 @@ def test_a_two_stage_record_counts_what_its_first_stage_cost(tmp_path, monkeypat
     assert stage1 == {"row": "qwen_frozen_emb", "steps": 300, "train_seconds": 3300.5, "peak_rss_gb": 7.5,
                       "train_commands": ["python examples/train_par.py --max_steps 300",
                                          "python examples/train_par.py --max_steps 300 --resume_from_checkpoint c"]}
+
+
+def test_random_start_tests_both_phrasings_from_random_start_states(tiny_run, tmp_path, monkeypatch):
+    import state_tracking
+
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"row": "x"}))
+    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
+    monkeypatch.setattr(study, "DEPTHS", [2, 3])
+    calls = []
+    real = state_tracking.evaluate_length_generalization
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs["phrasing"], kwargs["random_initial"], kwargs["n_per_depth"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(state_tracking, "evaluate_length_generalization", spy)
+    out = study.random_start("retrofit_frozen_emb", 0, n=5)
+    assert calls == [("seen", True, 5), ("held_out", True, 5)]
+    saved = json.loads(record.read_text())
+    assert saved["random_start"] == out and out["depths"] == [2, 3]
+    assert all(len(out[p]["accuracy"]) == 2 and all(0 <= a <= 1 for a in out[p]["accuracy"]) for p in study.PHRASINGS)
+    assert saved["random_start_command"].endswith("--random_start retrofit_frozen_emb --seed 0")

@@ -813,6 +813,36 @@ def diagnose_sentences(row: str, seed: int) -> dict:
     return {"sentences": sentences}
 
 
+def random_start(row: str, seed: int, n: int = SCREEN_N) -> dict:
+    """The row's test with random start states stated in the prompt (the training distribution; the study's test
+    starts idle): both phrasings at d = 8 and 64, `n` prompts per depth of the row's seed, kept in the row's record
+    under "random_start". The held-out phrasing writes the start sentence in its held-out way too."""
+    import torch
+
+    from par_studies import load_run
+    from state_tracking import evaluate_length_generalization
+
+    torch.set_num_threads(1)
+    model, tokenizer, trained = load_run(run_path(row, seed), max(DEPTHS))
+    task = test_task(row, trained)
+    out = {"n_per_depth": n, "depths": DEPTHS}
+    for phrasing in PHRASINGS:
+        started = time.time()
+        result = evaluate_length_generalization(model, tokenizer, task, DEPTHS, n_per_depth=n, seed=seed,
+                                                rendering="text", phrasing=phrasing, random_initial=True,
+                                                train_max_depth=TRAIN_MAX_DEPTH, progress=False)
+        out[phrasing] = {"accuracy": result["accuracy"], "seconds": round(time.time() - started, 1)}
+        print(f"{row} s{seed} random start, {phrasing}: " + " ".join(
+            f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
+    path = record_path(row, seed)
+    record = json.loads(path.read_text())
+    record["random_start"] = out
+    record["random_start_command"] = (f"python examples/reproduce/pretrained_smollm2.py --random_start {row} "
+                                      f"--seed {seed}")
+    save_record(record, path)
+    return out
+
+
 PROFILE_DEPTH, PROFILE_N = 64, 256
 
 
@@ -965,6 +995,8 @@ def main(argv=None) -> None:
                         help="held-out phrasings one slot at a time (a trained row)")
     parser.add_argument("--sentences", choices=sorted(ROWS),
                         help="how a trained row reads each operation sentence on its own (d = 1 from every state)")
+    parser.add_argument("--random_start", choices=sorted(ROWS),
+                        help="a trained, recorded row's test with random start states (256 prompts per depth)")
     parser.add_argument("--profile", choices=sorted(ROWS),
                         help="accuracy of every iteration at d = 64, each phrasing (a trained, recorded row)")
     parser.add_argument("--export", choices=sorted(ROWS),
@@ -985,10 +1017,10 @@ def main(argv=None) -> None:
     parser.add_argument("--collect", type=true_or_false, nargs="?", const=True, default=False,
                         help="README.md and summary.json from runs/*.json")
     args = parser.parse_args(argv)
-    if not (args.row or args.parity or args.diagnose or args.sentences or args.profile or args.export
-            or args.heldout2 or args.interpolate or args.probe_curve or args.collect):
-        parser.error("give --row, --parity, --diagnose, --sentences, --profile, --export, --heldout2, --interpolate, "
-                     "--probe_curve or --collect")
+    if not (args.row or args.parity or args.diagnose or args.sentences or args.random_start or args.profile
+            or args.export or args.heldout2 or args.interpolate or args.probe_curve or args.collect):
+        parser.error("give --row, --parity, --diagnose, --sentences, --random_start, --profile, --export, --heldout2, "
+                     "--interpolate, --probe_curve or --collect")
     if args.compare_to and not args.probe_curve:
         parser.error("--compare_to goes with --probe_curve")
     if args.parity:
@@ -999,6 +1031,8 @@ def main(argv=None) -> None:
         diagnose_slots(args.diagnose, args.seed)
     if args.sentences:
         diagnose_sentences(args.sentences, args.seed)
+    if args.random_start:
+        random_start(args.random_start, args.seed)
     if args.profile:
         profile_row(args.profile, args.seed)
     if args.export:
