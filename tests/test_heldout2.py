@@ -359,3 +359,18 @@ def test_random_start_tests_both_phrasings_from_random_start_states(tiny_run, tm
     assert saved["random_start"] == out and out["depths"] == [2, 3]
     assert all(len(out[p]["accuracy"]) == 2 and all(0 <= a <= 1 for a in out[p]["accuracy"]) for p in study.PHRASINGS)
     assert saved["random_start_command"].endswith("--random_start retrofit_frozen_emb --seed 0")
+
+
+def test_trainable_count_reads_the_prelude_and_the_head_tying_from_the_checkpoint(tmp_path):
+    """The prelude's depth comes from config.json (a two-stage row's flags do not give it) and an untied LM head
+    trains with the embeddings frozen (the Qwen2.5-shaped parent's GGUF is untied)."""
+    import torch
+    from safetensors.torch import save_file
+
+    weights = {"model.embed_tokens.weight": torch.zeros(10, 2), "lm_head.weight": torch.zeros(10, 2),
+               **{f"model.layers.{i}.mlp.weight": torch.zeros(3) for i in range(4)}, "adapter.weight": torch.zeros(5)}
+    save_file(weights, str(tmp_path / "model.safetensors"))
+    for tied, expected_emb, expected_prelude in ((False, 20 + 12 + 5, 20 + 6 + 5), (True, 12 + 5, 6 + 5)):
+        (tmp_path / "config.json").write_text(json.dumps({"prelude_layers": 2, "tie_word_embeddings": tied}))
+        assert study.trainable_count(tmp_path, "pilot_qwen_frozen_emb") == expected_emb
+        assert study.trainable_count(tmp_path, "qwen_stage2_frozen_prelude") == expected_prelude

@@ -361,12 +361,14 @@ def trainable_count(folder: Path, row: str) -> int:
     if flags.get("--peft") == "lora":
         return sum(v.numel() for v in load_file(str(folder / "lora_adapter" / "adapter_model.safetensors")).values())
     weights = load_file(str(folder / "model.safetensors"))
-    prelude = int(flags.get("--prelude_layers", "1"))
+    config = json.loads((folder / "config.json").read_text())
+    prelude = config["prelude_layers"]  # a two-stage row's comes from its stage 1
+    tied = config.get("tie_word_embeddings", True)  # an untied LM head trains with the embeddings frozen
     frozen = flags.get("--freeze_prelude") == "true"
     frozen_embeddings = frozen or flags.get("--freeze_embeddings") == "true"
 
     def is_frozen(name: str) -> bool:
-        if name.startswith("model.embed_tokens") or name == "lm_head.weight":
+        if name.startswith("model.embed_tokens") or (name == "lm_head.weight" and tied):
             return frozen_embeddings
         if not frozen:
             return False
