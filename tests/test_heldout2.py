@@ -346,13 +346,13 @@ def test_random_start_tests_both_phrasings_from_random_start_states(tiny_run, tm
     monkeypatch.setattr(study, "record_path", lambda row, seed: record)
     monkeypatch.setattr(study, "DEPTHS", [2, 3])
     calls = []
-    real = state_tracking.evaluate_length_generalization
+    real = state_tracking.evaluate_until_failed
 
     def spy(*args, **kwargs):
         calls.append((kwargs["phrasing"], kwargs["random_initial"], kwargs["n_per_depth"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(state_tracking, "evaluate_length_generalization", spy)
+    monkeypatch.setattr(state_tracking, "evaluate_until_failed", spy)
     out = study.random_start("retrofit_frozen_emb", 0, n=5)
     assert calls == [("seen", True, 5), ("held_out", True, 5)]
     saved = json.loads(record.read_text())

@@ -44,11 +44,16 @@ def determiner_variant(sentence: str) -> str | None:
     return None
 
 
+def split_wordings(options: list[str], n: int) -> tuple[list[str], list[str]]:
+    """(trained, held out) of one sentence's wordings: the last `n` are held out where the list is longer than `n`
+    (the task format's `held_out_phrasings` rule); a list of `n` or fewer is all trained."""
+    return (options[:len(options) - n], options[len(options) - n:]) if len(options) > n else (options, [])
+
+
 def held_out_wordings(spec: dict) -> set[str]:
-    """Every held-out operation wording of a task spec: the last `held_out_phrasings` of each list longer than that."""
+    """Every held-out operation wording of a task spec."""
     n = spec["text"].get("held_out_phrasings", 0)
-    operations = spec["text"]["operations"].values()
-    return {w for options in operations if len(options) > n for w in options[len(options) - n:]}
+    return {w for options in spec["text"]["operations"].values() for w in split_wordings(options, n)[1]}
 
 
 def augment(spec: dict, forbidden: set[str]) -> tuple[dict, dict, int]:
@@ -58,7 +63,7 @@ def augment(spec: dict, forbidden: set[str]) -> tuple[dict, dict, int]:
     out = json.loads(json.dumps(spec))
     added, dropped = {}, 0
     for op, options in spec["text"]["operations"].items():
-        trained, held = (options[:len(options) - n], options[len(options) - n:]) if len(options) > n else (options, [])
+        trained, held = split_wordings(options, n)
         variants = []
         for sentence in trained:
             variant = determiner_variant(sentence)
@@ -78,8 +83,7 @@ def main(argv=None) -> None:
         raise SystemExit("determiner_variants.py takes no arguments; it writes " + TARGET)
     spec = json.loads((REPO / SOURCE).read_text())
     forbidden = held_out_wordings(spec) | held_out_wordings(json.loads((REPO / HELDOUT2).read_text()))
-    out, added, dropped = augment(spec, forbidden)
-    out["name"] = spec["name"]  # the same machine: a checkpoint trained on either file answers the other's prompts
+    out, added, dropped = augment(spec, forbidden)  # the same name and machine: a checkpoint answers either file
     (REPO / TARGET).write_text(json.dumps(out, indent=2) + "\n")
     record = {"command": "python examples/reproduce/determiner_variants.py", "source": SOURCE, "target": TARGET,
               "date": datetime.date.today().isoformat(), "added": added,

@@ -289,20 +289,27 @@ def scrub(text: str) -> str:
 
 
 def evaluate_phrasing(model, tokenizer, task, depths: list[int], n: int, seed: int, phrasing: str,
-                      label: str) -> tuple[dict, dict]:
-    """One phrasing of the study's test (forced depth, `n` prompts per depth of the row's `seed`), printed under
-    `label`: ({"depths", "accuracy", "seconds"}, the evaluator's environment). The stop rule of every study: after
-    two depths under 2% the longer ones are not run (counted as 0)."""
+                      label: str, random_initial: bool = False) -> tuple[dict, dict]:
+    """One phrasing of the study's test (forced depth, `n` prompts per depth of the row's `seed`; idle start, or
+    random start states stated in the prompt with `random_initial`), printed under `label`: ({"depths", "accuracy",
+    "seconds"}, the evaluator's environment). The stop rule of every study: after two depths under 2% the longer ones
+    are not run (counted as 0)."""
     from state_tracking import evaluate_until_failed
 
     started = time.time()
     result = evaluate_until_failed(model, tokenizer, task, depths, mode="forced", n_per_depth=n, seed=seed,
                                    rendering="text", phrasing=phrasing, train_max_depth=TRAIN_MAX_DEPTH,
-                                   progress=False)
+                                   random_initial=random_initial, progress=False)
     print(f"{label} {phrasing}: " + " ".join(
         f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
     return ({"depths": result["depths"], "accuracy": result["accuracy"], "seconds": round(time.time() - started, 1)},
             result["environment"])
+
+
+def same_machine(a, b) -> bool:
+    """Whether two tasks are one state machine (states, operations, transitions), whatever their wordings."""
+    return (a.candidate_names, a.op_names, a.transitions.tolist()) == (b.candidate_names, b.op_names,
+                                                                         b.transitions.tolist())
 
 
 def test_task(row: str, trained):
@@ -311,8 +318,7 @@ def test_task(row: str, trained):
     from state_tracking import load_task
 
     task = load_task(REPO / TASK_FILE)
-    if (trained.candidate_names, trained.op_names, trained.transitions.tolist()) != (
-            task.candidate_names, task.op_names, task.transitions.tolist()):
+    if not same_machine(trained, task):
         raise SystemExit(f"row {row} was trained on another machine than {TASK_FILE}")
     return task
 
@@ -544,8 +550,7 @@ def heldout2(row: str, seeds: list[int]) -> dict:
     per_seed = {}
     for seed in seeds:
         model, tokenizer, trained = load_run(run_path(row, seed), max(DEPTHS))
-        if (trained.candidate_names, trained.op_names, trained.transitions.tolist()) != (
-                task.candidate_names, task.op_names, task.transitions.tolist()):
+        if not same_machine(trained, task):
             raise SystemExit(f"{HELDOUT2} is not the machine row {row} was trained on")
         per_seed[str(seed)], environment = evaluate_phrasing(model, tokenizer, task, DEPTHS, N, seed, "held_out",
                                                              f"{row} s{seed} heldout2")
@@ -750,12 +755,13 @@ def diagnose_slots(row: str, seed: int) -> dict:
     return slots
 
 
-def sentence_task(op: str, wording: str):
-    """The task with `wording` as the first (canonical) way of operation `op`, so that a canonical prompt writes it;
-    every other sentence keeps its own first way. Every wording stays in the task (segmentation knows it)."""
+def sentence_task(spec: dict, op: str, wording: str):
+    """The task of `spec` with `wording` as the first (canonical) way of operation `op`, so that a canonical prompt
+    writes it; every other sentence keeps its own first way. Every wording stays in the task (segmentation knows
+    it); `spec` itself is not changed."""
     from state_tracking import load_task
 
-    spec = json.loads((REPO / TASK_FILE).read_text())
+    spec = json.loads(json.dumps(spec))
     options = spec["text"]["operations"][op]
     spec["text"]["operations"][op] = [wording, *(o for o in options if o != wording)]
     return load_task(spec)
@@ -788,14 +794,14 @@ def diagnose_sentences(row: str, seed: int) -> dict:
     spec = json.loads((REPO / TASK_FILE).read_text())
     held = spec["text"]["held_out_phrasings"]
     states = np.arange(len(trained.candidate_names))
+    collate = StateTrackingCollator(model_token_ids(tokenizer, trained)["pad_token_id"], padding_side="right")
     sentences = []
     for o, op in enumerate(trained.op_names):
         wordings = spec["text"]["operations"][op]
         for w, wording in enumerate(wordings):
-            task = sentence_task(op, wording)
+            task = sentence_task(spec, op, wording)
             ops, initial = np.full((len(states), 1), o), states[:, None]
             encoded = encode_batch(task, tokenizer, "text", ops, initial, "canonical")
-            collate = StateTrackingCollator(model_token_ids(tokenizer, task)["pad_token_id"], padding_side="right")
             answers, _, _ = predict_encoded(model, encoded, collate, "forced", 1, len(states), 1, model.device)
             answers = answers[:, 0].tolist()
             targets = task.final_states(ops, initial)[:, 0].tolist()
@@ -822,20 +828,14 @@ def random_start(row: str, seed: int, n: int = SCREEN_N) -> dict:
     import torch
 
     from par_studies import load_run
-    from state_tracking import evaluate_length_generalization
 
     torch.set_num_threads(1)
     model, tokenizer, trained = load_run(run_path(row, seed), max(DEPTHS))
     task = test_task(row, trained)
     out = {"n_per_depth": n, "depths": DEPTHS}
     for phrasing in PHRASINGS:
-        started = time.time()
-        result = evaluate_length_generalization(model, tokenizer, task, DEPTHS, n_per_depth=n, seed=seed,
-                                                rendering="text", phrasing=phrasing, random_initial=True,
-                                                train_max_depth=TRAIN_MAX_DEPTH, progress=False)
-        out[phrasing] = {"accuracy": result["accuracy"], "seconds": round(time.time() - started, 1)}
-        print(f"{row} s{seed} random start, {phrasing}: " + " ".join(
-            f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
+        out[phrasing], _ = evaluate_phrasing(model, tokenizer, task, DEPTHS, n, seed, phrasing,
+                                             f"{row} s{seed} random start,", random_initial=True)
     path = record_path(row, seed)
     record = json.loads(path.read_text())
     record["random_start"] = out
