@@ -96,6 +96,12 @@ def test_an_export_names_the_parent_its_row_was_cut_from():
                                                   "its first layers as 3 + 3 + 3, embeddings frozen)")
     assert study.parent_of("retrofit_full") == ("smollm2", "SmolLM2-135M-Instruct (Q4_1 GGUF, its first layers as "
                                                 "3 + 3 + 3)")
+    # a two-stage row was cut from its first stage's parent
+    assert study.parent_of("qwen_stage2_frozen_prelude") == (
+        "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, its first layers as 3 + 3 + 3, embeddings "
+        "frozen); then a second stage with the prelude and embeddings frozen")
+    assert study.steps_text({"steps": 200, "stage1": {"steps": 300}}) == "300 + 200 steps (two stages)"
+    assert study.steps_text({"steps": 700}) == "700 steps"
 
 
 def test_profile_reads_every_iteration_of_a_trained_row_in_each_phrasing(tiny_run, tmp_path, monkeypatch):
@@ -374,3 +380,67 @@ def test_trainable_count_reads_the_prelude_and_the_head_tying_from_the_checkpoin
         (tmp_path / "config.json").write_text(json.dumps({"prelude_layers": 2, "tie_word_embeddings": tied}))
         assert study.trainable_count(tmp_path, "pilot_qwen_frozen_emb") == expected_emb
         assert study.trainable_count(tmp_path, "qwen_stage2_frozen_prelude") == expected_prelude
+
+
+def recipe_record(seed: int, seen: list[float], held: list[float], n: int = 1024) -> dict:
+    return {"row": "qwen_stage2_frozen_prelude", "label": "two stages", "seed": seed, "n_per_depth": n,
+            "command": f"c{seed}", "steps": 200, "train_seconds": 2000.0, "peak_rss_gb": 8.5, "seconds_per_step": 10,
+            "trainable_parameters": 227e6,
+            "stage1": {"steps": 300, "train_seconds": 3000.0, "peak_rss_gb": 7.0},
+            "evaluation": {"seen": {"depths": [8, 64], "accuracy": seen},
+                           "held_out": {"depths": [8, 64], "accuracy": held}}}
+
+
+def test_the_recipe_summary_averages_the_seeds_and_states_whether_the_goal_is_met():
+    records = [recipe_record(2, [1.0, 0.98], [0.97, 0.95]), recipe_record(0, [1.0, 0.99], [0.95, 0.93]),
+               recipe_record(1, [0.99, 0.97], [0.96, 0.94])]
+    summary = study.recipe_summary(records)
+    assert summary["seeds"] == [0, 1, 2] and summary["n_per_depth"] == 1024
+    held8 = summary["accuracy"]["held_out"]["8"]
+    assert held8["per_seed"] == [0.95, 0.96, 0.97]
+    assert held8["mean"] == pytest.approx(0.96) and held8["sd"] == pytest.approx(0.01)
+    assert summary["cost"][0] == {"seed": 0, "steps": 500, "train_seconds": 5000.0, "peak_rss_gb": 8.5}
+    assert summary["goal_met"] is True
+    # trained 8x under 99% on average, or fewer than three seeds: not met
+    low = [recipe_record(s, [0.98, 0.9], [0.97, 0.95]) for s in range(3)]
+    assert study.recipe_summary(low)["goal_met"] is False
+    assert study.recipe_summary(records[:2])["goal_met"] is False
+
+
+def test_the_rows_table_says_how_many_prompts_each_row_was_tested_on():
+    table = study.rows_table([recipe_record(0, [1.0, 0.98], [0.99, 0.98], n=256),
+                              recipe_record(1, [1.0, 0.98], [0.99, 0.98])])
+    lines = table.splitlines()
+    assert "| prompts |" in lines[0]
+    assert "| 227.0 M | 256 | 100.00 | 98.00 | 99.00 | 98.00 |" in lines[2]
+    assert "| 227.0 M | 1,024 | 100.00 | 98.00 | 99.00 | 98.00 |" in lines[3]
+
+
+def test_the_chosen_recipe_exports_with_its_measured_accuracy_and_answers_from_its_folder(tiny_run, tmp_path,
+                                                                                            monkeypatch):
+    """--export of a two-stage row: the card and the config quote the record's own test (its prompt count, both
+    stages' steps); the folder alone answers raw strings through the pipeline (fresh process, package blocked),
+    refusing held-out wordings by default."""
+    record = recipe_record(0, [1.0, 0.5], [0.96, 0.5], n=256)
+    record.update(steps=2, samples_seen=8, curve=None, stage1={"steps": 3, "train_seconds": 1.0})
+    monkeypatch.setattr(study, "OUT", tmp_path / "out")
+    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
+    study.save_record(record, study.record_path(study.CHOSEN, 0))
+    # the record has no d = 2: nothing is quoted that was not measured, and nothing is written
+    with pytest.raises(SystemExit, match="no held-out accuracy at d = 2"):
+        study.export(study.CHOSEN, 0, target=tmp_path / "ckpt", depth=2, n=4)
+    assert not (tmp_path / "ckpt").exists()
+    for phrasing in ("seen", "held_out"):
+        record["evaluation"][phrasing]["depths"] = [2, 64]
+    study.save_record(record, study.record_path(study.CHOSEN, 0))
+    target = study.export(study.CHOSEN, 0, target=tmp_path / "ckpt", depth=2, n=4)
+    config = json.loads((target / "config.json").read_text())
+    quoted = config["prompt_format"]["trained"]["untrained_accuracy"]
+    assert quoted == {"accuracy": 0.96, "depth": 2, "n": 256,
+                      "source": "results/pretrained_cpu/runs/qwen_stage2_frozen_prelude_s0.json"}
+    card = (target / "README.md").read_text()
+    assert "256 fresh prompts per depth" in card and "3 + 2 steps (two stages)" in card
+    check = json.loads(study.record_path(study.CHOSEN, 0).read_text())["pipeline_check"]
+    for phrasing in ("seen", "held_out"):
+        assert check["by_phrasing"][phrasing]["n"] == 4
+    assert check["by_phrasing"]["held_out"]["refused_by_default"] is True
