@@ -444,3 +444,19 @@ def test_the_chosen_recipe_exports_with_its_measured_accuracy_and_answers_from_i
     for phrasing in ("seen", "held_out"):
         assert check["by_phrasing"][phrasing]["n"] == 4
     assert check["by_phrasing"]["held_out"]["refused_by_default"] is True
+
+
+def test_a_rerun_test_keeps_the_diagnostics_and_the_earlier_test_of_the_same_model():
+    old = recipe_record(0, [1.0, 0.98], [0.99, 0.98], n=256)
+    old.update(train_commands=["python examples/train_par.py a"], sentences=[{"wording": "w"}],
+               random_start={"seen": 1})
+    new = recipe_record(0, [1.0, 0.99], [0.98, 0.97])
+    new.update(train_commands=["python examples/train_par.py a"])
+    merged = study.carry_over(old, new)
+    assert merged["n_per_depth"] == 1024 and merged["evaluation"] == new["evaluation"]
+    assert merged["sentences"] == [{"wording": "w"}] and merged["random_start"] == {"seen": 1}
+    assert merged["earlier_tests"] == [{"n_per_depth": 256, "evaluation": old["evaluation"]}]
+    # the same test again adds nothing; another training replaces the record whole
+    assert "earlier_tests" not in study.carry_over(new, dict(new))
+    other = dict(new, train_commands=["python examples/train_par.py b"])
+    assert study.carry_over(old, other) == other

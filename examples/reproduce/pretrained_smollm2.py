@@ -421,8 +421,25 @@ def run_row(row: str, seed: int, only: list[str] | None = None) -> dict | None:
     record["peak_rss_gb"] = peak_rss_gb(segments)
     if ROWS[row].init_from is not None:
         record["stage1"] = stage1_of(row, seed)
-    save_record(record, record_path(row, seed))
+    path = record_path(row, seed)
+    if path.is_file():
+        record = carry_over(json.loads(path.read_text()), record)
+    save_record(record, path)
     return record
+
+
+def carry_over(old: dict, new: dict) -> dict:
+    """`new`, a row's test rerun (e.g. on more prompts), keeping what the `old` record of the same trained model held
+    besides its test: the diagnostics that later commands added (--sentences, --random_start, --export's pipeline
+    check, ...), and the old test itself under `earlier_tests` where it was another test (another prompt count or
+    grid). A record of another training (other commands) is replaced whole."""
+    if old.get("train_commands") != new["train_commands"]:
+        return new
+    merged = {**{k: v for k, v in old.items() if k not in new}, **new}
+    if (old["n_per_depth"], old["evaluation"]) != (new["n_per_depth"], new["evaluation"]):
+        merged["earlier_tests"] = old.get("earlier_tests", []) + [
+            {"n_per_depth": old["n_per_depth"], "evaluation": old["evaluation"]}]
+    return merged
 
 
 def run_parity() -> dict:
