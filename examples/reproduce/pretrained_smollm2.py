@@ -404,6 +404,16 @@ def record_path(row: str, seed: int) -> Path:
     return OUT / "runs" / f"{row}_s{seed}.json"
 
 
+def add_to_record(row: str, seed: int, key: str, value, option: str) -> None:
+    """A diagnostic's result kept in the row's existing record: `key`, and `<key>_command` the command that measured
+    it (this script with `option ROW --seed SEED`)."""
+    path = record_path(row, seed)
+    record = json.loads(path.read_text())
+    record[key] = value
+    record[f"{key}_command"] = f"python examples/reproduce/pretrained_smollm2.py {option} {row} --seed {seed}"
+    save_record(record, path)
+
+
 def run_row(row: str, seed: int, only: list[str] | None = None) -> dict | None:
     """Train (or resume) and evaluate a row; its record under results/pretrained_cpu/runs/. `only`: evaluate just
     these phrasings (each kept in the run folder as eval_<phrasing>.json, which a later full run reads instead of
@@ -553,7 +563,7 @@ def export(row: str, seed: int, target: Path | None = None, depth: int = 64, n: 
     (target / "README.md").write_text(card)
     config = json.loads((target / "config.json").read_text())
     config["prompt_format"]["trained"]["untrained_accuracy"] = {
-        "accuracy": quoted, "depth": depth, "n": record["n_per_depth"],
+        "accuracy": quoted, "depth": depth, "n": n_tested,
         "source": f"results/pretrained_cpu/runs/{row}_s{seed}.json"}
     (target / "config.json").write_text(json.dumps(config, indent=2))
     check = blocked_pipeline_check(target, load_task_from_dir(folder), PIPELINE_CHECK, PHRASINGS, depth, n, seed)
@@ -812,11 +822,7 @@ def diagnose_slots(row: str, seed: int) -> dict:
                        "seconds": round(time.time() - started, 1)}
         print(f"{row} s{seed} held out in {slot} only: " + " ".join(
             f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
-    path = record_path(row, seed)
-    record = json.loads(path.read_text())
-    record["slots"] = slots
-    record["slots_command"] = f"python examples/reproduce/pretrained_smollm2.py --diagnose {row} --seed {seed}"
-    save_record(record, path)
+    add_to_record(row, seed, "slots", slots, "--diagnose")
     return slots
 
 
@@ -877,12 +883,8 @@ def diagnose_sentences(row: str, seed: int) -> dict:
             print(f"{row} s{seed} {'held-out' if sentences[-1]['held_out'] else 'trained '} {wording!r:46} "
                   f"{100 * sentences[-1]['accuracy']:6.1f}%  read as {', '.join(sentences[-1]['read_as'])}",
                   flush=True)
-    path = record_path(row, seed)
-    if path.is_file():
-        record = json.loads(path.read_text())
-        record["sentences"] = sentences
-        record["sentences_command"] = f"python examples/reproduce/pretrained_smollm2.py --sentences {row} --seed {seed}"
-        save_record(record, path)
+    if record_path(row, seed).is_file():
+        add_to_record(row, seed, "sentences", sentences, "--sentences")
     return {"sentences": sentences}
 
 
@@ -901,12 +903,7 @@ def random_start(row: str, seed: int, n: int = SCREEN_N) -> dict:
     for phrasing in PHRASINGS:
         out[phrasing], _ = evaluate_phrasing(model, tokenizer, task, DEPTHS, n, seed, phrasing,
                                              f"{row} s{seed} random start,", random_initial=True)
-    path = record_path(row, seed)
-    record = json.loads(path.read_text())
-    record["random_start"] = out
-    record["random_start_command"] = (f"python examples/reproduce/pretrained_smollm2.py --random_start {row} "
-                                      f"--seed {seed}")
-    save_record(record, path)
+    add_to_record(row, seed, "random_start", out, "--random_start")
     return out
 
 
