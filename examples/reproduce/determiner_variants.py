@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,19 +57,22 @@ def held_out_wordings(spec: dict) -> set[str]:
     return {w for options in spec["text"]["operations"].values() for w in split_wordings(options, n)[1]}
 
 
-def augment(spec: dict, forbidden: set[str]) -> tuple[dict, dict, int]:
+def augment(spec: dict, forbidden: set[str],
+            variants_of: Callable[[str], list[str]] | None = None) -> tuple[dict, dict, int]:
     """(the augmented spec, {operation: variants added}, variants dropped for being in `forbidden` or already listed).
-    Each operation's list becomes its trained wordings, their variants, then its held-out wordings."""
+    Each operation's list becomes its trained wordings, their variants, then its held-out wordings. `variants_of`: a
+    trained sentence -> its variants (default: the determiner swap, :func:`determiner_variant`)."""
+    if variants_of is None:
+        def variants_of(sentence: str) -> list[str]:
+            variant = determiner_variant(sentence)
+            return [] if variant is None else [variant]
     n = spec["text"].get("held_out_phrasings", 0)
     out = json.loads(json.dumps(spec))
     added, dropped = {}, 0
     for op, options in spec["text"]["operations"].items():
         trained, held = split_wordings(options, n)
         variants = []
-        for sentence in trained:
-            variant = determiner_variant(sentence)
-            if variant is None:
-                continue
+        for variant in (v for sentence in trained for v in variants_of(sentence)):
             if variant in forbidden or variant in options or variant in variants:
                 dropped += 1
                 continue
