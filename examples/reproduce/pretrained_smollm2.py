@@ -956,12 +956,9 @@ def profile_row(row: str, seed: int) -> dict:
         shown = {k: profiles[phrasing]["profile"][k - 1] for k in (1, 8, 9, 16, 32, 64) if k <= PROFILE_DEPTH}
         print(f"{row} s{seed} {phrasing} d={PROFILE_DEPTH}: " + " ".join(f"k={k}:{100 * a:.1f}" for k, a in
                                                                         shown.items()), flush=True)
-    path = record_path(row, seed)
-    record = json.loads(path.read_text())
-    record["profile"] = {"depth": PROFILE_DEPTH, "n": PROFILE_N, **profiles,
-                         "command": f"python examples/reproduce/pretrained_smollm2.py --profile {row} --seed {seed}"}
-    save_record(record, path)
-    return record["profile"]
+    profile = {"depth": PROFILE_DEPTH, "n": PROFILE_N, **profiles}
+    add_to_record(row, seed, "profile", profile, "--profile")
+    return profile
 
 
 PROBE_CURVES_OUT = OUT / "probe_curves"
