@@ -119,8 +119,10 @@ def test_profile_reads_every_iteration_of_a_trained_row_in_each_phrasing(tiny_ru
     monkeypatch.setattr(study, "PROFILE_DEPTH", 3)
     monkeypatch.setattr(study, "PROFILE_N", 5)
     out = study.profile_row("retrofit_frozen_emb", 0)
-    saved = json.loads(record.read_text())["profile"]
-    assert saved == out and saved["depth"] == 3 and saved["n"] == 5 and saved["command"].endswith("--seed 0")
+    saved = json.loads(record.read_text())
+    assert saved["profile_command"] == "python examples/reproduce/pretrained_smollm2.py --profile retrofit_frozen_emb --seed 0"
+    saved = saved["profile"]
+    assert saved == out and saved["depth"] == 3 and saved["n"] == 5
     for phrasing in ("seen", "held_out"):
         profile = saved[phrasing]["profile"]
         assert len(profile) == 3 and all(a in {i / 5 for i in range(6)} for a in profile)
