@@ -120,7 +120,8 @@ def test_profile_reads_every_iteration_of_a_trained_row_in_each_phrasing(tiny_ru
     monkeypatch.setattr(study, "PROFILE_N", 5)
     out = study.profile_row("retrofit_frozen_emb", 0)
     saved = json.loads(record.read_text())
-    assert saved["profile_command"] == "python examples/reproduce/pretrained_smollm2.py --profile retrofit_frozen_emb --seed 0"
+    assert saved["profile_command"] == ("python examples/reproduce/pretrained_smollm2.py --profile retrofit_frozen_emb "
+                                        "--seed 0")
     saved = saved["profile"]
     assert saved == out and saved["depth"] == 3 and saved["n"] == 5
     for phrasing in ("seen", "held_out"):
