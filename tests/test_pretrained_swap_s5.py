@@ -25,14 +25,19 @@ def test_every_row_parses_with_the_view_init_and_anchoring_its_name_says(study, 
     for name in study.ROWS:
         model_args, task_args, train_args = train_par.parse_args(
             argv(study.row_flags(name)) + ["--output_dir", str(tmp_path / name)])
-        assert model_args.init_from_parent == str(tmp_path / "smollm2")
         assert model_args.loop_view == ("full" if "_full" in name else "local")
-        assert model_args.parent_weights == ("random" if name.startswith("random") else "pretrained")
         assert model_args.norm_anchoring == ("no_anchor" not in name)
-        assert model_args.freeze_embeddings and model_args.truncate_parent
         assert (model_args.prelude_layers, model_args.core_layers, model_args.coda_layers) == (1, 2, 1)
         assert task_args.task_file == study.TASK_FILE and task_args.probe_depth == 8
         assert train_args.max_train_depth == 8 and train_args.curriculum_every_steps == 50
+        if name.startswith("scratch"):  # the package's from-scratch recipe: no parent, its defaults, the fixed pace
+            assert model_args.init_from_parent is None and model_args.hidden_size == 128
+            assert train_args.per_device_train_batch_size == 64 and train_args.max_steps == 2000
+            assert train_args.curriculum_advance_accuracy is None
+            continue
+        assert model_args.init_from_parent == str(tmp_path / "smollm2")
+        assert model_args.parent_weights == ("random" if name.startswith("random") else "pretrained")
+        assert model_args.freeze_embeddings and model_args.truncate_parent
         assert train_args.curriculum_advance_accuracy == (None if "_pace" in name else 0.9)  # the fixed pace
 
 
@@ -51,6 +56,9 @@ def test_a_recorded_row_becomes_its_summary_entry_and_table_row(study):
     table = study.rows_table([record])
     assert "| random_full | 0 | 900 | 3000 | 3.33 | d ≤ 3 (step 590) | no | 256 | 25.00 | 0.00 | 0.00 | 0.00 |" in table
     assert "| random_full | 16 | 64 | 100 50 0 |" in table
+    scratch = dict(record, row="scratch_full", train_commands=["python examples/train_par.py --loop_view full"])
+    entry = study.summary_entry(scratch)
+    assert entry["init"] == "random" and entry["parent"].startswith("none")
     assert study.in_range_reached({"probe": [{"accuracy": 0.99}, {"accuracy": 1.0}]})
     assert not study.in_range_reached({"probe": [{"accuracy": 1.0}, {"accuracy": 0.98}]})
 
