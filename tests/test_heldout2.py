@@ -463,3 +463,28 @@ def test_a_rerun_test_keeps_the_diagnostics_and_the_earlier_test_of_the_same_mod
     assert "earlier_tests" not in study.carry_over(new, dict(new))
     other = dict(new, train_commands=["python examples/train_par.py b"])
     assert study.carry_over(old, other) == other
+
+
+def test_rows_trained_on_augmented_wordings_are_tested_on_the_original_files_prompts():
+    """A row trained on an augmented copy of the task file (more trained wordings, the same machine and held-out
+    wordings) is tested on the original file, so its seen prompts are every other row's; its held-out prompts are the
+    same either way."""
+    import numpy as np
+
+    from state_tracking import load_task
+    from state_tracking.prompts import text_prompt
+
+    augmented = [name for name, row in study.ROWS.items() if row.flags.get("--task_file") in study.AUGMENTED]
+    assert {"retrofit_determiners", "qwen_stage2_determiners", "qwen_stage2_deletions"} <= set(augmented)
+    original = load_task(study.REPO / study.TASK_FILE)
+    for path in study.AUGMENTED:
+        trained = load_task(study.REPO / path)
+        tested = study.test_task("row", trained)
+        assert tested.phrasing_options("seen") == original.phrasing_options("seen")
+        assert tested.phrasing_options("seen") != trained.phrasing_options("seen")
+        ops = np.arange(trained.num_ops)
+        assert (text_prompt(trained, ops, phrasing="held_out", rng=np.random.default_rng(0))
+                == text_prompt(original, ops, phrasing="held_out", rng=np.random.default_rng(0)))
+    other = load_task("examples/tasks/register3.json")
+    with pytest.raises(SystemExit, match="another machine"):
+        study.test_task("row", other)
