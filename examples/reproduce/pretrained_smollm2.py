@@ -271,7 +271,11 @@ CHOSEN = "qwen_stage2_frozen_prelude"  # issue 49's recipe: 3 seeds, 1,024 promp
 EVALUATION = {"swap_s5_retrofit": (["canonical"], [8, 32, 64], N),
               "qwen_stage2_all": (PHRASINGS, DEPTHS, SCREEN_N),
               "qwen_stage2_determiners": (PHRASINGS, DEPTHS, SCREEN_N),
-              "qwen_stage2_deletions": (PHRASINGS, DEPTHS, SCREEN_N)}
+              "qwen_stage2_deletions": (PHRASINGS, DEPTHS, SCREEN_N),
+              # the augmentations' first stages: how well each reads the unseen wordings before stage 2 freezes that
+              # reading (held out, d = 8, 256 prompts)
+              "qwen_determiners": (["held_out"], [TRAIN_MAX_DEPTH], SCREEN_N),
+              "qwen_deletions": (["held_out"], [TRAIN_MAX_DEPTH], SCREEN_N)}
 
 
 def run_path(row: str, seed: int) -> Path:
