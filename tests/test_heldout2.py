@@ -417,6 +417,12 @@ def test_the_rows_table_says_how_many_prompts_each_row_was_tested_on():
     assert "| prompts |" in lines[0]
     assert "| 227.0 M | 256 | 100.00 | 98.00 | 99.00 | 98.00 |" in lines[2]
     assert "| 227.0 M | 1,024 | 100.00 | 98.00 | 99.00 | 98.00 |" in lines[3]
+    # a first stage screened alone (held-out wordings at d = 8 only) gets its own table, not a row of dashes
+    stage1 = dict(recipe_record(1, [], [0.957], n=256), row="qwen_determiners", steps=300, train_seconds=3508.0,
+                  seconds_per_step=11.69, evaluation={"held_out": {"depths": [8], "accuracy": [0.957]}})
+    lines = study.rows_table([recipe_record(0, [1.0, 0.98], [0.99, 0.98]), stage1]).splitlines()
+    assert len([line for line in lines if line.startswith("| qwen_determiners")]) == 1
+    assert "| qwen_determiners | 1 | 300 | 3508 | 11.69 | 256 | 95.70 |" in lines
 
 
 def test_the_chosen_recipe_exports_with_its_measured_accuracy_and_answers_from_its_folder(tiny_run, tmp_path,

@@ -684,6 +684,13 @@ def rows_table(records: list[dict]) -> str:
                   f"{r.get('peak_rss_gb') or '–'} | " + " | ".join(
                       cell(accuracy_at(r, "canonical", d)) if d in r["evaluation"]["canonical"]["depths"]
                       else "0 (stop rule)" for d in (8, 32, 64)) + " |" for r in others]
+    screens = [r for r in records if set(r["evaluation"]) == {"held_out"} and not r["row"].startswith("pilot_")]
+    if screens:
+        lines += ["", f"First stages screened alone (held-out wordings, d = {TRAIN_MAX_DEPTH}, idle start):", "",
+                  "| row | seed | steps | train s | s / step | prompts | held-out d=8 |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['row']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | {r['seconds_per_step']} | "
+                  f"{r['n_per_depth']:,} | {cell(accuracy_at(r, 'held_out', TRAIN_MAX_DEPTH))} |" for r in screens]
     pilots = [r for r in records if r["row"].startswith("pilot_")]
     if pilots:
         lines += ["", "Pilots (train d ≤ 4, 150 steps, 256 prompts at d = 4):", "",
