@@ -33,7 +33,7 @@ Rows:
 - `qwen_stage2_frozen_prelude`: two stages, keep the reading and then train the loop: `qwen_frozen_emb` (300 steps,
   trained first where missing) fine-tuned 200 more steps at d = 8 on a fresh schedule with the prelude frozen, probed
   on 128 held-out-wording prompts at d = 8 every 25 steps; `qwen_stage2_all` the same with the prelude trained.
-  The former is issue 49's chosen recipe (`CHOSEN`): three seeds, `--heldout2` once, `--export`; its control is a
+  The former was issue 49's chosen recipe until `qwen_stage2_determiners` (below) took its place; its control is a
   256-prompt screen.
 - `retrofit_determiners`: `retrofit_frozen_emb` trained on examples/tasks/batch_process_determiners.json (every
   trained operation sentence also with its leading determiner swapped, examples/reproduce/determiner_variants.py)
@@ -41,7 +41,8 @@ Rows:
 - `qwen_stage2_determiners`, `qwen_stage2_deletions`: the two-stage recipe with both stages (`qwen_determiners`,
   `qwen_deletions`) trained on an augmented copy of the wordings: every trained operation sentence also with its
   leading determiner swapped, or also without one of its words that do not name the operation
-  (examples/reproduce/deletion_variants.py); 256-prompt screens, tested on the original task file's prompts.
+  (examples/reproduce/deletion_variants.py), tested on the original task file's prompts. The former is issue 49's
+  chosen recipe (`CHOSEN`): three seeds, 1,024 prompts, `--heldout2` once, `--export`; the latter a 256-prompt screen.
 - `retrofit_frozen_emb_700`: `retrofit_frozen_emb` on a step budget of 700 steps (the time cap a guard only), so that
   its command rebuilds the same model on any machine: the seeds read on the second held-out set and exported.
 - `retrofit_frozen_emb_300`: the control for the Qwen row's schedule: `retrofit_frozen_emb` trained 300 steps with
@@ -262,15 +263,19 @@ ROWS["retrofit_frozen_emb_700"] = Row.of(
     {"--max_steps": "700", "--max_train_seconds": "7200", "--freeze_embeddings": "true"}, budget=7200)
 # what each row is evaluated on: phrasings, depths and prompts per depth (default: both phrasings, d = 8 and 64, 1,024
 # prompts; pilots 256 at d = 4). The control of the two-stage recipe is a screen: 256 prompts per depth (±3 points)
-# tell 41% from 90%. The recipe itself (CHOSEN) was screened the same way on seed 0 and is tested at full scale
+# tell 41% from 90%. The recipes themselves (RECIPES) were screened the same way on one seed, then tested at full scale
 # rows trained on an augmented copy of the task file's wordings are tested on the original file's prompts, the same
 # as every other row's (`pilot_paraphrased`, whose file adds wordings that are not rule-made, was tested on its own)
 AUGMENTED = (DETERMINERS, DELETIONS)
 SCREEN_N = 256
-CHOSEN = "qwen_stage2_frozen_prelude"  # issue 49's recipe: 3 seeds, 1,024 prompts, heldout2, --export
+# issue 49's recipe: 3 seeds, 1,024 prompts, heldout2, --export. It was qwen_stage2_frozen_prelude (tested on 3 seeds,
+# 91.99 +- 7.07% held out at d = 8: two seeds read "An abort is issued." as the alarm) until the determiner-swapped
+# wordings read that sentence on seed 1 (2026-12-06 screen: 96.48 / 96.88% held out at d = 8 / 64, against 85.64 /
+# 83.59%); both are summarised in summary.json (`recipes`)
+CHOSEN = "qwen_stage2_determiners"
+RECIPES = ("qwen_stage2_frozen_prelude", CHOSEN)  # the two-stage recipes taken to 3 seeds and 1,024 prompts
 EVALUATION = {"swap_s5_retrofit": (["canonical"], [8, 32, 64], N),
               "qwen_stage2_all": (PHRASINGS, DEPTHS, SCREEN_N),
-              "qwen_stage2_determiners": (PHRASINGS, DEPTHS, SCREEN_N),
               "qwen_stage2_deletions": (PHRASINGS, DEPTHS, SCREEN_N),
               # the augmentations' first stages: how well each reads the unseen wordings before stage 2 freezes that
               # reading (held out, d = 8, 256 prompts)
@@ -734,7 +739,8 @@ def sentences_table(records: list[dict]) -> list[str]:
 
 
 def recipe_summary(records: list[dict]) -> dict:
-    """The chosen recipe over its seeds (issue 49's goal: held-out ≥ 95% at 8×, mean of 3 seeds, trained ≥ 99%):
+    """The chosen recipe over its seeds (issue 49's goal: held-out ≥ 95% at 8× (d = 64), mean of 3 seeds, with trained
+    ≥ 99% there):
     per phrasing and depth the mean, sd (n - 1) and every seed; what a seed costs (both stages' seconds, the
     larger peak RSS)."""
     import numpy as np
@@ -750,7 +756,8 @@ def recipe_summary(records: list[dict]) -> dict:
              "train_seconds": r["train_seconds"] + r.get("stage1", {}).get("train_seconds", 0),
              "peak_rss_gb": max(filter(None, [r.get("peak_rss_gb"), r.get("stage1", {}).get("peak_rss_gb")]),
                                 default=None)} for r in records]
-    held, seen = accuracy["held_out"][str(TRAIN_MAX_DEPTH)]["mean"], accuracy["seen"][str(TRAIN_MAX_DEPTH)]["mean"]
+    far = str(max(DEPTHS))  # 8x: the goal is read at d = 64, trained and held-out wordings alike
+    held, seen = accuracy["held_out"][far]["mean"], accuracy["seen"][far]["mean"]
     return {"row": records[0]["row"], "label": records[0]["label"], "seeds": [r["seed"] for r in records],
             "n_per_depth": records[0]["n_per_depth"], "accuracy": accuracy, "cost": cost,
             "goal_met": len(records) >= 3 and held >= 0.95 and seen >= 0.99,
@@ -794,9 +801,11 @@ def collect() -> dict:
                        scratch_trained_phrasing_accuracy=accuracy_at(scratch, "seen", depth),
                        scratch={"row": "scratch", "steps": scratch["steps"], "train_seconds": scratch["train_seconds"],
                                 "parameters": scratch["parameters"]})
-    chosen = [r for r in records if r["row"] == CHOSEN and r["n_per_depth"] == N]
-    if chosen:
-        summary["chosen_recipe"] = recipe_summary(chosen)
+    tested = {row: [r for r in records if r["row"] == row and r["n_per_depth"] == N] for row in RECIPES}
+    summary["recipes"] = {row: recipe_summary(rs) for row, rs in tested.items() if rs}
+    summary["chosen_row"] = CHOSEN
+    if tested[CHOSEN]:
+        summary["chosen_recipe"] = summary["recipes"][CHOSEN]
     word_level = REPO / SCRATCH_WORD_LEVEL
     if word_level.is_file():
         earlier = json.loads(word_level.read_text())["evaluation"]["held_out/forced"]
