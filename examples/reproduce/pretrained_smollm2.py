@@ -389,7 +389,7 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
                 train_commands=[s["command"] for s in segments], segments=segments, steps=summary["steps"],
                 samples_seen=summary["samples_seen"], train_seconds=trained,
                 seconds_per_step=round(trained / max(1, summary["steps"]), 3), curve=summary.get("curve"),
-                evaluation=evaluation, n_per_depth=n, environment=environment,
+                probe=summary.get("probe"), evaluation=evaluation, n_per_depth=n, environment=environment,
                 parameters=sum(p.numel() for p in model.parameters()),
                 trainable_parameters=trainable_count(folder, row))
 
