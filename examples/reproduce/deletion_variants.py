@@ -33,6 +33,7 @@ from determiner_variants import HELDOUT2, REPO, SOURCE, augment, held_out_wordin
 TARGET = "examples/tasks/batch_process_deletions.json"
 RECORD = "examples/tasks/batch_process_deletions.record.json"
 DETERMINERS = ("the", "a", "an")
+PUNCTUATION = ".,;:!?"
 
 
 def words(sentence: str) -> list[str]:
@@ -55,11 +56,11 @@ def deletion_variants(sentence: str, deletable: set[str]) -> list[str]:
     tokens = sentence.split()
     out = []
     for i, token in enumerate(tokens):
-        if words(token) != [token.lower().strip(".,;:!?")] or words(token)[0] not in deletable:
+        if token.strip(PUNCTUATION).lower() not in deletable:
             continue
         rest = tokens[:i] + tokens[i + 1:]
         if i == len(tokens) - 1:  # the last word carries the sentence's final punctuation
-            rest[-1] += token[len(token.rstrip(".,;:!?")):]
+            rest[-1] += token[len(token.rstrip(PUNCTUATION)):]
         if len(rest) < 2:
             continue
         rest[0] = rest[0][0].upper() + rest[0][1:]
