@@ -67,6 +67,35 @@ def test_heldout2_reads_the_rows_seeds_once(tiny_run, tmp_path, monkeypatch):
         study.heldout2("retrofit_frozen_emb", [0])
 
 
+def test_heldout2_seeds_tested_apart_write_no_record_and_are_read_back(tiny_run, tmp_path, monkeypatch):
+    """--cache_only: a seed's test is kept in its run folder and no record is written; the call over every seed then
+    reads that test back instead of running it again."""
+    (tiny_run / "eval_heldout2.json").unlink(missing_ok=True)
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"evaluation": {"held_out": {"accuracy": [0.5, 0.25]}}}))
+    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
+    monkeypatch.setattr(study, "HELDOUT2_OUT", tmp_path / "heldout2.json")
+    monkeypatch.setattr(study, "DEPTHS", [2, 3])
+    monkeypatch.setattr(study, "N", 6)
+    assert study.heldout2("retrofit_frozen_emb", [0], write_record=False) is None
+    assert not (tmp_path / "heldout2.json").exists()
+    cached = json.loads((tiny_run / "eval_heldout2.json").read_text())
+    assert cached["grid"] == [2, 3] and cached["n_per_depth"] == 6
+
+    def no_second_test(*args, **kwargs):
+        raise AssertionError("the kept test was evaluated again")
+
+    monkeypatch.setattr(study, "evaluate_phrasing", no_second_test)
+    out = study.heldout2("retrofit_frozen_emb", [0])
+    assert out["per_seed"]["0"] == cached["evaluation"]
+    assert json.loads((tmp_path / "heldout2.json").read_text())["per_seed"]["0"] == cached["evaluation"]
+    monkeypatch.setattr(study, "N", 7)  # another grid or prompt count is not the kept test
+    (tmp_path / "heldout2.json").unlink()
+    with pytest.raises(AssertionError, match="evaluated again"):
+        study.heldout2("retrofit_frozen_emb", [0])
+
+
 def test_a_phrasing_evaluated_apart_is_read_back_not_evaluated_again(tiny_run, monkeypatch):
     for cache in tiny_run.glob("eval_*.json"):
         cache.unlink()

@@ -613,11 +613,13 @@ HELDOUT2 = "examples/tasks/batch_process_heldout2.json"  # written before the se
 HELDOUT2_OUT = OUT / "heldout2.json"
 
 
-def heldout2(row: str, seeds: list[int]) -> dict:
+def heldout2(row: str, seeds: list[int], write_record: bool = True) -> dict | None:
     """The chosen recipe's accuracy on the second held-out set (issue 49, item 3): every trained seed of `row` on
     1,024 fresh prompts per depth (idle start, the seed's test draw), d = 8 and 64, whose sentences are drawn only
     among the six wordings of examples/tasks/batch_process_heldout2.json that no training file lists. Read once: the
-    file refuses to be overwritten."""
+    file refuses to be overwritten. Each seed's test is kept in its run folder (`eval_heldout2.json`, keyed by grid and
+    prompts), so seeds can be tested in parallel processes with `write_record=False` (`--cache_only`) and the record
+    then written from those files by one call over every seed."""
     import numpy as np
     import torch
 
@@ -630,11 +632,21 @@ def heldout2(row: str, seeds: list[int]) -> dict:
     task = load_task(REPO / HELDOUT2)
     per_seed = {}
     for seed in seeds:
+        cache = run_path(row, seed) / "eval_heldout2.json"
+        cached = json.loads(cache.read_text()) if cache.is_file() else None
+        if cached is not None and cached["grid"] == DEPTHS and cached["n_per_depth"] == N:
+            per_seed[str(seed)], environment = cached["evaluation"], cached["environment"]
+            print(f"{row} s{seed} heldout2: read from {cache.name}", flush=True)
+            continue
         model, tokenizer, trained = load_run(run_path(row, seed), max(DEPTHS))
         if not same_machine(trained, task):
             raise SystemExit(f"{HELDOUT2} is not the machine row {row} was trained on")
         per_seed[str(seed)], environment = evaluate_phrasing(model, tokenizer, task, DEPTHS, N, seed, "held_out",
                                                              f"{row} s{seed} heldout2")
+        cache.write_text(json.dumps({"grid": DEPTHS, "n_per_depth": N, "evaluation": per_seed[str(seed)],
+                                     "environment": environment}, indent=1))
+    if not write_record:
+        return None
     trained_on = {str(seed): json.loads(record_path(row, seed).read_text())["evaluation"]["held_out"]["accuracy"]
                   for seed in seeds}
     by_depth = {str(d): [per_seed[str(s)]["accuracy"][i] if i < len(per_seed[str(s)]["accuracy"]) else 0.0
@@ -1107,6 +1119,9 @@ def main(argv=None) -> None:
     parser.add_argument("--heldout2", choices=sorted(ROWS),
                         help=f"the chosen row's seeds (--seeds) on the second held-out set, once ({HELDOUT2})")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for --heldout2")
+    parser.add_argument("--cache_only", type=true_or_false, nargs="?", const=True, default=False,
+                        help="with --heldout2: test the seeds and keep each in its run folder, write no record (seeds "
+                             "in parallel processes; one later call over every seed writes the record)")
     parser.add_argument("--probe_curve", choices=sorted(ROWS),
                         help="a trained row's probe accuracies over training (its summary.json), kept as JSON")
     parser.add_argument("--compare_to", choices=sorted(ROWS),
@@ -1124,6 +1139,8 @@ def main(argv=None) -> None:
             or args.export or args.heldout2 or args.interpolate or args.probe_curve or args.collect):
         parser.error("give --row, --parity, --diagnose, --sentences, --random_start, --profile, --export, --heldout2, "
                      "--interpolate, --probe_curve or --collect")
+    if args.cache_only and not args.heldout2:
+        parser.error("--cache_only goes with --heldout2")
     if args.compare_to and not args.probe_curve:
         parser.error("--compare_to goes with --probe_curve")
     if args.parity:
@@ -1141,7 +1158,7 @@ def main(argv=None) -> None:
     if args.export:
         export(args.export, args.seed)
     if args.heldout2:
-        heldout2(args.heldout2, [int(seed) for seed in args.seeds.split(",")])
+        heldout2(args.heldout2, [int(seed) for seed in args.seeds.split(",")], write_record=not args.cache_only)
     if args.probe_curve:
         probe_curve(args.probe_curve, args.seed, args.compare_to)
     if args.interpolate:
