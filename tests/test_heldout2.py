@@ -433,9 +433,19 @@ def test_the_recipe_summary_averages_the_seeds_and_states_whether_the_goal_is_me
     assert held8["mean"] == pytest.approx(0.96) and held8["sd"] == pytest.approx(0.01)
     assert summary["cost"][0] == {"seed": 0, "steps": 500, "train_seconds": 5000.0, "peak_rss_gb": 8.5}
     assert summary["goal_met"] is True
+    assert summary["goal_parts"] == {"held_out_8x_at_least_95": True, "trained_8x_at_least_99": True,
+                                     "trained_1x_at_least_99": True}
     # trained 8x under 99% on average, held out 8x under 95% (however good at d = 8), or fewer than three seeds: not met
-    low = [recipe_record(s, [0.98, 0.9], [0.97, 0.95]) for s in range(3)]
+    low = [recipe_record(s, [0.98, 0.9], [0.97, 0.96]) for s in range(3)]
     assert study.recipe_summary(low)["goal_met"] is False
+    assert study.recipe_summary(low)["goal_parts"] == {"held_out_8x_at_least_95": True,
+                                                       "trained_8x_at_least_99": False,
+                                                       "trained_1x_at_least_99": False}
+    in_range = [recipe_record(s, [0.995, 0.97], [0.99, 0.96]) for s in range(3)]  # trained 99% at d = 8, not at 8x
+    assert study.recipe_summary(in_range)["goal_met"] is False
+    assert study.recipe_summary(in_range)["goal_parts"] == {"held_out_8x_at_least_95": True,
+                                                            "trained_8x_at_least_99": False,
+                                                            "trained_1x_at_least_99": True}
     far = [recipe_record(s, [1.0, 0.99], [0.99, 0.94]) for s in range(3)]
     assert study.recipe_summary(far)["goal_met"] is False
     assert study.recipe_summary(records[:2])["goal_met"] is False
@@ -525,3 +535,22 @@ def test_rows_trained_on_augmented_wordings_are_tested_on_the_original_files_pro
     other = load_task("examples/tasks/register3.json")
     with pytest.raises(SystemExit, match="another machine"):
         study.test_task("row", other)
+
+
+def test_the_second_held_out_set_is_attached_to_the_recipe_it_tested(tmp_path):
+    second = {"row": "qwen_stage2_frozen_prelude", "task_file": "examples/tasks/batch_process_heldout2.json",
+              "seeds": [0, 1], "n_per_depth": 1024, "mean": {"8": 0.9, "64": 0.8}, "sd": {"8": 0.1, "64": 0.1},
+              "command": "c", "per_seed": {"0": {"depths": [8, 64], "accuracy": [1.0, 0.9], "seconds": 1.0},
+                                           "1": {"depths": [8, 64], "accuracy": [0.8, 0.7], "seconds": 1.0}}}
+    path = tmp_path / "heldout2.json"
+    recipes = {"qwen_stage2_frozen_prelude": {"goal_met": False}, "other": {}}
+    study.attach_second_held_out_set(recipes, path)  # not read yet: nothing attached
+    assert recipes == {"qwen_stage2_frozen_prelude": {"goal_met": False}, "other": {}}
+    path.write_text(json.dumps(second))
+    study.attach_second_held_out_set(recipes, path)
+    attached = recipes["qwen_stage2_frozen_prelude"]["second_held_out_set"]
+    assert attached["mean"] == {"8": 0.9, "64": 0.8} and attached["per_seed"] == {"0": [1.0, 0.9], "1": [0.8, 0.7]}
+    assert "second_held_out_set" not in recipes["other"]
+    recipes = {"other": {}}  # a set read on a recipe no longer summarised is attached to none
+    study.attach_second_held_out_set(recipes, path)
+    assert recipes == {"other": {}}
