@@ -170,6 +170,36 @@ def test_profile_reads_every_iteration_of_a_trained_row_in_each_phrasing(tiny_ru
         saved["held_out"]["profile"]
 
 
+def test_the_profile_of_an_augmented_row_reads_the_studys_own_wordings(tiny_run, tmp_path, monkeypatch):
+    """A row trained on an augmented copy of the wordings (its run folder holds that file) is profiled on the study's
+    task file, as it is tested: its "seen" prompts are not drawn among the variants."""
+    import state_tracking
+    from par_studies import load_run
+    from state_tracking import load_task
+
+    augmented = load_task("examples/tasks/batch_process_determiners.json")
+    import par_studies
+
+    monkeypatch.setattr(par_studies, "load_run", lambda folder, depth: (*load_run(tiny_run, depth)[:2], augmented))
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"row": "qwen_stage2_determiners"}))
+    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
+    monkeypatch.setattr(study, "PROFILE_DEPTH", 2)
+    monkeypatch.setattr(study, "PROFILE_N", 2)
+    seen_tasks = []
+
+    def spy(model, tokenizer, task, *args, **kwargs):
+        seen_tasks.append(task)
+        return {"profile": [[1.0, 1.0]], "first_failure": [None]}
+
+    monkeypatch.setattr(state_tracking, "progress_profile", spy)
+    study.profile_row("qwen_stage2_determiners", 0)
+    original = load_task(study.REPO / study.TASK_FILE)
+    assert len(seen_tasks) == 2 and all(t.text == original.text for t in seen_tasks)
+    assert augmented.text != original.text
+
+
 def test_a_probe_on_the_held_out_wordings_scores_what_the_evaluator_scores_on_them(tiny_run, tmp_path):
     """--probe_phrasing held_out: the probe's prompts are the evaluator's held-out prompts for that depth, n and seed
     (not the canonical ones), and its accuracy is the evaluator's; a phrasing without the text rendering, or a name the

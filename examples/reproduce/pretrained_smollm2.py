@@ -993,7 +993,8 @@ def profile_row(row: str, seed: int) -> dict:
     from state_tracking import progress_profile
 
     torch.set_num_threads(1)
-    model, tokenizer, task = load_run(run_path(row, seed), PROFILE_DEPTH)
+    model, tokenizer, trained = load_run(run_path(row, seed), PROFILE_DEPTH)
+    task = test_task(row, trained)  # the study's test wordings (an augmented row's trained file adds variants)
     profiles = {}
     for phrasing in PHRASINGS:
         started = time.time()
@@ -1084,7 +1085,8 @@ def interpolate(row: str, seed: int, alphas: list[float], n: int = INTERPOLATION
     started = time.time()
     with tempfile.TemporaryDirectory() as scratch:
         initial = initial_weights(row_flags(row), seed, Path(scratch))
-    model, tokenizer, task = load_run(folder, max(DEPTHS))
+    model, tokenizer, trained = load_run(folder, max(DEPTHS))
+    task = test_task(row, trained)
     tuned = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     built = round(time.time() - started, 1)
     points = []
