@@ -47,9 +47,8 @@ def tiny_flags(parent) -> dict:
             "--use_cpu": "true", "--report_to": "none", "--learning_rate": "1e-2"}
 
 
-def test_heldout2_reads_the_rows_seeds_once(tiny_run, tmp_path, monkeypatch):
-    """The second set's wordings, which the run's training never held; a second read is refused."""
-    run = tiny_run
+def heldout2_on_the_tiny_run(run, tmp_path, monkeypatch) -> None:
+    """--heldout2 pointed at the tiny run (every seed), a record with a first-set accuracy, d = 2 and 3, 6 prompts."""
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"evaluation": {"held_out": {"accuracy": [0.5, 0.25]}}}))
     monkeypatch.setattr(study, "run_path", lambda row, seed: run)
@@ -57,6 +56,11 @@ def test_heldout2_reads_the_rows_seeds_once(tiny_run, tmp_path, monkeypatch):
     monkeypatch.setattr(study, "HELDOUT2_OUT", tmp_path / "heldout2.json")
     monkeypatch.setattr(study, "DEPTHS", [2, 3])
     monkeypatch.setattr(study, "N", 6)
+
+
+def test_heldout2_reads_the_rows_seeds_once(tiny_run, tmp_path, monkeypatch):
+    """The second set's wordings, which the run's training never held; a second read is refused."""
+    heldout2_on_the_tiny_run(tiny_run, tmp_path, monkeypatch)
     out = study.heldout2("retrofit_frozen_emb", [0])
     saved = json.loads((tmp_path / "heldout2.json").read_text())
     assert saved["row"] == "retrofit_frozen_emb" and saved["task_file"].endswith("batch_process_heldout2.json")
@@ -71,13 +75,7 @@ def test_heldout2_seeds_tested_apart_write_no_record_and_are_read_back(tiny_run,
     """--cache_only: a seed's test is kept in its run folder and no record is written; the call over every seed then
     reads that test back instead of running it again."""
     (tiny_run / "eval_heldout2.json").unlink(missing_ok=True)
-    record = tmp_path / "record.json"
-    record.write_text(json.dumps({"evaluation": {"held_out": {"accuracy": [0.5, 0.25]}}}))
-    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
-    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
-    monkeypatch.setattr(study, "HELDOUT2_OUT", tmp_path / "heldout2.json")
-    monkeypatch.setattr(study, "DEPTHS", [2, 3])
-    monkeypatch.setattr(study, "N", 6)
+    heldout2_on_the_tiny_run(tiny_run, tmp_path, monkeypatch)
     assert study.heldout2("retrofit_frozen_emb", [0], write_record=False) is None
     assert not (tmp_path / "heldout2.json").exists()
     cached = json.loads((tiny_run / "eval_heldout2.json").read_text())
@@ -173,13 +171,12 @@ def test_profile_reads_every_iteration_of_a_trained_row_in_each_phrasing(tiny_ru
 def test_the_profile_of_an_augmented_row_reads_the_studys_own_wordings(tiny_run, tmp_path, monkeypatch):
     """A row trained on an augmented copy of the wordings (its run folder holds that file) is profiled on the study's
     task file, as it is tested: its "seen" prompts are not drawn among the variants."""
+    import par_studies
     import state_tracking
     from par_studies import load_run
     from state_tracking import load_task
 
     augmented = load_task("examples/tasks/batch_process_determiners.json")
-    import par_studies
-
     monkeypatch.setattr(par_studies, "load_run", lambda folder, depth: (*load_run(tiny_run, depth)[:2], augmented))
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"row": "qwen_stage2_determiners"}))

@@ -74,6 +74,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 from par_studies import (
@@ -359,6 +360,19 @@ def test_task(row: str, trained):
     return task
 
 
+def kept_evaluation(cache: Path, depths: list[int], n: int, label: str, run) -> tuple[dict, dict]:
+    """`run()`'s (evaluation, environment), kept in `cache` for that grid and prompt count: read back when the file
+    holds the same grid and n (another process or an earlier call evaluated it), else evaluated and written."""
+    cached = json.loads(cache.read_text()) if cache.is_file() else None
+    if cached is not None and cached["grid"] == depths and cached["n_per_depth"] == n:
+        print(f"{label}: read from {cache.name}", flush=True)
+        return cached["evaluation"], cached["environment"]
+    evaluation, environment = run()
+    cache.write_text(json.dumps({"grid": depths, "n_per_depth": n, "evaluation": evaluation,
+                                 "environment": environment}, indent=1))
+    return evaluation, environment
+
+
 def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: int,
              phrasings: list[str] | None = None) -> dict:
     import torch
@@ -372,16 +386,10 @@ def evaluate(row: str, seed: int, segments: list[dict], depths: list[int], n: in
     task = test_task(row, trained) if ROWS[row].flags.get("--task_file") in AUGMENTED else trained
     evaluation = {}
     for phrasing in phrasings or PHRASINGS:
-        cache = folder / f"eval_{phrasing}.json"  # written by an earlier (or a parallel --phrasings) evaluation
-        cached = json.loads(cache.read_text()) if cache.is_file() else None
-        if cached is not None and cached["grid"] == depths and cached["n_per_depth"] == n:
-            evaluation[phrasing], environment = cached["evaluation"], cached["environment"]
-            print(f"{row} s{seed} {phrasing}: read from {cache.name}", flush=True)
-            continue
-        evaluation[phrasing], environment = evaluate_phrasing(model, tokenizer, task, depths, n, seed, phrasing,
-                                                              f"{row} s{seed}")
-        cache.write_text(json.dumps({"grid": depths, "n_per_depth": n, "evaluation": evaluation[phrasing],
-                                     "environment": environment}, indent=1))
+        # written by an earlier (or a parallel --phrasings) evaluation
+        evaluation[phrasing], environment = kept_evaluation(
+            folder / f"eval_{phrasing}.json", depths, n, f"{row} s{seed} {phrasing}",
+            partial(evaluate_phrasing, model, tokenizer, task, depths, n, seed, phrasing, f"{row} s{seed}"))
     segments = [dict(s, command=scrub(s["command"])) for s in segments]
     trained = row_train_seconds(segments)
     return dict(row=row, label=ROWS[row].label, seed=seed, task=task.name,
@@ -631,20 +639,15 @@ def heldout2(row: str, seeds: list[int], write_record: bool = True) -> dict | No
     torch.set_num_threads(1)
     task = load_task(REPO / HELDOUT2)
     per_seed = {}
-    for seed in seeds:
-        cache = run_path(row, seed) / "eval_heldout2.json"
-        cached = json.loads(cache.read_text()) if cache.is_file() else None
-        if cached is not None and cached["grid"] == DEPTHS and cached["n_per_depth"] == N:
-            per_seed[str(seed)], environment = cached["evaluation"], cached["environment"]
-            print(f"{row} s{seed} heldout2: read from {cache.name}", flush=True)
-            continue
+    def test_seed(seed: int) -> tuple[dict, dict]:
         model, tokenizer, trained = load_run(run_path(row, seed), max(DEPTHS))
         if not same_machine(trained, task):
             raise SystemExit(f"{HELDOUT2} is not the machine row {row} was trained on")
-        per_seed[str(seed)], environment = evaluate_phrasing(model, tokenizer, task, DEPTHS, N, seed, "held_out",
-                                                             f"{row} s{seed} heldout2")
-        cache.write_text(json.dumps({"grid": DEPTHS, "n_per_depth": N, "evaluation": per_seed[str(seed)],
-                                     "environment": environment}, indent=1))
+        return evaluate_phrasing(model, tokenizer, task, DEPTHS, N, seed, "held_out", f"{row} s{seed} heldout2")
+
+    for seed in seeds:
+        per_seed[str(seed)], environment = kept_evaluation(run_path(row, seed) / "eval_heldout2.json", DEPTHS, N,
+                                                           f"{row} s{seed} heldout2", partial(test_seed, seed))
     if not write_record:
         return None
     trained_on = {str(seed): json.loads(record_path(row, seed).read_text())["evaluation"]["held_out"]["accuracy"]
@@ -771,13 +774,12 @@ def recipe_summary(records: list[dict]) -> dict:
     far, near = str(max(DEPTHS)), str(TRAIN_MAX_DEPTH)  # the goal is read at 8x (d = 64), both wordings alike
     held, seen = accuracy["held_out"][far]["mean"], accuracy["seen"][far]["mean"]
     enough = len(records) >= 3
+    # each part of the goal on its own (3 seeds or more), and the trained wordings' 99% read in range too
+    parts = {"held_out_8x_at_least_95": enough and held >= 0.95, "trained_8x_at_least_99": enough and seen >= 0.99,
+             "trained_1x_at_least_99": enough and accuracy["seen"][near]["mean"] >= 0.99}
     return {"row": records[0]["row"], "label": records[0]["label"], "seeds": [r["seed"] for r in records],
             "n_per_depth": records[0]["n_per_depth"], "accuracy": accuracy, "cost": cost,
-            "goal_met": enough and held >= 0.95 and seen >= 0.99,
-            # each part of the goal on its own (3 seeds or more), and the trained wordings' 99% read in range too
-            "goal_parts": {"held_out_8x_at_least_95": enough and held >= 0.95,
-                           "trained_8x_at_least_99": enough and seen >= 0.99,
-                           "trained_1x_at_least_99": enough and accuracy["seen"][near]["mean"] >= 0.99},
+            "goal_met": parts["held_out_8x_at_least_95"] and parts["trained_8x_at_least_99"], "goal_parts": parts,
             "commands": [r["command"] for r in records]}
 
 
