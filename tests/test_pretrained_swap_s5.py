@@ -32,7 +32,8 @@ def test_every_row_parses_with_the_view_init_and_anchoring_its_name_says(study, 
         assert train_args.max_train_depth == 8 and train_args.curriculum_every_steps == 50
         if name.startswith("scratch"):  # the package's from-scratch recipe: no parent, its defaults, the fixed pace
             assert model_args.init_from_parent is None and model_args.hidden_size == 128
-            assert train_args.per_device_train_batch_size == 64 and train_args.max_steps == 2000
+            batch, steps = (8, 3000) if name.endswith("_b8") else (64, 2000)  # _b8: the SmolLM2 rows' batch, steps
+            assert train_args.per_device_train_batch_size == batch and train_args.max_steps == steps
             assert train_args.curriculum_advance_accuracy is None
             continue
         assert model_args.init_from_parent == str(tmp_path / "smollm2")
