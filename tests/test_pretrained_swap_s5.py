@@ -150,3 +150,9 @@ def test_a_record_reads_its_peak_memory_from_the_training_segments():
     assert peak_rss_gb([{"peak_rss_gb": 4.2}, {"status": "interrupted"}, {"peak_rss_gb": 6.65}]) == 6.65
     assert peak_rss_gb([{"status": "finished"}]) is None  # segments trained before the field existed: unknown, not 0
     assert peak_rss_gb([]) is None
+
+
+def test_a_test_prompt_count_under_one_is_refused_before_anything_runs(study, capsys):
+    with pytest.raises(SystemExit):
+        study.main(["--row", "scratch_local", "--n_test", "0"])
+    assert "--n_test (prompts per test depth) must be >= 1, got 0" in capsys.readouterr().err

@@ -230,7 +230,10 @@ def scrub(text: str) -> str:
     return text.replace(str(get_parent("smollm2-135m").cache_folder), PARENT)
 
 
-def evaluate(row: str, seed: int, segments: list[dict]) -> dict:
+def evaluate(row: str, seed: int, segments: list[dict], n_test: int | None = None) -> dict:
+    """The row's test (accuracy per depth of DEPTHS, the evaluation stop rule) and, for the full view, its progress
+    profiles. `n_test` prompts per depth instead of N (in range) / N_MISS (a miss): the full view of a SmolLM2-shaped
+    row costs about an hour per 1,024 prompts at d = 64 on this CPU; the record keeps the number used."""
     import torch
 
     from par_studies import load_run, row_train_seconds
@@ -245,6 +248,8 @@ def evaluate(row: str, seed: int, segments: list[dict]) -> dict:
     # a row that has not reached the training range is a miss: its probe curve is the result, and the test grid
     # (1,024 prompts per depth, hours for the full view on this CPU) is run at N_MISS prompts to show where it stands
     n, profile_depths, profile_n = (N, PROFILE_DEPTHS, PROFILE_N) if reached else (N_MISS, PROFILE_DEPTHS[:1], 64)
+    if n_test is not None:
+        n, profile_n = n_test, min(profile_n, n_test)
     started = time.time()
     result = evaluate_until_failed(model, tokenizer, task, DEPTHS, mode="forced", n_per_depth=n, seed=seed,
                                    rendering="text", train_max_depth=TRAIN_MAX_DEPTH, progress=False)
@@ -279,9 +284,9 @@ def in_range_reached(summary: dict) -> bool:
     return summary.get("probe_stopped_at") is not None or (len(probes) >= 2 and min(probes[-2:]) >= 0.99)
 
 
-def run_row(row: str, seed: int, more_seconds: float | None = None) -> dict:
+def run_row(row: str, seed: int, more_seconds: float | None = None, n_test: int | None = None) -> dict:
     segments = train_segment(run_path(row, seed), seed, row_flags(row), row, more_seconds=more_seconds)
-    record = evaluate(row, seed, segments)
+    record = evaluate(row, seed, segments, n_test)
     record["peak_rss_gb"] = peak_rss_gb(segments)
     save_record(record, record_path(row, seed))
     return record
@@ -392,15 +397,20 @@ def main(argv=None) -> None:
     parser.add_argument("--more_seconds", type=float, default=None,
                         help="train a row that ended on its time budget (not in range, under max_steps) on for this "
                              "many more seconds from its newest checkpoint (its schedule unchanged)")
+    parser.add_argument("--n_test", type=int, default=None,
+                        help=f"prompts per test depth (default {N} for a row in range, {N_MISS} for a miss); the "
+                             "record keeps the number used")
     parser.add_argument("--parity", action="store_true", help="R = 1 against the parents (parity.json)")
     parser.add_argument("--collect", action="store_true", help="README.md table and summary.json from runs/*.json")
     args = parser.parse_args(argv)
     if not (args.row or args.parity or args.collect):
         parser.error("give --row, --parity or --collect")
+    if args.n_test is not None and args.n_test < 1:
+        parser.error(f"--n_test (prompts per test depth) must be >= 1, got {args.n_test}")
     if args.parity:
         run_parity()
     if args.row:
-        run_row(args.row, args.seed, args.more_seconds)
+        run_row(args.row, args.seed, args.more_seconds, args.n_test)
     if args.collect:
         collect()
 
