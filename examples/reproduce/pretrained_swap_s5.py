@@ -30,8 +30,9 @@ Rows ({view} × {init}; SmolLM2-135M's first 4 of 30 layers as prelude 1 + core 
 - `scratch_local` / `scratch_full`: the package's from-scratch recipe (hidden 128, 1 + 2 + 1, the task's word-level
   tokenizer, lr 1e-3, batch 64, 2,000 steps, the fixed pace) on the same rendering: can this rendering be learned
   at all by the recipe that learns swap-S5 symbolically? `scratch_local_b8`: that recipe at the SmolLM2 rows' batch 8
-  and 3,000 steps (their prompt budget), `scratch_full_b8` its full view; `smollm2_local_pace_3k` / `random_local_pace_3k`: the SmolLM2 shape in that
-  same setting (local view, lr 1e-3, batch 8, the fixed pace), pretrained and random.
+  and 3,000 steps (their prompt budget), `scratch_full_b8` its full view; `smollm2_local_pace_3k` /
+  `random_local_pace_3k`: the SmolLM2 shape in that same setting (local view, lr 1e-3, batch 8, the fixed pace),
+  pretrained and random.
 - `smollm2_full_lr1e3_pace` / `random_full_lr1e3_pace`: the lr 1e-3 pilot with the fixed-pace curriculum (d_max + 1
   every 50 steps whatever the accuracy) instead of the mastery rule; `smollm2_full_pace_3k` / `random_full_pace_3k`
   the same over the 3,000-step schedule.
