@@ -156,3 +156,9 @@ def test_a_test_prompt_count_under_one_is_refused_before_anything_runs(study, ca
     with pytest.raises(SystemExit):
         study.main(["--row", "scratch_local", "--n_test", "0"])
     assert "--n_test (prompts per test depth) must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_the_training_accuracy_is_averaged_per_hundred_steps(study):
+    curve = [{"step": 10, "acc_last_iteration": 0.2}, {"step": 100, "acc_last_iteration": 0.4},
+             {"step": 110, "acc_last_iteration": 1.0}, {"step": 120, "loss": 0.5}]
+    assert study.batch_accuracy_per_100(curve) == pytest.approx([0.3, 1.0])

@@ -377,7 +377,20 @@ def rows_table(records: list[dict]) -> str:
             for d, row in zip(r["profile"]["depths"], r["profile"]["profile"]):
                 lines.append(f"| {r['row']} | {d} | {r['profile']['n_per_depth']} | "
                              + " ".join(f"{100 * a:.0f}" for a in row) + " |")
+    lines += ["", "Last-iteration accuracy of the training batches (the record's curve, logged every 10 steps), mean per 100 "
+              "steps:", "", "| row | seed | steps 1–100, 101–200, … |", "|---|---|---|"]
+    lines += [f"| {r['row']} | {r['seed']} | " + " ".join(f"{a:.2f}" for a in batch_accuracy_per_100(r["curve"])) + " |"
+              for r in records if r.get("curve")]
     return "\n".join(lines)
+
+
+def batch_accuracy_per_100(curve: list[dict]) -> list[float]:
+    """The mean `acc_last_iteration` of a training curve over steps 1–100, 101–200, … (each block that has entries)."""
+    blocks: dict[int, list[float]] = {}
+    for entry in curve:
+        if "acc_last_iteration" in entry:
+            blocks.setdefault((int(entry["step"]) - 1) // 100, []).append(float(entry["acc_last_iteration"]))
+    return [sum(values) / len(values) for _, values in sorted(blocks.items())]
 
 
 def collect() -> dict:
