@@ -377,8 +377,8 @@ def rows_table(records: list[dict]) -> str:
             for d, row in zip(r["profile"]["depths"], r["profile"]["profile"]):
                 lines.append(f"| {r['row']} | {d} | {r['profile']['n_per_depth']} | "
                              + " ".join(f"{100 * a:.0f}" for a in row) + " |")
-    lines += ["", "Last-iteration accuracy of the training batches (the record's curve, logged every 10 steps), mean per 100 "
-              "steps:", "", "| row | seed | steps 1–100, 101–200, … |", "|---|---|---|"]
+    lines += ["", "Last-iteration accuracy of the training batches (the record's curve, logged every 10 steps), mean "
+              "per 100 steps:", "", "| row | seed | steps 1–100, 101–200, … |", "|---|---|---|"]
     lines += [f"| {r['row']} | {r['seed']} | " + " ".join(f"{a:.2f}" for a in batch_accuracy_per_100(r["curve"])) + " |"
               for r in records if r.get("curve")]
     return "\n".join(lines)
