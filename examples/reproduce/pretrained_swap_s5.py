@@ -129,6 +129,8 @@ SCRATCH_BUDGET = 7200  # a guard only: the from-scratch rows end on their 2,000 
 # the package's from-scratch recipe (train_par.py's defaults: hidden 128, 1 + 2 + 1, lr 1e-3) at the main job's batch
 # and steps, the fixed-pace curriculum (COMMON's +1 every 50 steps)
 SCRATCH = {"--per_device_train_batch_size": "64", "--max_steps": "2000", "--max_train_seconds": str(SCRATCH_BUDGET)}
+# the same at the SmolLM2 rows' batch and steps (their prompt budget)
+SCRATCH_B8 = {**SCRATCH, "--per_device_train_batch_size": "8", "--max_steps": "3000"}
 
 ROWS = rows_by_name(
     Row.of("smollm2_full", "SmolLM2 1+2+1, pretrained, full view (the paper's)", FULL, SMOLLM2, PRETRAINED,
@@ -195,9 +197,9 @@ ROWS = rows_by_name(
     # scratch_local learned its range at step 800 of 64 prompts (51,200); the longest SmolLM2 rows saw 3,000 steps of
     # 8 (24,000). The same recipe at the SmolLM2 rows' batch and steps tells the prompt budget from the parent
     Row.of("scratch_local_b8", "from scratch (hidden 128, 1+2+1), local view, batch 8, 3,000 steps", LOCAL,
-           {**SCRATCH, "--per_device_train_batch_size": "8", "--max_steps": "3000"}, budget=SCRATCH_BUDGET),
+           SCRATCH_B8, budget=SCRATCH_BUDGET),
     Row.of("scratch_full_b8", "from scratch (hidden 128, 1+2+1), full view, batch 8, 3,000 steps", FULL,
-           {**SCRATCH, "--per_device_train_batch_size": "8", "--max_steps": "3000"}, budget=SCRATCH_BUDGET),
+           SCRATCH_B8, budget=SCRATCH_BUDGET),
     # scratch_local_b8 learned its range at step 1,200 of 8 prompts: the budget is not what holds the SmolLM2 rows
     # back. The SmolLM2 shape in the same setting (local view, lr 1e-3, batch 8, the fixed pace, 3,000 steps at most,
     # stopped by the in-range probe), pretrained and random: the parent against the from-scratch recipe, matched
