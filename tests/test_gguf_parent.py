@@ -177,3 +177,30 @@ def test_train_par_retrofits_a_gguf_parent_and_saves_a_loadable_checkpoint(tmp_p
     parent_up = model.model.layers[0].mlp.up_proj.weight
     assert ((up - parent_up).abs().max() < 0.05) == (weights == "pretrained")  # lr steps move it little; a redraw a lot
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
+
+
+def test_a_gguf_cut_to_its_first_layers_reads_as_the_whole_file_truncated(tmp_path):
+    """par_studies.parents.truncate_gguf: the first N blocks' tensors copied byte for byte, block_count N, the tokenizer
+    kept; the retrofit read from the cut file equals the one read from the whole file with truncate=True."""
+    from par_studies.parents import truncate_gguf
+
+    write_tiny_gguf(tmp_path, "llama", layers=4)
+    cut = tmp_path / "cut" / "first3.gguf"
+    info = truncate_gguf(tmp_path / "tiny.gguf", cut, 3)
+    assert info["layers"] == 3 and info["of"] == 4 and info["bytes"] == cut.stat().st_size
+    reader = gguf.GGUFReader(str(cut))
+    assert reader.get_field("llama.block_count").contents() == 3
+    assert not [t.name for t in reader.tensors if t.name.startswith("blk.3.")]
+    assert any(t.name.startswith("blk.2.") for t in reader.tensors)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path, gguf_file="tiny.gguf")
+    answer_ids = model_token_ids(tokenizer, load_task(SHORT_SWAP))["answer_token_ids"]
+    whole, short = (ParLoopedQwenForStateTracking.from_pretrained_parent(
+        folder, 1, 1, 1, answer_token_ids=answer_ids, gguf_file=name, truncate=True).state_dict()
+        for folder, name in ((tmp_path, "tiny.gguf"), (cut.parent, cut.name)))
+    assert whole.keys() == short.keys() and all(torch.equal(whole[k], short[k]) for k in whole)
+    text = " Box apple swap skip lemon"
+    assert AutoTokenizer.from_pretrained(cut.parent, gguf_file=cut.name)(text).input_ids == tokenizer(text).input_ids
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match=r"num_layers must be an integer in 1 \.\. 4 \(tiny.gguf has 4 blocks\)"):
+            truncate_gguf(tmp_path / "tiny.gguf", tmp_path / "bad.gguf", bad)
+    assert not (tmp_path / "bad.gguf").exists()

@@ -49,13 +49,18 @@ def test_a_recorded_row_becomes_its_summary_entry_and_table_row(study):
               "curve": [{"step": 10, "curriculum_max_depth": 2.0}, {"step": 580, "curriculum_max_depth": 2.5},
                         {"step": 590, "curriculum_max_depth": 3.0}, {"step": 600, "curriculum_max_depth": 3.0}],
               "evaluation": {"depths": [8, 16], "accuracy": [0.25, 0.0], "grid": [8, 16, 32, 64], "n_per_depth": 256},
-              "profile": {"depths": [16], "profile": [[1.0, 0.5, 0.0]], "n_per_depth": 64}}
+              "profile": {"depths": [16], "profile": [[1.0, 0.5, 0.0]], "n_per_depth": 64},
+              "environment": {"device": "cpu"}}
     entry = study.summary_entry(record)
     assert entry["view"] == "full" and entry["init"] == "random" and entry["norm_anchoring"]
     assert entry["accuracy"] == {"8": 0.25, "16": 0.0, "32": 0.0, "64": 0.0}  # 32, 64 cut by the stop rule: 0
     assert entry["stopped_by_evaluation_rule"] == [32, 64]
+    assert entry["machine"] == "CPU"
+    assert study.summary_entry(dict(record, environment={"device": "cuda:0", "gpu": "NVIDIA H100 80GB HBM3"}))[
+        "machine"] == "NVIDIA H100 80GB HBM3"  # train seconds are that machine's
     table = study.rows_table([record])
-    assert "| random_full | 0 | 900 | 3000 | 3.33 | d ≤ 3 (step 590) | no | 256 | 25.00 | 0.00 | 0.00 | 0.00 |" in table
+    assert ("| random_full | 0 | CPU | 900 | 3000 | 3.33 | d ≤ 3 (step 590) | no | 256 | 25.00 | 0.00 | 0.00 | 0.00 |"
+            in table)
     assert "| random_full | 16 | 64 | 100 50 0 |" in table
     scratch = dict(record, row="scratch_full", train_commands=["python examples/train_par.py --loop_view full"])
     entry = study.summary_entry(scratch)
@@ -162,3 +167,22 @@ def test_the_training_accuracy_is_averaged_per_hundred_steps(study):
     curve = [{"step": 10, "acc_last_iteration": 0.2}, {"step": 100, "acc_last_iteration": 0.4},
              {"step": 110, "acc_last_iteration": 1.0}, {"step": 120, "loss": 0.5}]
     assert study.batch_accuracy_per_100(curve) == pytest.approx([0.3, 1.0])
+
+
+def test_a_row_reads_a_given_parent_file_and_time_guard(study, tmp_path, monkeypatch):
+    """--parent_gguf (the 4-layer copy a GPU call carries) replaces the cache's folder and file name;
+    --max_train_seconds
+    replaces the row's time guard; a missing file and a guard <= 0 are refused."""
+    monkeypatch.setattr(Parent, "ensure", lambda self, quiet=False: tmp_path / "smollm2")
+    copy = tmp_path / "gpu" / "first4.gguf"
+    copy.parent.mkdir()
+    copy.write_bytes(b"GGUF")
+    flags = study.row_flags("smollm2_full_pace_3k", str(copy), 300)
+    assert flags["--init_from_qwen2"] == str(copy.parent) and flags["--gguf_file"] == "first4.gguf"
+    assert flags["--max_train_seconds"] == "300" and flags["--truncate_parent"] == "true"
+    assert study.row_flags("smollm2_full_pace_3k")["--max_train_seconds"] == str(study.LONG_BUDGET)
+    assert "--gguf_file" not in study.row_flags("scratch_full", str(copy))  # no parent: nothing to replace
+    with pytest.raises(SystemExit, match="--parent_gguf: no file"):
+        study.row_flags("smollm2_full_pace_3k", str(tmp_path / "missing.gguf"))
+    with pytest.raises(SystemExit):
+        study.main(["--row", "scratch_local", "--max_train_seconds", "0"])
