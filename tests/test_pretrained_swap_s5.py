@@ -171,8 +171,7 @@ def test_the_training_accuracy_is_averaged_per_hundred_steps(study):
 
 def test_a_row_reads_a_given_parent_file_and_time_guard(study, tmp_path, monkeypatch):
     """--parent_gguf (the 4-layer copy a GPU call carries) replaces the cache's folder and file name;
-    --max_train_seconds
-    replaces the row's time guard; a missing file and a guard <= 0 are refused."""
+    --max_train_seconds replaces the row's time guard; a missing file and a guard <= 0 are refused."""
     monkeypatch.setattr(Parent, "ensure", lambda self, quiet=False: tmp_path / "smollm2")
     copy = tmp_path / "gpu" / "first4.gguf"
     copy.parent.mkdir()
