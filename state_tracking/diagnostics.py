@@ -13,6 +13,10 @@ iterations seen in training, then wrong).
 The **padding control** writes ``d0`` random operations followed by identity operations up to length d: the answer
 is z_{d0} whatever d is, so a model that fails there fails because the prompt is longer (or it runs longer), not
 because the problem is harder.
+
+**Which state each iteration reads** (`prefix_state_alignment`, in every profile): where iteration k is wrong, is it
+reading another prefix state z_j (ahead, behind: the loop lost its place in the prompt) or no state of the problem at
+all? For each k, the j whose z_j most sequences' readout equals, that fraction, and the fraction equal to no z_j.
 """
 
 from __future__ import annotations
@@ -83,6 +87,24 @@ def iteration_readouts(model: Any, tokenizer: Any, task: Task, ops: np.ndarray, 
     return np.concatenate(answers)
 
 
+def prefix_state_alignment(answers: np.ndarray, states: np.ndarray) -> dict[str, list]:
+    """Which prefix state each iteration reads. answers (n, R, Q): the readouts y_1 … y_R; states (n, d + 1, Q): the
+    states z_0 … z_d of the same problems.
+
+        match[k][j] = mean over sequences of 1[ y_k == z_j ]            (k = 1..R, j = 0..d)
+
+    Returns ``read_state`` (per k the j of the largest match[k][j], the smallest such j on a tie), ``read_fraction``
+    (that largest match) and ``no_prefix_state`` (per k the fraction of sequences whose y_k equals no z_j). A loop on
+    track reads j = min(c·k, d); one that lost its place in a longer prompt reads another j, or no state of the problem.
+    Prefix states can coincide (an identity operation, a swap undone), so a row's matches may sum past 1."""
+    if answers.ndim != 3 or states.ndim != 3 or answers.shape[::2] != states.shape[::2]:
+        raise ValueError(f"answers must be (n, R, Q) and states (n, d + 1, Q); got {answers.shape} and {states.shape}")
+    match = (answers[:, :, None, :] == states[:, None, :, :]).all(-1)  # (n, R, d + 1)
+    per_state = match.mean(0)  # (R, d + 1)
+    return {"read_state": per_state.argmax(1).tolist(), "read_fraction": per_state.max(1).tolist(),
+            "no_prefix_state": (~match.any(-1)).mean(0).tolist()}
+
+
 def progress_profile(
     model: Any,
     tokenizer: Any,
@@ -109,7 +131,8 @@ def progress_profile(
             drawn with a generator derived from ``seed`` and the depth).
     Returns:
         JSON-ready dict: ``depths``, ``profile`` (one list per depth: accuracy at k = 1..R), ``final_accuracy``
-        (the readout at R = ⌈d/c⌉), ``first_failure`` (per depth the first k below 50%, or None), and the settings.
+        (the readout at R = ⌈d/c⌉), ``first_failure`` (per depth the first k below 50%, or None), ``read_state`` /
+        ``read_fraction`` / ``no_prefix_state`` (per depth, per k: :func:`prefix_state_alignment`), and the settings.
     """
     check_rendering(rendering)
     depths = check_test_depths(depths)
@@ -119,7 +142,7 @@ def progress_profile(
         raise ValueError(f"padding_control_depth must lie in [1, smallest depth={depths[0]}], "
                          f"got {padding_control_depth}")
     c = int(model.config.step_size)
-    profiles, finals, first_failure = [], [], []
+    profiles, finals, first_failure, alignments = [], [], [], []
     for depth in depths:
         rng = np.random.default_rng(derive_seed("profile", seed, depth, padding_control_depth))
         if padding_control_depth is None:
@@ -136,6 +159,7 @@ def progress_profile(
         answers = iteration_readouts(model, tokenizer, task, ops, initial, num_iterations, rendering=rendering,
                                      batch_size=batch_size, device=device, phrasing=phrasing, rng=words)  # (n, R, Q)
         correct = (answers == targets).all(-1).sum(0)  # (R,)
+        alignments.append(prefix_state_alignment(answers, states))
         accuracy = (correct / n_per_depth).tolist()
         profiles.append(accuracy)
         finals.append(accuracy[completing - 1])
@@ -149,6 +173,10 @@ def progress_profile(
         "profile": profiles,
         "final_accuracy": finals,
         "first_failure": first_failure,
+        # per depth, per iteration k: the prefix state z_j read most often, that fraction, the fraction reading none
+        "read_state": [a["read_state"] for a in alignments],
+        "read_fraction": [a["read_fraction"] for a in alignments],
+        "no_prefix_state": [a["no_prefix_state"] for a in alignments],
         "step_size": c,
         "extra_iterations": extra_iterations,
         "n_per_depth": n_per_depth,

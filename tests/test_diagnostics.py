@@ -26,10 +26,10 @@ class OracleLoop(torch.nn.Module):
     a wrong state (every box shifted by one item); optionally wrong at every iteration when d > `max_prompt`
     (a positional failure)."""
 
-    def __init__(self, step_size=1, correct_until=10**9, max_prompt=10**9):
+    def __init__(self, step_size=1, correct_until=10**9, max_prompt=10**9, lag=0):
         super().__init__()
         self.config = SimpleNamespace(step_size=step_size)
-        self.correct_until, self.max_prompt = correct_until, max_prompt
+        self.correct_until, self.max_prompt, self.lag = correct_until, max_prompt, lag
         self.calls = []
 
     def forward(self, input_ids, attention_mask, query_positions, num_iterations, readout_iterations,
@@ -41,7 +41,7 @@ class OracleLoop(torch.nn.Module):
             states = SWAP.prefix_states(np.array([ops]).reshape(1, len(ops)))[0]
             rows = []
             for k in readout_iterations:
-                state = states[min(c * k, len(ops))]
+                state = states[max(0, min(c * k, len(ops)) - self.lag)]  # lag: z_{c·k - lag}, a loop behind
                 if c * k > self.correct_until or len(ops) > self.max_prompt:
                     state = (state + 1) % SWAP.num_candidates
                 rows.append(torch.nn.functional.one_hot(torch.as_tensor(state), SWAP.num_candidates).float())
@@ -96,3 +96,24 @@ def test_format_and_plot(tmp_path):
     assert format_profile(result).splitlines()[-1] == "| 3 | 100 100 0 |"
     plot_progress_profile({"profile": result}, tmp_path / "p.png", train_max_depth=2)
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_the_profile_says_which_prefix_state_each_iteration_reads():
+    on_track = progress_profile(OracleLoop(), TOKENIZER, SWAP, [5], n_per_depth=8)
+    assert on_track["read_state"] == [[1, 2, 3, 4, 5]] and on_track["read_fraction"] == [[1.0] * 5]
+    assert on_track["no_prefix_state"] == [[0.0] * 5]
+    behind = progress_profile(OracleLoop(lag=2), TOKENIZER, SWAP, [5], n_per_depth=8)
+    assert max(behind["profile"][0][2:]) < 0.5  # wrong against z_k from k = 3 (z_{k-2} == z_k only by chance) …
+    assert behind["read_state"] == [[0, 0, 1, 2, 3]] and behind["read_fraction"] == [[1.0] * 5]  # … reading z_{k-2}
+
+
+def test_prefix_state_alignment_counts_matches_ties_and_strangers():
+    from state_tracking.diagnostics import prefix_state_alignment
+
+    states = np.array([[[0, 1], [1, 0], [1, 0]], [[0, 1], [0, 1], [1, 0]]])  # (n=2, d+1=3, Q=2); z_1 == z_2 in row 0
+    answers = np.array([[[1, 0], [0, 0]], [[0, 1], [1, 0]]])  # (n=2, R=2, Q=2); [0, 0] is no state of the problem
+    result = prefix_state_alignment(answers, states)
+    # k=1: row 0 reads z_1 and z_2, row 1 reads z_0 and z_1 -> z_1 on both; k=2: row 0 none, row 1 z_2
+    assert result == {"read_state": [1, 2], "read_fraction": [1.0, 0.5], "no_prefix_state": [0.0, 0.5]}
+    with pytest.raises(ValueError, match=r"answers must be \(n, R, Q\) and states \(n, d \+ 1, Q\)"):
+        prefix_state_alignment(answers[0], states)
