@@ -169,7 +169,7 @@ def test_the_training_accuracy_is_averaged_per_hundred_steps(study):
     assert study.batch_accuracy_per_100(curve) == pytest.approx([0.3, 1.0])
 
 
-def test_a_row_reads_a_given_parent_file_and_time_guard(study, tmp_path, monkeypatch):
+def test_a_row_reads_a_given_parent_file_and_time_guard(study, tmp_path, monkeypatch, capsys):
     """--parent_gguf (the 4-layer copy a GPU call carries) replaces the cache's folder and file name;
     --max_train_seconds replaces the row's time guard; a missing file and a guard <= 0 are refused."""
     monkeypatch.setattr(Parent, "ensure", lambda self, quiet=False: tmp_path / "smollm2")
@@ -184,4 +184,5 @@ def test_a_row_reads_a_given_parent_file_and_time_guard(study, tmp_path, monkeyp
     with pytest.raises(SystemExit, match="--parent_gguf: no file"):
         study.row_flags("smollm2_full_pace_3k", str(tmp_path / "missing.gguf"))
     with pytest.raises(SystemExit):
-        study.main(["--row", "scratch_local", "--max_train_seconds", "0"])
+        study.main(["--parity", "--row", "scratch_local", "--max_train_seconds", "0"])  # refused before parity runs
+    assert "--max_train_seconds must be > 0, got 0.0" in capsys.readouterr().err

@@ -461,10 +461,10 @@ def main(argv=None) -> None:
         parser.error("give --row, --parity or --collect")
     if args.n_test is not None and args.n_test < 1:
         parser.error(f"--n_test (prompts per test depth) must be >= 1, got {args.n_test}")
-    if args.parity:
-        run_parity()
     if args.max_train_seconds is not None and args.max_train_seconds <= 0:
         parser.error(f"--max_train_seconds must be > 0, got {args.max_train_seconds}")
+    if args.parity:
+        run_parity()
     if args.row:
         run_row(args.row, args.seed, args.more_seconds, args.n_test, args.parent_gguf, args.max_train_seconds)
     if args.collect:
