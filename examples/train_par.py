@@ -113,6 +113,12 @@ class ModelArguments:
     step_size: int = field(default=1, metadata={"help": "c: operations per iteration"})
     norm_anchoring: bool = field(default=True, metadata={"help": "state-norm anchoring (off: the ablation)"})
     grad_window: int = field(default=8, metadata={"help": "iterations with gradient"})
+    position_encoding: str = field(default="rope", metadata={
+        "help": "rope (Qwen2's rotary) | nope (no positional encoding: order only from the causal mask and "
+                "--core_conv_kernel; config.position_encoding)"})
+    core_conv_kernel: int = field(default=0, metadata={
+        "help": "K > 0: a causal depthwise convolution of K taps on the core input at every iteration (FPRM; full "
+                "view only; config.core_conv_kernel); 0: off"})
     answer_feedback: bool = field(default=False, metadata={
         "help": "the loop state is the answer: each iteration restarts from e with the previous iteration's soft "
                 "answer written at the queries (config.answer_feedback; for a state the answers name whole)"})

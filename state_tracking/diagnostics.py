@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .data import StateTrackingCollator, derive_seed
-from .evaluation import check_test_depths
+from .evaluation import check_test_depths, interpolated_position_ids, interpolation_scale
 from .prompts import check_rendering
 from .tasks import Task
 from .tokenization import encode_batch
@@ -63,9 +63,11 @@ def padded_operations(task: Task, rng: np.random.Generator, n: int, real_depth: 
 def iteration_readouts(model: Any, tokenizer: Any, task: Task, ops: np.ndarray, initial: np.ndarray | None,
                        num_iterations: int, rendering: str = "symbolic", batch_size: int = 256,
                        device: str | torch.device | None = None, phrasing: str = "canonical",
-                       rng: np.random.Generator | None = None) -> np.ndarray:
+                       rng: np.random.Generator | None = None,
+                       position_interpolation: float | None = None) -> np.ndarray:
     """Every iteration's answer for each problem: the readouts y_1 … y_R of a forward with R = `num_iterations`.
-    ops (n, d), initial (n, Q) or None; phrasing / rng as in `encode_batch`.  # (n, R, Q) candidate indices"""
+    ops (n, d), initial (n, Q) or None; phrasing / rng as in `encode_batch`; `position_interpolation` λ: positions
+    λ times the ordinary ones (`evaluation.interpolated_position_ids`).  # (n, R, Q) candidate indices"""
     device = torch.device(device) if device is not None else getattr(model, "device", torch.device("cpu"))
     collate = StateTrackingCollator(tokenizer.pad_token_id, padding_side="right")
     takes_operation_ends = "operation_ends" in inspect.signature(model.forward).parameters
@@ -81,6 +83,7 @@ def iteration_readouts(model: Any, tokenizer: Any, task: Task, ops: np.ndarray, 
                       num_iterations=num_iterations, readout_iterations=reads)
         if takes_operation_ends:
             kwargs["operation_ends"] = batch["operation_ends"]
+        kwargs.update(interpolated_position_ids(batch["attention_mask"], position_interpolation))
         with torch.inference_mode():
             out = model(batch["input_ids"], **kwargs)
         answers.append(out.answer_logits.argmax(-1).cpu().numpy().transpose(1, 0, 2))  # (b, R, Q)
@@ -119,6 +122,7 @@ def progress_profile(
     extra_iterations: int = 0,
     device: str | torch.device | None = None,
     phrasing: str = "canonical",
+    interpolate_from_depth: int | None = None,
 ) -> dict[str, Any]:
     """Accuracy of every iteration's readout against z_min(c·k, d) on fresh problems at each depth.
 
@@ -129,6 +133,8 @@ def progress_profile(
             (see :func:`padded_operations`), so the targets are z_min(c·k, d0).
         phrasing: the text rendering's sentences (``canonical``, ``seen`` or ``held_out``, as in ``encode_batch``;
             drawn with a generator derived from ``seed`` and the depth).
+        interpolate_from_depth: d_train; if set, test-time position interpolation: positions scaled by
+            λ = min(1, d_train / d) (``evaluation.interpolation_scale``), a diagnostic of positional failure.
     Returns:
         JSON-ready dict: ``depths``, ``profile`` (one list per depth: accuracy at k = 1..R), ``final_accuracy``
         (the readout at R = ⌈d/c⌉), ``first_failure`` (per depth the first k below 50%, or None), ``read_state`` /
@@ -156,8 +162,10 @@ def progress_profile(
         k = np.arange(1, num_iterations + 1)
         targets = states[:, np.minimum(c * k, depth)]  # (n, R, Q)
         words = np.random.default_rng(derive_seed("profile_phrasing", seed, depth))
+        scale = None if interpolate_from_depth is None else interpolation_scale(interpolate_from_depth, depth)
         answers = iteration_readouts(model, tokenizer, task, ops, initial, num_iterations, rendering=rendering,
-                                     batch_size=batch_size, device=device, phrasing=phrasing, rng=words)  # (n, R, Q)
+                                     batch_size=batch_size, device=device, phrasing=phrasing, rng=words,
+                                     position_interpolation=scale)  # (n, R, Q)
         correct = (answers == targets).all(-1).sum(0)  # (R,)
         alignments.append(prefix_state_alignment(answers, states))
         accuracy = (correct / n_per_depth).tolist()
@@ -184,6 +192,7 @@ def progress_profile(
         "rendering": rendering,
         "random_initial": random_initial,
         "phrasing": phrasing,
+        "interpolate_from_depth": interpolate_from_depth,
     }
 
 

@@ -177,6 +177,7 @@ def evaluate_length_generalization(
     workers: int = 1,
     fixed_iterations: int | None = None,
     phrasing: str = "canonical",
+    interpolate_positions: bool = False,
 ) -> dict[str, Any]:
     """Accuracy of ``model`` on fresh problems at each depth.
 
@@ -193,6 +194,9 @@ def evaluate_length_generalization(
         workers: split each batch into this many parts and run them at once, one Python thread and one intra-op
             thread each (``torch.set_num_threads(1)`` for the call, restored after). On a small CPU this keeps every
             core busy where one batch's small matrices leave intra-op threads idle; the answers are the same.
+        interpolate_positions: test-time position interpolation, a diagnostic: at depth d the positions are scaled
+            by λ = min(1, train_max_depth / d) (``modeling_par.loop_views.interpolate_positions``; needs
+            ``train_max_depth``), so a longer prompt spans the training range of positions.
     Returns:
         A JSON-ready dict: ``depths``, ``accuracy`` (overall state accuracy per depth, aligned with
         ``depths``), ``per_depth`` (accuracy, ``per_query_accuracy`` by query name,
@@ -215,6 +219,8 @@ def evaluate_length_generalization(
                                          or fixed_iterations < 1):
         raise ValueError(f"fixed_iterations must be None or a positive integer with mode='forced', got "
                          f"{fixed_iterations!r} (mode={mode!r})")
+    if interpolate_positions and train_max_depth is None:
+        raise ValueError("interpolate_positions=True needs train_max_depth (the scale is train_max_depth / depth)")
     step_size = int(model.config.step_size if step_size is None else step_size)
     if step_size < 1:
         raise ValueError(f"step_size must be >= 1, got {step_size}")
@@ -241,8 +247,10 @@ def evaluate_length_generalization(
         if fixed_iterations is not None:
             num_iterations = int(fixed_iterations)
 
+        scale = interpolation_scale(train_max_depth, depth) if interpolate_positions else None
         answers, iterations, halted = predict_encoded(model, encoded, collate, mode, num_iterations, batch_size,
-                                                      workers, device, on_batch=lambda: bar.update(1))
+                                                      workers, device, on_batch=lambda: bar.update(1),
+                                                      position_interpolation=scale)
         if answers.shape != targets.shape:
             raise ValueError(f"model.predict returned answers of shape {answers.shape[1:]} per batch row, "
                              f"expected ({task.num_queries},)")
@@ -265,6 +273,7 @@ def evaluate_length_generalization(
         "batch_size": batch_size,
         "workers": workers,
         "fixed_iterations": fixed_iterations,
+        "interpolate_positions": interpolate_positions,
         "step_size": step_size,
         "train_max_depth": train_max_depth,
         "depths": depths,
@@ -280,12 +289,27 @@ def evaluate_length_generalization(
     }
 
 
+def interpolation_scale(train_max_depth: int, depth: int) -> float:
+    """Test-time position interpolation's λ = min(1, d_train / d)."""
+    return min(1.0, train_max_depth / depth)
+
+
+def interpolated_position_ids(attention_mask: torch.Tensor, scale: float | None) -> dict:
+    """{"position_ids": λ · p} for a forward / predict call, p = cumsum(mask) − 1 the ordinary positions (as
+    `modeling_par.loop_views.interpolate_positions` computes them), or {} when `scale` is None."""
+    if scale is None:
+        return {}
+    return {"position_ids": (attention_mask.long().cumsum(-1) - 1).clamp_min(0).float() * scale}
+
+
 def predict_encoded(model: Any, encoded: dict[str, list], collate: StateTrackingCollator, mode: str,
                     num_iterations: int | None, batch_size: int, workers: int, device: torch.device,
-                    on_batch=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    on_batch=None, position_interpolation: float | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`model.predict` over encoded problems (columns of lists: input_ids, query_positions, operation_ends) in batches
     of `batch_size`, each cut into `workers` parts run at once (`_run_threaded`): forced R = `num_iterations`, or the
-    halting rule (``mode="halting"``). Returns answers (n, Q), iterations (n,), halted (n,)."""
+    halting rule (``mode="halting"``); with `position_interpolation` λ the positions are λ times the ordinary ones
+    (`interpolated_position_ids`). Returns answers (n, Q), iterations (n,), halted (n,)."""
     takes_operation_ends = "operation_ends" in inspect.signature(model.predict).parameters
     n = len(encoded["input_ids"])
 
@@ -296,6 +320,7 @@ def predict_encoded(model: Any, encoded: dict[str, list], collate: StateTracking
             inputs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"])
             if takes_operation_ends:
                 inputs["operation_ends"] = batch["operation_ends"]
+            inputs.update(interpolated_position_ids(batch["attention_mask"], position_interpolation))
             if mode == "forced":
                 pred = model.predict(batch["input_ids"], **inputs, num_iterations=num_iterations)
             else:

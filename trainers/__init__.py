@@ -29,7 +29,14 @@ from .objectives import (
     readout_accuracy,
     within_operation_variance_ratio,
 )
-from .par_trainer import ParTrainer, ParTrainingArguments, StepPlan, is_adapter_parameter
+from .par_trainer import (
+    ParTrainer,
+    ParTrainingArguments,
+    StepPlan,
+    is_adapter_parameter,
+    pose_positions,
+    random_sorted_positions,
+)
 from .peft_utils import apply_core_lora, core_lora_config
 from .schedules import (
     DepthBatchSampler,
@@ -54,7 +61,8 @@ __all__ = [
     "distillation_kl", "ema_update", "final_targets", "halt_labels", "hold_iterations", "is_adapter_parameter",
     "iterations_for_depth", "last_complete_checkpoint", "mastery_levels", "mastery_max_depth", "MasteryCurriculum",
     "operation_encodings", "ParTrainer", "ParTrainingArguments", "phrasing_alignment_loss",
-    "prefix_position_ids", "PrefixSelfDistillationTrainer", "ProbeCallback", "probe_stop", "progress_targets",
+    "pose_positions", "prefix_position_ids", "random_sorted_positions", "PrefixSelfDistillationTrainer",
+    "ProbeCallback", "probe_stop", "progress_targets",
     "readout_accuracy", "require_complete_checkpoint", "FreezePreludeCallback", "freeze_prelude_weights",
     "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",
     "stretch_max_scale", "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback",

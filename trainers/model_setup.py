@@ -92,7 +92,8 @@ def build_model(model_args, token_ids: dict, train_args=None):
     par_fields = dict(
         step_size=model_args.step_size, norm_anchoring=model_args.norm_anchoring, grad_window=model_args.grad_window,
         max_iterations=model_args.max_iterations, checkpoint_core=model_args.checkpoint_core,
-        answer_feedback=model_args.answer_feedback, **resolve_view(model_args),
+        answer_feedback=model_args.answer_feedback, position_encoding=model_args.position_encoding,
+        core_conv_kernel=model_args.core_conv_kernel, **resolve_view(model_args),
     )
     if model_args.init_from_par:
         model = ParLoopedQwenForStateTracking.from_pretrained(model_args.init_from_par, dtype=torch.float32)

@@ -98,6 +98,11 @@ class ParTrainingArguments(TrainingArguments):
         default=None, metadata={"help": "randomized positions (Ruoss et al. 2023): each training sample's positions "
                                         "are a sorted random subset of [0, N) (None: ordinary positions)"}
     )
+    pose_max_positions: int | None = field(
+        default=None, metadata={"help": "PoSE (positional skip-wise training, Zhu et al. 2024): each training sample's "
+                                        "positions are cut in two chunks at a random token and the second chunk "
+                                        "shifted by a random skip, so the positions span [0, N) (None: off)"}
+    )
     adapter_learning_rate: float | None = field(default=None, metadata={"help": "adapter lr (paper: 1e-4)"})
     max_train_seconds: float | None = field(
         default=None, metadata={"help": "stop after this much wall time (all ranks at the same step)"}
@@ -183,6 +188,11 @@ class ParTrainingArguments(TrainingArguments):
             fail("random_positions_max", "None or ≥ 2 (and ≥ the longest training prompt)")
         if self.random_positions_max is not None and self.stretch_steps > 0:
             fail("random_positions_max", "None when stretch_steps > 0 (two position schemes at once)")
+        if self.pose_max_positions is not None and self.pose_max_positions < 2:
+            fail("pose_max_positions", "None or ≥ 2 (and ≥ the longest training prompt)")
+        if self.pose_max_positions is not None and (self.stretch_steps > 0 or self.random_positions_max is not None):
+            fail("pose_max_positions", "None when stretch_steps > 0 or random_positions_max is set (two position "
+                 "schemes at once)")
         if self.adapter_learning_rate is not None and self.adapter_learning_rate <= 0:
             fail("adapter_learning_rate", "None or > 0")
         if self.max_train_seconds is not None and self.max_train_seconds <= 0:
@@ -209,6 +219,28 @@ class ParTrainingArguments(TrainingArguments):
                  "(the fixed pace reads no accuracy)")
         # Every rank takes its slice of the same global batch, hence the same depth and loop length.
         self.accelerator_config.split_batches = True
+
+
+def random_sorted_positions(rng: np.random.Generator, n: int, limit: int) -> np.ndarray:
+    """Randomized positions (Ruoss et al. 2023): a sorted random subset of size n of [0, N), N = `limit`.  # (n,)"""
+    return np.sort(rng.choice(limit, size=n, replace=False))
+
+
+def pose_positions(rng: np.random.Generator, n: int, limit: int) -> np.ndarray:
+    """PoSE, positional skip-wise training (Zhu et al. 2024), two chunks: a cut c ~ U{1..n−1} and a skip
+    u ~ U{0..N−n} (N = `limit`),
+
+        p_i = i            for i < c,
+        p_i = i + u        for i ≥ c,
+
+    so a short prompt's later tokens sit at the distances of a prompt up to N tokens long while each chunk keeps
+    unit steps (its local order is the ordinary one).  # (n,)"""
+    if n < 2:
+        return np.arange(n)
+    cut, skip = int(rng.integers(1, n)), int(rng.integers(0, limit - n + 1))
+    positions = np.arange(n)
+    positions[cut:] += skip
+    return positions
 
 
 @dataclass(frozen=True, eq=False)  # tensors inside: compare fields, not plans
@@ -256,6 +288,11 @@ class ParTrainer(Trainer):
         if not isinstance(self.args, ParTrainingArguments):
             raise ValueError("ParTrainer needs ParTrainingArguments (got TrainingArguments).")
         self.model_accepts_loss_kwargs = False  # our loss is a per-batch mean: let the Trainer scale accumulation
+        scheme = next((n for n in ("stretch_steps", "random_positions_max", "pose_max_positions")
+                       if getattr(self.args, n)), None)
+        if scheme is not None and getattr(self.model.config, "position_encoding", "rope") == "nope":
+            raise ValueError(f"ParTrainingArguments.{scheme} must be unset with position_encoding='nope' (the model "
+                             f"reads no positions); got {getattr(self.args, scheme)!r}.")
         self._logged = defaultdict(list)
         self._micro_batch, self._micro_batch_step = 0, -1
         self.mastery = self._build_mastery()
@@ -359,19 +396,22 @@ class ParTrainer(Trainer):
         return torch.tensor(1.0 + (s_max - 1.0) * u, dtype=torch.float32, device=device)
 
     def position_ids(self, attention_mask: torch.Tensor) -> torch.Tensor | None:
-        """Randomized positions (Ruoss et al. 2023): per sample, a sorted random subset of [0, N) of the size of its
-        real tokens, placed on those tokens (padding keeps 0). None when `random_positions_max` is unset."""
-        limit = self.args.random_positions_max
+        """The training positions of a position scheme, placed on each sample's real tokens (padding keeps 0):
+        randomized positions (`random_positions_max`, `random_sorted_positions`) or PoSE (`pose_max_positions`,
+        `pose_positions`). None when neither is set (ordinary positions)."""
+        a = self.args
+        limit = a.random_positions_max or a.pose_max_positions
         if limit is None:
             return None
+        name = "random_positions_max" if a.random_positions_max is not None else "pose_max_positions"
+        draw = random_sorted_positions if a.random_positions_max is not None else pose_positions
         rng = self._step_rng("positions")
         lengths = attention_mask.sum(-1).tolist()
         if max(lengths) > limit:
-            raise ValueError(f"random_positions_max={limit} is shorter than a training prompt ({max(lengths)} tokens).")
+            raise ValueError(f"{name}={limit} is shorter than a training prompt ({max(lengths)} tokens).")
         positions = torch.zeros_like(attention_mask, dtype=torch.long)
         for b, n in enumerate(lengths):
-            drawn = np.sort(rng.choice(limit, size=n, replace=False))
-            positions[b, attention_mask[b].bool()] = torch.as_tensor(drawn, device=positions.device)
+            positions[b, attention_mask[b].bool()] = torch.as_tensor(draw(rng, n, limit), device=positions.device)
         return positions
 
     def readout_iterations(self, num_iterations: int, depth: int) -> tuple[list[int], int | None]:

@@ -1,0 +1,344 @@
+"""Issue 68: which position scheme lets the paper's full view extrapolate on swap-S5, from scratch first?
+
+    python examples/reproduce/full_view_positions.py --row nope_conv --seed 0   # train (or resume) + test + profiles
+    python examples/reproduce/full_view_positions.py --collect                  # summary.json, README table, plot
+
+Task: swap-S5 in its short text rendering (`examples/tasks/swap_s5_short.json`: "swap 1 3." per operation, "skip."
+for the identity, five "Box b contains the ?" questions), identity start, train d ≤ 8 (rows `*_d16`: d ≤ 16),
+forced depth, the full view (plain causal attention over the whole prompt, no operation boundaries given). Every row
+is the package's from-scratch recipe (hidden 128, prelude 1 + core 2 + coda 1, the task's word-level tokenizer, lr
+1e-3, batch 64, at most 2,000 steps, +1 depth every 50 steps), stopped once a probe of 128 fixed prompts at d = 8 is
+≥ 99% twice in a row; only the position scheme (and the hold tail) changes:
+
+- `baseline`: ordinary rotary positions (the paper's full view as this package trains it from scratch);
+- `stretch_end` / `stretch_all`: the paper's positional stretch, s ~ U[1, s_max], s_max ramping 1 → 8 over the last
+  500 steps / over all of training (`--stretch_steps`);
+- `randomized`: randomized sorted positions in [0, 1024) (Ruoss et al. 2023);
+- `pose`: PoSE, two chunks, the second shifted by a random skip within [0, 1024) (`trainers.pose_positions`);
+- `nope`: no positional encoding (`--position_encoding nope`);
+- `nope_conv`: NoPE and a causal depthwise convolution (4 taps) before each core layer (`--core_conv_kernel 4`, FPRM);
+- `*_hold`: the same with hold iterations (R = d + X, X ~ U{0..8}, gradient window 16: the state must stay once the
+  operations are read), the iteration-count half.
+
+Test: 1,024 fresh prompts per depth at 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid after two depths under
+2%), and for rotary rows the same with test-time position interpolation (positions × d_train / d, 256 prompts); the
+progress profile (every iteration's readout against z_k) at d = 16 and 32 and the padding control (8 operations, then
+"skip." up to d = 16), 256 prompts each. Rows resume from their newest checkpoint (`runs/full_view_positions/`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from par_studies import (
+    FULL,
+    REPO,
+    Row,
+    hold_tail,
+    load_records,
+    load_run,
+    peak_rss_gb,
+    row_train_seconds,
+    rows_by_name,
+    save_record,
+    splice_table,
+    train_segment,
+)
+from par_studies.rows import combine
+
+TASK_FILE = "examples/tasks/swap_s5_short.json"
+OUT = REPO / "results" / "full_view_positions"
+RUN_DIR = REPO / "runs" / "full_view_positions"
+N, N_INTERPOLATED, PROFILE_N = 1024, 256, 256
+BUDGET = 7200  # a guard only: rows end on their steps or the in-range probe
+POSITION_RANGE = "1024"  # random / PoSE positions: beyond the longest test prompt (d = 64: ~300 tokens; d = 128: ~560)
+
+
+def common(train_max_depth: int) -> dict:
+    """The flags every row shares at training depth `train_max_depth` (the probe at that depth)."""
+    return {
+        "--task_file": TASK_FILE, "--rendering": "text", "--max_train_depth": str(train_max_depth),
+        "--eval_depths": str(train_max_depth), "--eval_n": "64", "--logging_steps": "10", "--disable_tqdm": "true",
+        "--report_to": "none", "--save_strategy": "steps", "--save_steps": "100", "--save_total_limit": "1",
+        "--curriculum_every_steps": "50",
+        "--probe_depth": str(train_max_depth), "--probe_n": "128", "--probe_every_steps": "100",
+        "--probe_stop_accuracy": "0.99", "--probe_stop_patience": "2",
+    }
+
+
+# the package's from-scratch recipe (train_par.py's size defaults: hidden 128, 1 + 2 + 1, word-level tokenizer)
+SCRATCH = {"--per_device_train_batch_size": "64", "--max_steps": "2000", "--max_train_seconds": str(BUDGET)}
+PARENT = "<smollm2>"  # the parent's cache folder (par_studies.parents), filled in when a row runs
+# results/pretrained_swap_s5's smollm2_full_pace_3k, the full-view row that learned its range (95.31% at d = 8):
+# SmolLM2's first 4 layers as 1 + 2 + 1, lr 1e-3, batch 8, 3,000 steps, embeddings frozen, the fixed pace
+SMOLLM2 = {
+    "--init_from_qwen2": PARENT, "--gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "--truncate_parent": "true",
+    "--prelude_layers": "1", "--core_layers": "2", "--coda_layers": "1", "--learning_rate": "1e-3",
+    "--adapter_learning_rate": "1e-3", "--warmup_steps": "50", "--per_device_train_batch_size": "8",
+    "--max_steps": "3000", "--max_train_seconds": "14400", "--freeze_embeddings": "true",
+}
+INITS = {"scratch": SCRATCH, "smollm2": {**SMOLLM2, "--parent_weights": "pretrained"},
+         "random": {**SMOLLM2, "--parent_weights": "random"}}
+N_PARENT = 256  # prompts per test depth for the SmolLM2-shaped rows (~1 h per 1,024 at d = 64 on this CPU)
+
+
+# each scheme: (flags, what summary.json calls its positions, its stretch)
+SCHEMES = {
+    "baseline": ({}, "rope", None),
+    "stretch_end": ({"--stretch_steps": "500", "--stretch_max_scale": "8"}, "rope", "last 500 steps, s_max 1 -> 8"),
+    "stretch_all": ({"--stretch_steps": "2000", "--stretch_max_scale": "8"}, "rope", "all steps, s_max 1 -> 8"),
+    "randomized": ({"--random_positions_max": POSITION_RANGE}, "rope + randomized positions", None),
+    "pose": ({"--pose_max_positions": POSITION_RANGE}, "rope + PoSE", None),
+    "nope": ({"--position_encoding": "nope"}, "nope", None),
+    "nope_conv": ({"--position_encoding": "nope", "--core_conv_kernel": "4"}, "nope + causal conv (4)", None),
+    "conv": ({"--core_conv_kernel": "4"}, "rope + causal conv (4)", None),  # keeps a parent's rotary
+}
+HOLD = hold_tail(extra=8, grad_window=16)
+PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose")
+
+
+def scheme_flags(scheme: str, init: str) -> dict:
+    """A scheme's flags; stretch over all of training spans the row's own steps."""
+    flags = dict(SCHEMES[scheme][0])
+    if scheme == "stretch_all":
+        flags["--stretch_steps"] = INITS[init]["--max_steps"]
+    return flags
+
+
+def declare_rows() -> dict[str, Row]:
+    rows = []
+    for name in SCHEMES:
+        flags = scheme_flags(name, "scratch")
+        rows.append(Row.of(name, f"scratch, full view, {name}", FULL, SCRATCH, flags, budget=BUDGET))
+        rows.append(Row.of(f"{name}_hold", f"scratch, full view, {name}, hold iterations", FULL, SCRATCH, flags, HOLD,
+                           budget=BUDGET))
+        rows.append(Row.of(f"{name}_d16", f"scratch, full view, {name}, train d <= 16", FULL, SCRATCH, flags,
+                           budget=BUDGET))
+    for init in ("smollm2", "random"):
+        for name in PARENT_SCHEMES:
+            rows.append(Row.of(f"{init}_{name}", f"SmolLM2 1+2+1 {'pretrained' if init == 'smollm2' else 'random'}, "
+                               f"full view, {name}", FULL, INITS[init], scheme_flags(name, init)))
+    return rows_by_name(*rows)
+
+
+ROWS = declare_rows()
+
+
+def init_of(row: str) -> str:
+    return next((init for init in ("smollm2", "random") if row.startswith(init + "_")), "scratch")
+
+
+def train_max_depth(row: str) -> int:
+    return 16 if row.endswith("_d16") else 8
+
+
+def scheme_of(row: str) -> str:
+    init = init_of(row)
+    name = row if init == "scratch" else row.removeprefix(init + "_")
+    return name.removesuffix("_d16").removesuffix("_hold")
+
+
+def test_depths(row: str) -> list[int]:
+    d = train_max_depth(row)
+    return [d, 2 * d, 4 * d, 8 * d]
+
+
+def run_path(row: str, seed: int) -> Path:
+    return RUN_DIR / f"{row}_s{seed}"
+
+
+def record_path(row: str, seed: int) -> Path:
+    return OUT / "runs" / f"{row}_s{seed}.json"
+
+
+def row_flags(row: str) -> dict:
+    """The row's train_par.py flags, the parent's cache folder filled in."""
+    flags = combine(row, common(train_max_depth(row)), ROWS[row].flags)
+    if flags.get("--init_from_qwen2") == PARENT:
+        from par_studies.parents import get_parent
+
+        flags["--init_from_qwen2"] = str(get_parent("smollm2-135m").ensure())
+    return flags
+
+
+def evaluate(row: str, seed: int, segments: list[dict]) -> dict:
+    """The row's test grid, the same with test-time interpolation (rotary rows), its progress profiles and padding
+    control, as one record."""
+    import torch
+
+    from state_tracking import evaluate_until_failed
+    from state_tracking.diagnostics import progress_profile
+
+    torch.set_num_threads(1)
+    folder, d_train, depths = run_path(row, seed), train_max_depth(row), test_depths(row)
+    summary = json.loads((folder / "summary.json").read_text())
+    model, tokenizer, task = load_run(folder, max(depths))
+    shared = dict(mode="forced", seed=seed, rendering="text", train_max_depth=d_train, progress=False)
+
+    def grid(n: int, interpolate: bool) -> dict:
+        started = time.time()
+        result = evaluate_until_failed(model, tokenizer, task, depths, n_per_depth=n, interpolate_positions=interpolate,
+                                       **shared)
+        print(f"{row} s{seed}{' interpolated' if interpolate else ''}: "
+              + " ".join(f"d={d}:{100 * a:.2f}" for d, a in zip(result["depths"], result["accuracy"])), flush=True)
+        return {"depths": result["depths"], "accuracy": result["accuracy"], "grid": depths, "n_per_depth": n,
+                "seconds": round(time.time() - started, 1), "environment": result["environment"]}
+
+    n = N if init_of(row) == "scratch" else N_PARENT
+    evaluation = grid(n, False)
+    rotary = model.config.position_encoding == "rope"
+    interpolated = grid(min(n, N_INTERPOLATED), True) if rotary else None
+    profiles = {}
+    for name, kwargs in (("profile", {}), ("padding_control", {"padding_control_depth": d_train})):
+        started = time.time()
+        profiles[name] = progress_profile(model, tokenizer, task, [2 * d_train, 4 * d_train] if not kwargs
+                                          else [2 * d_train], n_per_depth=PROFILE_N, seed=seed, rendering="text",
+                                          batch_size=64, **kwargs)
+        profiles[name]["seconds"] = round(time.time() - started, 1)
+    if rotary:
+        profiles["profile_interpolated"] = progress_profile(model, tokenizer, task, [2 * d_train], seed=seed,
+                                                            n_per_depth=PROFILE_N, rendering="text", batch_size=64,
+                                                            interpolate_from_depth=d_train)
+    curve = summary.get("curve") or []
+    probes = [p["accuracy"] for p in summary.get("probe") or []]
+    _, positions, stretch = SCHEMES[scheme_of(row)]
+    return dict(row=row, label=ROWS[row].label, seed=seed, task=task.name, task_file=TASK_FILE, init=init_of(row),
+                command=f"python examples/reproduce/full_view_positions.py --row {row} --seed {seed}",
+                train_commands=[scrub(s["command"]) for s in segments], segments=segments, steps=summary["steps"],
+                train_seconds=row_train_seconds(segments), curve=curve, probe=summary.get("probe"),
+                in_range_reached=summary.get("probe_stopped_at") is not None or (
+                    len(probes) >= 2 and min(probes[-2:]) >= 0.99),
+                positions=positions, stretch=stretch, hold=row.endswith("_hold") or "_hold_" in row,
+                train_max_depth=d_train, evaluation=evaluation, interpolated=interpolated, **profiles,
+                parameters=sum(p.numel() for p in model.parameters()), peak_rss_gb=peak_rss_gb(segments))
+
+
+def scrub(text: str) -> str:
+    """A recorded command with the machine's parent cache folder written as <smollm2>."""
+    from par_studies.parents import get_parent
+
+    return text.replace(str(get_parent("smollm2-135m").cache_folder), PARENT)
+
+
+def run_row(row: str, seed: int) -> dict:
+    segments = train_segment(run_path(row, seed), seed, row_flags(row), row)
+    record = evaluate(row, seed, segments)
+    save_record(record, record_path(row, seed))
+    return record
+
+
+# ------------------------------------------------------------------------------------------------------ collect
+TABLE_START, TABLE_END = "<!-- rows: generated by --collect -->", "<!-- end rows -->"
+
+
+def accuracy_by_depth(evaluation: dict | None) -> dict[int, float]:
+    """Accuracy per grid depth; a depth cut by the stop rule counts 0 (two depths under 2% before it)."""
+    if evaluation is None:
+        return {}
+    got = dict(zip(evaluation["depths"], evaluation["accuracy"]))
+    return {d: got.get(d, 0.0) for d in evaluation["grid"]}
+
+
+def summary_rows(records: list[dict]) -> list[dict]:
+    """One entry per row over its seeds, the issue's schema (accuracies as fractions)."""
+    by_row: dict[str, list[dict]] = {}
+    for r in records:
+        by_row.setdefault(r["row"], []).append(r)
+    rows = []
+    for name, group in by_row.items():
+        first = group[0]
+        accuracy = {}
+        for d in first["evaluation"]["grid"]:
+            per_seed = [accuracy_by_depth(r["evaluation"])[d] for r in group]
+            accuracy[str(d)] = {"mean": sum(per_seed) / len(per_seed), "per_seed": per_seed}
+        interpolated = {}
+        if first.get("interpolated"):
+            for d in first["interpolated"]["grid"]:
+                per_seed = [accuracy_by_depth(r["interpolated"])[d] for r in group]
+                interpolated[str(d)] = {"mean": sum(per_seed) / len(per_seed), "per_seed": per_seed}
+        rows.append({"row": name, "init": first.get("init", "scratch"), "view": "full", "positions": first["positions"],
+                     "hold": first["hold"], "stretch": first["stretch"], "seeds": [r["seed"] for r in group],
+                     "train_max_depth": first["train_max_depth"], "steps": [r["steps"] for r in group],
+                     "train_seconds": [r["train_seconds"] for r in group],
+                     "in_range_reached": [r["in_range_reached"] for r in group], "accuracy": accuracy,
+                     "accuracy_interpolated": interpolated or None, "command": first["command"]})
+    return rows
+
+
+def pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.2f}"
+
+
+def rows_table(records: list[dict]) -> str:
+    lines = ["| row | seed | steps | train s | in range | d_train | 1× | 2× | 4× | 8× | interpolated 2× / 4× / 8× |",
+             "|" + "---|" * 11]
+    for r in records:
+        acc = list(accuracy_by_depth(r["evaluation"]).values())
+        inter = list(accuracy_by_depth(r.get("interpolated")).values())[1:]
+        lines.append(f"| {r['row']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | "
+                     f"{'yes' if r['in_range_reached'] else 'no'} | {r['train_max_depth']} | "
+                     + " | ".join(pct(a) for a in acc) + " | " + (" / ".join(pct(a) for a in inter) or "–") + " |")
+    lines += ["", "Progress profiles (accuracy % of iteration k = 1, 2, … against z_k; padding control: d_train "
+              "operations then \"skip.\", scored against z_min(k, d_train)):", "",
+              "| row | seed | kind | d | k = 1, 2, … |", "|---|---|---|---|---|"]
+    for r in records:
+        for kind in ("profile", "padding_control", "profile_interpolated"):
+            if r.get(kind):
+                for d, row in zip(r[kind]["depths"], r[kind]["profile"]):
+                    lines.append(f"| {r['row']} | {r['seed']} | {kind} | {d} | "
+                                 + " ".join(f"{100 * a:.0f}" for a in row) + " |")
+    return "\n".join(lines)
+
+
+def plot_profiles(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in records:
+        if r.get("profile") and r["seed"] == 0:
+            ax.plot(range(1, len(r["profile"]["profile"][-1]) + 1), [100 * a for a in r["profile"]["profile"][-1]],
+                    label=f"{r['row']} (d = {r['profile']['depths'][-1]})")
+    ax.axvline(8, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("iteration k")
+    ax.set_ylabel("readout = z_k (%)")
+    ax.set_title("swap-S5 full view, from scratch, train d ≤ 8: progress profile at 4×")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def collect() -> dict:
+    records = sorted(load_records(OUT / "runs"), key=lambda r: (list(ROWS).index(r["row"]), r["seed"]))
+    summary = {"command": "python examples/reproduce/full_view_positions.py --collect", "task_file": TASK_FILE,
+               "date": time.strftime("%Y-%m-%d"), "rows": summary_rows(records)}
+    save_record(summary, OUT / "summary.json")
+    table = rows_table(records)
+    if not splice_table(OUT / "README.md", TABLE_START, TABLE_END, table):
+        print(f"{OUT / 'README.md'} has no table markers; the table:")
+    plot_profiles(records, OUT / "profiles.png")
+    print(table)
+    return summary
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--row", choices=list(ROWS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--collect", action="store_true", help="summary.json, README table and plot from runs/*.json")
+    args = parser.parse_args(argv)
+    if not (args.row or args.collect):
+        parser.error("give --row or --collect")
+    if args.row:
+        run_row(args.row, args.seed)
+    if args.collect:
+        collect()
+
+
+if __name__ == "__main__":
+    main()

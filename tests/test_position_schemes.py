@@ -1,0 +1,258 @@
+"""Position schemes of the full view (issue 68): NoPE (`position_encoding="nope"`), the core's causal depthwise
+convolution (`core_conv_kernel`), PoSE positions (`pose_max_positions`), test-time position interpolation; their
+formulas, R = 1 equivalence where it applies, padding, save / load, refusals, and the study's rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking, causal_depthwise_mix
+from modeling_par.loop_views import interpolate_positions, nope_positions
+from par_studies import argv
+from tests.conftest import ANSWER_IDS, HALT_IDS, load_example, make_model, tiny_par_config
+from tests.test_modeling_par import candidate_logits, random_batch
+from trainers import ParTrainer, pose_positions
+
+
+def perturbed_conv(model, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for conv in model.core_conv:
+            conv.weight.copy_(0.3 * torch.randn(conv.weight.shape, generator=g))
+    return model
+
+
+# ------------------------------------------------------------------------------------------------------ config
+@pytest.mark.parametrize("field,value,allowed", [
+    ("position_encoding", "alibi", "one of"), ("core_conv_kernel", -1, "an integer ≥ 0"),
+    ("core_conv_kernel", True, "an integer ≥ 0"),
+])
+def test_bad_position_fields_are_refused_by_name(field, value, allowed):
+    with pytest.raises(ValueError, match=rf"ParLoopedQwenConfig\.{field} must be {allowed}"):
+        tiny_par_config(**{field: value})
+
+
+def test_the_convolution_is_refused_outside_the_full_view():
+    with pytest.raises(ValueError, match=r"core_conv_kernel must be 0 with loop_view='local'"):
+        tiny_par_config(core_conv_kernel=4, loop_view="local")
+
+
+# ---------------------------------------------------------------------------------------------- the convolution
+def test_causal_depthwise_mix_follows_its_formula():
+    u = torch.randn(2, 7, 3)
+    w = torch.randn(3, 1, 4)
+    assert torch.equal(causal_depthwise_mix(u, torch.zeros(3, 1, 4)), u)  # w = 0: the identity
+    out = causal_depthwise_mix(u, w)
+    for t in range(7):  # u_t + Σ_j w_{K−1−j} ⊙ u_{t−j}, zeros before the first token
+        expected = u[:, t] + sum(w[:, 0, 3 - j] * u[:, t - j] for j in range(4) if t - j >= 0)
+        torch.testing.assert_close(out[:, t], expected)
+    later = u.clone()
+    later[:, 5:] += 1.0  # tokens 5, 6 changed: tokens 0..4 unchanged (causal)
+    assert torch.equal(causal_depthwise_mix(later, w)[:, :5], out[:, :5])
+
+
+def test_a_retrofit_with_the_convolution_computes_its_parent_at_r1(tiny_parent):
+    input_ids, qpos = random_batch()
+    model = ParLoopedQwenForStateTracking.from_pretrained_parent(
+        tiny_parent, 2, 2, 2, answer_token_ids=ANSWER_IDS, halt_token_ids=HALT_IDS, core_conv_kernel=4).eval()
+    assert len(model.core_conv) == 2 and all(bool((c.weight == 0).all()) for c in model.core_conv)
+    with torch.no_grad():
+        expected = candidate_logits(tiny_parent, input_ids, qpos)
+        torch.testing.assert_close(model(input_ids, query_positions=qpos).answer_logits[0], expected, atol=1e-5,
+                                   rtol=0)
+        perturbed_conv(model)  # a trained convolution changes the answer
+        assert (model(input_ids, query_positions=qpos).answer_logits[0] - expected).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("encoding,kernel", [("rope", 4), ("nope", 4), ("nope", 0)])
+def test_left_and_right_padding_change_nothing(encoding, kernel):
+    model = make_model(position_encoding=encoding, core_conv_kernel=kernel)
+    if kernel:
+        perturbed_conv(model)
+    input_ids, _ = random_batch(batch=2, seq=10, queries=1)
+    padded = torch.zeros(2, 13, dtype=torch.long)
+    mask = torch.zeros(2, 13, dtype=torch.long)
+    padded[0, 3:], mask[0, 3:] = input_ids[0], 1  # left padding
+    padded[1, :10], mask[1, :10] = input_ids[1], 1  # right padding
+    with torch.no_grad():
+        plain = model(input_ids, num_iterations=3, readout_iterations=[1, 2, 3]).answer_logits
+        out = model(padded, attention_mask=mask, query_positions=torch.tensor([[12], [9]]), num_iterations=3,
+                    readout_iterations=[1, 2, 3]).answer_logits
+        predicted = model.predict(padded, attention_mask=mask, query_positions=torch.tensor([[12], [9]]),
+                                  num_iterations=3)
+    torch.testing.assert_close(out, plain, atol=1e-5, rtol=0)
+    torch.testing.assert_close(predicted.answer_logits, plain[-1], atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------------------ NoPE
+def test_nope_is_rope_with_every_position_zero_and_ignores_positions():
+    nope = make_model(position_encoding="nope")
+    rope = make_model(position_encoding="rope")  # same seed: the same weights
+    input_ids, qpos = random_batch()
+    zeros = torch.zeros_like(input_ids)
+    shifted = torch.arange(input_ids.shape[1]).expand_as(input_ids) * 3 + 100
+    with torch.no_grad():
+        out = nope(input_ids, query_positions=qpos, num_iterations=2).answer_logits
+        torch.testing.assert_close(out, rope(input_ids, query_positions=qpos, num_iterations=2,
+                                             position_ids=zeros).answer_logits)
+        torch.testing.assert_close(out, nope(input_ids, query_positions=qpos, num_iterations=2,
+                                             position_ids=shifted).answer_logits)
+        assert (rope(input_ids, query_positions=qpos, num_iterations=2).answer_logits - out).abs().max() > 1e-4
+    assert torch.equal(nope_positions(shifted), torch.zeros(shifted.shape))
+
+
+def test_the_scheme_survives_save_and_load(tmp_path):
+    model = perturbed_conv(make_model(position_encoding="nope", core_conv_kernel=3))
+    model.save_pretrained(tmp_path)
+    loaded = ParLoopedQwenForStateTracking.from_pretrained(tmp_path).eval()
+    assert loaded.config.position_encoding == "nope" and loaded.config.core_conv_kernel == 3
+    input_ids, qpos = random_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids, query_positions=qpos, num_iterations=3).answer_logits,
+                                   model(input_ids, query_positions=qpos, num_iterations=3).answer_logits)
+    assert ParLoopedQwenConfig.from_pretrained(tmp_path).position_encoding == "nope"
+
+
+# ---------------------------------------------------------------------------------------------- interpolation
+def test_interpolation_scales_positions_and_refuses_a_scale_past_one():
+    p = torch.arange(6)[None]
+    torch.testing.assert_close(interpolate_positions(p, 0.5), p.float() / 2)
+    with pytest.raises(ValueError, match=r"in \(0, 1\]"):
+        interpolate_positions(p, 2.0)
+
+
+def test_interpolated_evaluation_equals_the_plain_one_in_range_and_not_past_it():
+    from state_tracking import build_tokenizer, get_task
+    from state_tracking.evaluation import evaluate_length_generalization
+
+    task = get_task("swap_s5")
+    tokenizer = build_tokenizer(task, "symbolic")
+    from tests.test_trainers import tiny_model
+
+    model = tiny_model().eval()
+    kwargs = dict(n_per_depth=16, seed=0, progress=False, train_max_depth=4)
+    with pytest.raises(ValueError, match="interpolate_positions=True needs train_max_depth"):
+        evaluate_length_generalization(model, tokenizer, task, [4], interpolate_positions=True, n_per_depth=4,
+                                       progress=False)
+    calls = []
+    original = model.predict
+    model.predict = lambda *a, **k: calls.append(k.get("position_ids")) or original(*a, **k)
+    plain = evaluate_length_generalization(model, tokenizer, task, [2, 8], **kwargs)
+    inter = evaluate_length_generalization(model, tokenizer, task, [2, 8], interpolate_positions=True, **kwargs)
+    assert calls[:2] == [None, None]
+    assert calls[2].max() == calls[2].shape[1] - 1  # d = 2 ≤ d_train: λ = 1
+    assert abs(float(calls[3][0, 1] - calls[3][0, 0]) - 0.5) < 1e-6  # d = 8: λ = 4 / 8
+    assert inter["per_depth"][0] == plain["per_depth"][0] and inter["interpolate_positions"]
+
+
+# ----------------------------------------------------------------------------------------------------- trainer
+def test_pose_positions_follow_their_formula():
+    rng = np.random.default_rng(0)
+    for n in (2, 5, 30):
+        for _ in range(50):
+            p = pose_positions(rng, n, 64)
+            steps = np.diff(p)
+            jumps = np.flatnonzero(steps != 1)
+            assert p[0] == 0 and p[-1] < 64 and len(p) == n and (steps >= 1).all() and len(jumps) <= 1
+    assert len({tuple(pose_positions(rng, 10, 64)) for _ in range(50)}) > 10  # cuts and skips vary
+    assert pose_positions(rng, 1, 64).tolist() == [0]
+
+
+def test_pose_reaches_the_model_and_bad_schemes_are_refused(tmp_path, monkeypatch):
+    from tests.test_trainers import COLLATOR, DATASET, tiny_args, tiny_model
+
+    trainer = ParTrainer(model=tiny_model(), args=tiny_args(tmp_path, pose_max_positions=128, max_steps=3),
+                         train_dataset=DATASET, data_collator=COLLATOR)
+    seen = []
+    rotary = trainer.model.model.rotary_emb
+    original = rotary.forward
+    monkeypatch.setattr(rotary, "forward", lambda x, pos: seen.append(pos.clone()) or original(x, pos))
+    trainer.train()
+    assert seen and any(int((p.diff(dim=-1) > 1).sum()) > 0 for p in seen) and all(p.max() < 128 for p in seen)
+    with pytest.raises(ValueError, match=r"pose_max_positions must be None when stretch_steps > 0"):
+        tiny_args(tmp_path, pose_max_positions=128, stretch_steps=2)
+    with pytest.raises(ValueError, match=r"pose_max_positions must be None or ≥ 2"):
+        tiny_args(tmp_path, pose_max_positions=1)
+    for scheme in (dict(stretch_steps=2), dict(pose_max_positions=128), dict(random_positions_max=128)):
+        with pytest.raises(ValueError, match=r"must be unset with position_encoding='nope'"):
+            ParTrainer(model=tiny_model(position_encoding="nope"), args=tiny_args(tmp_path, **scheme),
+                       train_dataset=DATASET, data_collator=COLLATOR)
+
+
+# ------------------------------------------------------------------------------------------------------- study
+def test_every_study_row_parses_with_the_scheme_and_init_its_name_says(tmp_path, monkeypatch):
+    from par_studies.parents import Parent
+
+    monkeypatch.setattr(Parent, "ensure", lambda self, quiet=False: tmp_path / "smollm2")
+    study = load_example("examples/reproduce/full_view_positions.py")
+    train_par = load_example("examples/train_par.py")
+    for name in study.ROWS:
+        model_args, task_args, train_args = train_par.parse_args(
+            argv(study.row_flags(name)) + ["--output_dir", str(tmp_path / name)])
+        scheme = study.scheme_of(name)
+        assert model_args.loop_view == "full" and name.startswith(("smollm2_", "random_", scheme))
+        assert model_args.position_encoding == ("nope" if scheme.startswith("nope") else "rope")
+        assert model_args.core_conv_kernel == (4 if scheme in ("nope_conv", "conv") else 0)
+        assert train_args.stretch_steps == (train_args.max_steps if scheme == "stretch_all" else
+                                            500 if scheme == "stretch_end" else 0)
+        assert (train_args.pose_max_positions is not None) == (scheme == "pose")
+        assert (train_args.random_positions_max is not None) == (scheme == "randomized")
+        assert (train_args.depth_schedule == "hold") == ("_hold" in name)
+        assert train_args.max_train_depth == task_args.probe_depth == (16 if name.endswith("_d16") else 8)
+        init = study.init_of(name)
+        if init == "scratch":
+            assert model_args.init_from_parent is None and train_args.per_device_train_batch_size == 64
+        else:  # results/pretrained_swap_s5's smollm2_full_pace_3k setting, pretrained or its random twin
+            assert model_args.init_from_parent == str(tmp_path / "smollm2") and model_args.truncate_parent
+            assert model_args.parent_weights == ("pretrained" if init == "smollm2" else "random")
+            assert train_args.per_device_train_batch_size == 8 and train_args.max_steps == 3000
+
+
+def test_a_recorded_row_becomes_its_summary_entry_and_table_row():
+    study = load_example("examples/reproduce/full_view_positions.py")
+    evaluation = {"depths": [8, 16, 32], "accuracy": [0.99, 0.5, 0.01], "grid": [8, 16, 32, 64]}
+    record = {"row": "nope_conv", "seed": 0, "steps": 900, "train_seconds": 1000.0, "in_range_reached": True,
+              "positions": "nope + causal conv (4)", "hold": False, "stretch": None, "train_max_depth": 8,
+              "evaluation": evaluation, "interpolated": None, "command": "c",
+              "profile": {"depths": [16], "profile": [[1.0, 0.5]]}}
+    second = dict(record, seed=1, evaluation=dict(evaluation, accuracy=[1.0, 0.7, 0.03]))
+    (entry,) = study.summary_rows([record, second])
+    assert entry["seeds"] == [0, 1] and entry["view"] == "full" and entry["init"] == "scratch"
+    assert entry["accuracy"]["16"] == {"mean": pytest.approx(0.6), "per_seed": [0.5, 0.7]}
+    assert entry["accuracy"]["64"]["per_seed"] == [0.0, 0.0]  # cut by the stop rule: counted 0
+    table = study.rows_table([record])
+    assert "| nope_conv | 0 | 900 | 1000 | yes | 8 | 99.00 | 50.00 | 1.00 | 0.00 | – |" in table
+    assert "| nope_conv | 0 | profile | 16 | 100 50 |" in table
+
+
+def test_a_tiny_row_trains_tests_profiles_and_collects(tmp_path, monkeypatch, scripts_in_process):
+    """The study end to end at tiny scale (train_par.py in this process): a rotary row gets its interpolated grid and
+    profile, a NoPE row none; the record's command is the one that ran; --collect writes summary.json and the table."""
+    study = load_example("examples/reproduce/full_view_positions.py")
+    monkeypatch.setattr(study, "OUT", tmp_path / "results")
+    monkeypatch.setattr(study, "RUN_DIR", tmp_path / "runs")
+    monkeypatch.setattr(study, "N", 8)
+    monkeypatch.setattr(study, "N_INTERPOLATED", 8)
+    monkeypatch.setattr(study, "PROFILE_N", 8)
+    original = study.row_flags
+    tiny = {"--max_steps": "3", "--hidden_size": "16", "--intermediate_size": "32", "--num_attention_heads": "2",
+            "--num_key_value_heads": "2", "--probe_n": "4", "--eval_n": "4", "--save_steps": "2",
+            "--max_train_depth": "2", "--probe_depth": "2", "--eval_depths": "2"}
+    monkeypatch.setattr(study, "row_flags", lambda row: {**original(row), **tiny})
+    monkeypatch.setattr(study, "train_max_depth", lambda row: 2)
+    for row in ("conv", "nope_conv"):
+        record = study.run_row(row, 0)
+        assert record["evaluation"]["grid"] == [2, 4, 8, 16] and record["steps"] == 3
+        assert record["train_commands"] == ["python " + " ".join(scripts_in_process[-1])]
+        assert "--core_conv_kernel 4" in record["train_commands"][0]
+        assert record["profile"]["depths"] == [4, 8] and record["padding_control"]["padding_control_depth"] == 2
+        assert (record["interpolated"] is None) == (row == "nope_conv")
+        assert ("profile_interpolated" in record) == (row == "conv")
+    (tmp_path / "results" / "README.md").write_text(f"x\n{study.TABLE_START}\n{study.TABLE_END}\ny\n")
+    summary = study.collect()
+    assert [r["row"] for r in summary["rows"]] == ["nope_conv", "conv"]  # the study's row order
+    assert summary["rows"][1]["accuracy_interpolated"] is not None
+    assert "| conv | 0 | 3 |" in (tmp_path / "results" / "README.md").read_text()
+    assert (tmp_path / "results" / "profiles.png").is_file()
