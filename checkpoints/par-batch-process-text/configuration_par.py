@@ -17,6 +17,7 @@ from transformers import Qwen2Config
 from .record_format import load_prompt_format
 
 LOOP_VIEWS = ("full", "prefix", "local")
+POSITION_ENCODINGS = ("rope", "nope")
 # Every checkpoint names its pipeline: pipeline("state-tracking", model=DIR, trust_remote_code=True)
 CUSTOM_PIPELINES = {"state-tracking": {"impl": "pipeline_par.StateTrackingPipeline", "pt": ["AutoModel"], "tf": [],
                                        "type": "text"}}
@@ -75,6 +76,16 @@ class ParLoopedQwenConfig(Qwen2Config):
             the candidates times their input embeddings) added at its row, so only a distribution over the answers
             passes between iterations (`answer_feedback_state` in `modeling_par.py`; a finite-state bottleneck for a
             state that the answers name whole). Off: the paper's loop, whose state is the core's output.
+        position_encoding (`str`, defaults to `"rope"`): how attention sees token order. `"rope"`: Qwen2's rotary
+            embedding of the (possibly stretched / randomized / progress-shifted) positions. `"nope"`: no positional
+            encoding (NoPE, Kazemnejad et al. 2023; FPRM): queries and keys are not rotated (`nope_positions`: every
+            position read as 0, cos = 1, sin = 0), so order comes only from the causal mask and `core_conv_kernel`. A
+            retrofit with `"nope"` drops its parent's rotary: R = 1 no longer equals the parent.
+        core_conv_kernel (`int`, defaults to 0): K > 0 puts a causal depthwise convolution over the tokens before
+            every core layer (FPRM's `conv1d` before attention), u ← u + Σ_{j<K} w_j ⊙ u_{t−j}
+            (`causal_depthwise_mix` in `modeling_par.py`; one filter per layer, w initialised to 0, so R = 1 still
+            equals the parent; padding reads as zeros): one iteration reaches core_layers · (K − 1) tokens back
+            without attention. 0: off. Only with `loop_view="full"`.
         learned_halting (`bool`, defaults to `False`): the halting readout was trained (`halting_loss_weight` > 0), so
             the pipeline halts by it; otherwise it runs forced depth from the segmentation.
     """
@@ -103,6 +114,8 @@ class ParLoopedQwenConfig(Qwen2Config):
         prompt_format: dict | None = None,
         learned_halting: bool = False,
         answer_feedback: bool = False,
+        position_encoding: str = "rope",
+        core_conv_kernel: int = 0,
         **kwargs,
     ):
         self.prelude_layers = prelude_layers
@@ -125,6 +138,8 @@ class ParLoopedQwenConfig(Qwen2Config):
         self.prompt_format = prompt_format
         self.learned_halting = learned_halting
         self.answer_feedback = answer_feedback
+        self.position_encoding = position_encoding
+        self.core_conv_kernel = core_conv_kernel
         kwargs.setdefault("custom_pipelines", {k: dict(v) for k, v in CUSTOM_PIPELINES.items()})
         kwargs.setdefault("num_hidden_layers", prelude_layers + core_layers + coda_layers)
         self._check_layer_split(kwargs["num_hidden_layers"])  # before Qwen2's own layer_types check
@@ -163,6 +178,13 @@ class ParLoopedQwenConfig(Qwen2Config):
             fail("bidirectional_queries", "False with loop_view='full' and progress_positions=False (the full view "
                  "with ordinary positions reads no query region, so it would change nothing); use loop_view "
                  "'prefix'/'local' or progress_positions=True", self.bidirectional_queries)
+        if self.position_encoding not in POSITION_ENCODINGS:
+            fail("position_encoding", f"one of {POSITION_ENCODINGS}", self.position_encoding)
+        if not is_int(self.core_conv_kernel) or self.core_conv_kernel < 0:
+            fail("core_conv_kernel", "an integer ≥ 0 (0: no convolution)", self.core_conv_kernel)
+        if self.core_conv_kernel > 0 and self.loop_view != "full":
+            fail("core_conv_kernel", f"0 with loop_view={self.loop_view!r} (the convolution is built for the full "
+                 "view)", self.core_conv_kernel)
         if self.halt_confirm > self.halt_window:
             fail("halt_confirm", f"≤ halt_window ({self.halt_window})", self.halt_confirm)
         if not isinstance(self.halt_threshold, (int, float)) or not 0.0 < self.halt_threshold < 1.0:
@@ -194,4 +216,4 @@ class ParLoopedQwenConfig(Qwen2Config):
                      f"lists {len(candidates)}", "…")
 
 
-__all__ = ["CUSTOM_PIPELINES", "LOOP_VIEWS", "ParLoopedQwenConfig"]
+__all__ = ["CUSTOM_PIPELINES", "LOOP_VIEWS", "POSITION_ENCODINGS", "ParLoopedQwenConfig"]

@@ -28,6 +28,27 @@ def stretch_positions(position_ids: torch.Tensor, position_scale: torch.Tensor) 
     return position_ids.float() * position_scale.to(position_ids.device).float()[:, None]  # (b, t)
 
 
+def nope_positions(position_ids: torch.Tensor) -> torch.Tensor:
+    """No positional encoding (NoPE): every position read as p' = 0, so the rotary embedding is cos = 1, sin = 0 and
+    q, k are not rotated (attention sees order only through the causal mask).  # (b, t) -> (b, t)"""
+    return torch.zeros_like(position_ids, dtype=torch.float32)
+
+
+def interpolate_positions(position_ids: torch.Tensor, scale: float) -> torch.Tensor:
+    """Test-time position interpolation: p' = λ · p with λ = d_train / d ≤ 1 for a prompt of d operations, so a
+    longer prompt's positions span the training range (Chen et al. 2023; a diagnostic of positional failure).
+    # (b, t) -> (b, t) float"""
+    if not 0.0 < scale <= 1.0:
+        raise ValueError(f"position interpolation scale must be in (0, 1] (d_train / d for d ≥ d_train); got {scale}")
+    return position_ids.float() * scale
+
+
+def encoded_positions(config, position_ids: torch.Tensor) -> torch.Tensor:
+    """The positions the rotary embedding reads under `config.position_encoding`: `position_ids` with "rope",
+    `nope_positions` with "nope"."""
+    return nope_positions(position_ids) if config.position_encoding == "nope" else position_ids
+
+
 def attention_bias(allowed: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """(b, t, t) boolean -> the layers' mask (b, 1, t, t): boolean for sdpa (`dtype=None`), else additive float."""
     if dtype is None:
@@ -190,7 +211,7 @@ def rotary_at(config, rotary_emb, loop: LoopView, positions: torch.Tensor, is_qu
         positions = positions - shift[:, None] * is_query
     if scale is not None:
         positions = stretch_positions(positions, scale)
-    return rotary_emb(hidden, positions)
+    return rotary_emb(hidden, encoded_positions(config, positions))
 
 
 def whole_prompt_view(config, rotary_emb, loop: LoopView, iteration: int, hidden: torch.Tensor) -> IterationView:
@@ -201,6 +222,7 @@ def whole_prompt_view(config, rotary_emb, loop: LoopView, iteration: int, hidden
     return IterationView(attention_bias(allowed, mask_dtype(config, hidden)), cos, sin)
 
 
-__all__ = ["LoopView", "attention_bias", "full_view_mask", "loop_view_mask", "mask_dtype", "operations_read",
+__all__ = ["LoopView", "attention_bias", "encoded_positions", "full_view_mask", "interpolate_positions",
+           "nope_positions", "loop_view_mask", "mask_dtype", "operations_read",
            "padded_causal_mask", "positions_from_mask", "progress_shift", "rotary_at", "stretch_positions",
            "token_segments", "whole_prompt_view"]

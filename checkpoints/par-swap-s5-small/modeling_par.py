@@ -62,6 +62,7 @@ from .loop_types import (
 )
 from .loop_views import (
     LoopView,
+    encoded_positions,
     full_view_mask,
     loop_view_mask,
     operations_read,
@@ -110,6 +111,19 @@ def answer_feedback_state(e: torch.Tensor, answer_logits: torch.Tensor, columns:
     index = columns[..., None].expand(-1, -1, e.shape[-1])
     written = answer_logits.float().softmax(-1).to(e.dtype) @ candidate_embeddings.to(e.dtype)  # (b, q, h)
     return e.scatter(1, index, e.gather(1, index) + written)
+
+
+def causal_depthwise_mix(u: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Causal depthwise convolution over the tokens, as a residual (FPRM's `conv1d` before attention):
+
+        u_t ← u_t + Σ_{j=0}^{K−1} w_{K−1−j} ⊙ u_{t−j}       (u_{t−j} = 0 before the first token),
+
+    one K-tap filter per channel, `weight` (h, 1, K) as `nn.Conv1d(h, h, K, groups=h)` stores it; w = 0 is the
+    identity. Token t reads only tokens t−K+1..t: a local order signal that needs no positional encoding.
+    # (b, t, h), (h, 1, K) -> (b, t, h)"""
+    kernel = weight.shape[-1]
+    mixed = F.conv1d(F.pad(u.transpose(1, 2), (kernel - 1, 0)), weight.to(u.dtype), groups=u.shape[-1])
+    return u + mixed.transpose(1, 2)
 
 
 def adapter_identity_init(hidden_size: int) -> torch.Tensor:
@@ -169,8 +183,8 @@ class ReferenceLoop:
         if operation_ends is None:
             if position_scale is not None:
                 positions = stretch_positions(positions, position_scale)
-            view = full_view = IterationView(model._full_view_mask(attention_mask, hidden),
-                                             *model.model.rotary_emb(hidden, positions))
+            rotary = model.model.rotary_emb(hidden, encoded_positions(model.config, positions))
+            view = full_view = IterationView(model._full_view_mask(attention_mask, hidden), *rotary)
         else:
             loop = LoopView.of(operation_ends, attention_mask, positions, position_scale,
                                padded_causal_mask(attention_mask, None)[:, 0])
@@ -200,8 +214,9 @@ class ReferenceLoop:
             view = whole_prompt_view(model.config, model.model.rotary_emb, self.loop, k, x)
             if model.config.loop_view == "local":
                 x = torch.where(self.loop.query_region[..., None], x, self.prelude_out)
+        conv = () if model.core_conv is None else (self.attention_mask,)  # the convolution reads padding as zeros
         update = model.run_core(self.parts.core_update, self.e_half, x, view.mask, view.cos, view.sin,
-                                current.reference_rms)
+                                current.reference_rms, *conv)
         readout = ReadoutInput(update.state, view.mask, view.cos, view.sin, self.query_positions)
         computed = None
         if model.config.answer_feedback:  # the next iteration reads the answer alone (`answer_feedback_state`)
@@ -237,6 +252,8 @@ class ParLoopedQwenPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if module is getattr(self, "adapter", None):
             init.copy_(module.weight, adapter_identity_init(self.config.hidden_size))
+        if isinstance(module, nn.Conv1d):  # the core's convolutions: u + conv(u) = u, R = 1 still computes the parent
+            init.zeros_(module.weight)
 
 
 class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
@@ -254,6 +271,9 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             raise ValueError("ParLoopedQwenConfig.use_sliding_window must be False: the loop uses full attention.")
         self.model = Qwen2Model(config)  # embed_tokens, layers, norm, rotary_emb — Qwen2's own modules and names
         self.adapter = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=False)
+        kernel, h = config.core_conv_kernel, config.hidden_size  # one `causal_depthwise_mix` per core layer, or None
+        self.core_conv = (nn.ModuleList(nn.Conv1d(h, h, kernel, groups=h, bias=False)
+                                        for _ in range(config.core_layers)) if kernel > 0 else None)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.runtime = ParRuntimeOptions()  # the fast paths (same results as the reference); see runtime_options.py
         self.compiled: LoopParts | None = None  # set by `compile_core`
@@ -392,9 +412,18 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         """W [e ; s], from e's half (`adapter_e_half`)."""
         return adapter_input(self, e_half, s)
 
-    def _core_block(self, e_half, s, mask, cos, sin):
-        """C(W [e ; s]) — one pass of the shared core, from e's half of the adapter (`adapter_e_half`)."""
-        return self._run_layers(self.core, self.adapter_input(e_half, s), mask, cos, sin)
+    def _core_block(self, e_half, s, mask, cos, sin, token_valid=None):
+        """C(W [e ; s]) — one pass of the shared core, from e's half of the adapter (`adapter_e_half`); with
+        `config.core_conv_kernel`, every core layer's input goes through its own `causal_depthwise_mix` first, padding
+        (`token_valid` (b, t) 0) read as zeros."""
+        hidden = self.adapter_input(e_half, s)
+        if self.core_conv is None:
+            return self._run_layers(self.core, hidden, mask, cos, sin)
+        valid = None if token_valid is None else token_valid[..., None].to(hidden.dtype)
+        for conv, layer in zip(self.core_conv, self.core):  # each core layer reads its convolved input
+            mixed = causal_depthwise_mix(hidden if valid is None else hidden * valid, conv.weight)
+            hidden = self._run_layers([layer], mixed, mask, cos, sin)
+        return hidden
 
     def _prelude_block(self, hidden, mask, cos, sin):
         """e = P(x): the prelude layers on the embedded prompt."""
@@ -404,11 +433,12 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         """Q(s): the coda layers, then the final norm."""
         return self.model.norm(self._run_layers(self.coda, hidden, mask, cos, sin))
 
-    def core_update(self, e_half, x, mask, cos, sin, reference_rms) -> CoreUpdate:
+    def core_update(self, e_half, x, mask, cos, sin, reference_rms, token_valid=None) -> CoreUpdate:
         """s_k = anchor(C(W [e ; s_{k−1}])): the core block, then `anchor_state_norm` against rms(s_1) =
         `reference_rms` (iteration 1, `reference_rms` None, is not anchored); `e_half` is W_e e (`adapter_e_half`).
-        One unit, so `compile_core` fuses it whole. Returns s_k and rms(s_k) before anchoring (detached)."""
-        new_state = self._core_block(e_half, x, mask, cos, sin)
+        One unit, so `compile_core` fuses it whole. Returns s_k and rms(s_k) before anchoring (detached). `token_valid`
+        (b, t): the real tokens, read by the core's convolution (`config.core_conv_kernel`) only."""
+        new_state = self._core_block(e_half, x, mask, cos, sin, token_valid)
         raw_rms = state_rms(new_state).detach()  # (b, t, 1)
         if self.config.norm_anchoring and reference_rms is not None:
             new_state = anchor_state_norm(new_state, reference_rms)
@@ -526,7 +556,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 query_positions: torch.LongTensor | None = None, num_iterations: int | torch.Tensor | None = None,
                 halting: bool = False, max_iterations: int | None = None,
                 position_scale: float | torch.Tensor | None = None,
-                operation_ends: torch.LongTensor | None = None) -> ParPrediction:
+                operation_ends: torch.LongTensor | None = None,
+                position_ids: torch.Tensor | None = None) -> ParPrediction:
         """Answer each sample with per-sample early exit: a finished sample leaves the batch.
 
         Forced depth (`num_iterations` = R, an int or a (b,) tensor): read iteration R of each sample.
@@ -540,11 +571,13 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         Under the local view the depth is not hidden from the loop: `operation_ends` marks every operation, and
         iteration k > d reads an empty window, which is what a model trained with `halt_label_offset=1` learns to
         halt on (at R = d + 1). Halting there means "stop where the given operations end", not the paper's
-        "depth unknown"; under the full view the queries must infer it from the prompt.
+        "depth unknown"; under the full view the queries must infer it from the prompt. `position_ids` (b, t): positions
+        instead of the ordinary ones, as in `forward` (e.g. `loop_views.interpolate_positions`).
         """
         batch, device = input_ids.shape[0], input_ids.device
         limit, target = check_predict_depth(self.config, batch, device, num_iterations, halting, max_iterations)
-        backend = self._backend(input_ids, attention_mask, query_positions, position_scale, operation_ends)
+        backend = self._backend(input_ids, attention_mask, query_positions, position_scale, operation_ends,
+                                position_ids)
         sizes = (batch, backend.num_queries, len(self.config.answer_token_ids))
         record = PredictionRecord.empty(*sizes, device)
         window = HaltingWindow.empty(self.config.halt_window, *sizes, device) if halting else None
@@ -596,7 +629,8 @@ ParLoopedQwenForStateTracking.register_for_auto_class("AutoModel")
 
 __all__ = ["ParLoopedQwenPreTrainedModel", "ParLoopedQwenForStateTracking", "ParLoopedOutput", "ParPrediction",
            "ParRuntimeOptions", "IterationView", "LoopState", "LoopStep", "Readout", "ReadoutInput", "ReferenceLoop",
-           "anchor_state_norm", "adapter_identity_init", "answer_feedback_state", "default_compile_options",
-           "grad_window_iterations", "halt_confirmed", "halt_iteration", "loop_view_mask", "operations_read",
+           "anchor_state_norm", "adapter_identity_init", "answer_feedback_state", "causal_depthwise_mix",
+           "default_compile_options", "grad_window_iterations", "halt_confirmed", "halt_iteration", "loop_view_mask",
+           "operations_read",
            "padded_causal_mask", "par_eager_attention", "progress_shift", "token_segments", "positions_from_mask",
            "small_block_attention", "state_rms", "stretch_positions"]
