@@ -230,6 +230,43 @@ def run_row(row: str, seed: int) -> dict:
     return record
 
 
+def profile_checkpoint(row: str, seed: int) -> dict:
+    """results/full_view_positions/checkpoints/<row>_s<seed>.json: where a row stands that was stopped (or paused)
+    before its end: the progress profile at d_train / 2, d_train and 2 d_train (64 prompts each) of its newest complete
+    checkpoint, with that checkpoint's step. The row resumes from it when its command runs again."""
+    import torch
+
+    from modeling_par import ParLoopedQwenForStateTracking
+    from par_studies import latest_checkpoint
+    from state_tracking import build_tokenizer, load_task
+    from state_tracking.diagnostics import progress_profile
+
+    torch.set_num_threads(1)
+    checkpoint = latest_checkpoint(run_path(row, seed))
+    if checkpoint is None:
+        raise SystemExit(f"{row} seed {seed}: no checkpoint under {run_path(row, seed)}")
+    model = ParLoopedQwenForStateTracking.from_pretrained(checkpoint).eval()
+    task = load_task(TASK_FILE)
+    if init_of(row) == "scratch":
+        tokenizer = build_tokenizer(task, "text")
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(row_flags(row)["--init_from_qwen2"], gguf_file=SMOLLM2["--gguf_file"])
+    d = train_max_depth(row)
+    profile = progress_profile(model, tokenizer, task, [d // 2, d, 2 * d], n_per_depth=64, seed=seed,
+                               rendering="text", batch_size=64)
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    record = {"row": row, "seed": seed, "checkpoint": checkpoint.name, "step": state["global_step"],
+              "probe": [e for e in state["log_history"] if "probe_accuracy" in e],
+              "command": f"python examples/reproduce/full_view_positions.py --profile_checkpoint --row {row} "
+                         f"--seed {seed}", "date": time.strftime("%Y-%m-%d"), "profile": profile}
+    for depth, row_profile in zip(profile["depths"], profile["profile"]):
+        print(f"{row} s{seed} {checkpoint.name} d={depth}: " + " ".join(f"{100 * a:.0f}" for a in row_profile))
+    save_record(record, OUT / "checkpoints" / f"{row}_s{seed}.json")
+    return record
+
+
 # ------------------------------------------------------------------------------------------- what a parent loses
 PARENT_TEXTS = [
     "The capital of France is Paris. It is known for the Eiffel Tower, museums and cafes along the river.",
@@ -404,6 +441,8 @@ def main(argv=None) -> None:
     parser.add_argument("--row", choices=list(ROWS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--collect", action="store_true", help="summary.json, README table and plot from runs/*.json")
+    parser.add_argument("--profile_checkpoint", action="store_true",
+                        help="with --row: the progress profile of the row's newest checkpoint (a stopped row)")
     parser.add_argument("--parent_loss", action="store_true",
                         help="what SmolLM2 loses at R = 1 under each scheme (parent_loss.json)")
     args = parser.parse_args(argv)
@@ -411,7 +450,11 @@ def main(argv=None) -> None:
         parser.error("give --row, --collect or --parent_loss")
     if args.parent_loss:
         parent_loss()
-    if args.row:
+    if args.profile_checkpoint:
+        if not args.row:
+            parser.error("--profile_checkpoint needs --row")
+        profile_checkpoint(args.row, args.seed)
+    elif args.row:
         run_row(args.row, args.seed)
     if args.collect:
         collect()
