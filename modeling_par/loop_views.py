@@ -34,15 +34,6 @@ def nope_positions(position_ids: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(position_ids, dtype=torch.float32)
 
 
-def interpolate_positions(position_ids: torch.Tensor, scale: float) -> torch.Tensor:
-    """Test-time position interpolation: p' = λ · p with λ = d_train / d ≤ 1 for a prompt of d operations, so a
-    longer prompt's positions span the training range (Chen et al. 2023; a diagnostic of positional failure).
-    # (b, t) -> (b, t) float"""
-    if not 0.0 < scale <= 1.0:
-        raise ValueError(f"position interpolation scale must be in (0, 1] (d_train / d for d ≥ d_train); got {scale}")
-    return position_ids.float() * scale
-
-
 def encoded_positions(config, position_ids: torch.Tensor) -> torch.Tensor:
     """The positions the rotary embedding reads under `config.position_encoding`: `position_ids` with "rope",
     `nope_positions` with "nope"."""
@@ -222,7 +213,6 @@ def whole_prompt_view(config, rotary_emb, loop: LoopView, iteration: int, hidden
     return IterationView(attention_bias(allowed, mask_dtype(config, hidden)), cos, sin)
 
 
-__all__ = ["LoopView", "attention_bias", "encoded_positions", "full_view_mask", "interpolate_positions",
-           "nope_positions", "loop_view_mask", "mask_dtype", "operations_read",
-           "padded_causal_mask", "positions_from_mask", "progress_shift", "rotary_at", "stretch_positions",
-           "token_segments", "whole_prompt_view"]
+__all__ = ["LoopView", "attention_bias", "encoded_positions", "full_view_mask", "loop_view_mask", "mask_dtype",
+           "nope_positions", "operations_read", "padded_causal_mask", "positions_from_mask", "progress_shift",
+           "rotary_at", "stretch_positions", "token_segments", "whole_prompt_view"]

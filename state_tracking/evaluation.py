@@ -195,7 +195,7 @@ def evaluate_length_generalization(
             thread each (``torch.set_num_threads(1)`` for the call, restored after). On a small CPU this keeps every
             core busy where one batch's small matrices leave intra-op threads idle; the answers are the same.
         interpolate_positions: test-time position interpolation, a diagnostic: at depth d the positions are scaled
-            by λ = min(1, train_max_depth / d) (``modeling_par.loop_views.interpolate_positions``; needs
+            by λ = min(1, train_max_depth / d) (`interpolated_position_ids`; needs
             ``train_max_depth``), so a longer prompt spans the training range of positions.
     Returns:
         A JSON-ready dict: ``depths``, ``accuracy`` (overall state accuracy per depth, aligned with
@@ -295,10 +295,13 @@ def interpolation_scale(train_max_depth: int, depth: int) -> float:
 
 
 def interpolated_position_ids(attention_mask: torch.Tensor, scale: float | None) -> dict:
-    """{"position_ids": λ · p} for a forward / predict call, p = cumsum(mask) − 1 the ordinary positions (as
-    `modeling_par.loop_views.interpolate_positions` computes them), or {} when `scale` is None."""
+    """Test-time position interpolation (Chen et al. 2023; a diagnostic of positional failure): {"position_ids":
+    λ · p} for a forward / predict call, p = cumsum(mask) − 1 the ordinary positions and λ = d_train / d ≤ 1
+    (`interpolation_scale`), so a longer prompt's positions span the training range; {} when `scale` is None."""
     if scale is None:
         return {}
+    if not 0.0 < scale <= 1.0:
+        raise ValueError(f"position interpolation scale must be in (0, 1] (d_train / d for d ≥ d_train); got {scale}")
     return {"position_ids": (attention_mask.long().cumsum(-1) - 1).clamp_min(0).float() * scale}
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking, causal_depthwise_mix
-from modeling_par.loop_views import interpolate_positions, nope_positions
+from modeling_par.loop_views import nope_positions
 from par_studies import argv
 from tests.conftest import ANSWER_IDS, HALT_IDS, load_example, make_model, tiny_par_config
 from tests.test_modeling_par import candidate_logits, random_batch
@@ -117,10 +117,13 @@ def test_the_scheme_survives_save_and_load(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- interpolation
 def test_interpolation_scales_positions_and_refuses_a_scale_past_one():
-    p = torch.arange(6)[None]
-    torch.testing.assert_close(interpolate_positions(p, 0.5), p.float() / 2)
+    from state_tracking.evaluation import interpolated_position_ids
+
+    mask = torch.ones(1, 6, dtype=torch.long)
+    torch.testing.assert_close(interpolated_position_ids(mask, 0.5)["position_ids"], torch.arange(6)[None].float() / 2)
+    assert interpolated_position_ids(mask, None) == {}
     with pytest.raises(ValueError, match=r"in \(0, 1\]"):
-        interpolate_positions(p, 2.0)
+        interpolated_position_ids(mask, 2.0)
 
 
 def test_interpolated_evaluation_equals_the_plain_one_in_range_and_not_past_it():

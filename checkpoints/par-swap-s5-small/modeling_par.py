@@ -572,7 +572,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         iteration k > d reads an empty window, which is what a model trained with `halt_label_offset=1` learns to
         halt on (at R = d + 1). Halting there means "stop where the given operations end", not the paper's
         "depth unknown"; under the full view the queries must infer it from the prompt. `position_ids` (b, t): positions
-        instead of the ordinary ones, as in `forward` (e.g. `loop_views.interpolate_positions`).
+        instead of the ordinary ones, as in `forward` (e.g. the evaluator's test-time interpolation).
         """
         batch, device = input_ids.shape[0], input_ids.device
         limit, target = check_predict_depth(self.config, batch, device, num_iterations, halting, max_iterations)
