@@ -477,7 +477,8 @@ def load_model(data: TrainingData, model_args: ModelArguments, train_args):
     retrofit's adapter), with what its checkpoint needs to read raw text (the state-tracking pipeline) and whether it
     may halt by itself."""
     set_seed(train_args.seed)
-    model = build_model(model_args, data.token_ids, train_args)
+    queries = data.task.num_queries if data.task is not None else len(data.prompt_format.query_names)
+    model = build_model(model_args, data.token_ids, train_args, num_queries=queries)
     use_tokenizer_special_tokens(model.config, data.tokenizer)
     model.config.prompt_format = data.prompt_format.to_dict()
     model.config.learned_halting = train_args.halting_loss_weight > 0

@@ -86,6 +86,11 @@ class ParLoopedQwenConfig(Qwen2Config):
             (`causal_depthwise_mix` in `modeling_par.py`; one filter per layer, w initialised to 0, so R = 1 still
             equals the parent; padding reads as zeros): one iteration reaches core_layers · (K − 1) tokens back
             without attention. 0: off. Only with `loop_view="full"`.
+        prefix_state_queries (`int`, defaults to 0): Q > 0 adds a linear state head (`state_head`, Q · candidates × h,
+            no bias) that reads the loop state at any token as the Q queries' answers
+            (`prefix_state.prefix_state_logits`): the auxiliary readout that dense prefix targets train
+            (`--prefix_state_weight`; each operation's last token reads the state after that operation, FPRM-style).
+            Unused at inference. 0: none. Only with `loop_view="full"`.
         learned_halting (`bool`, defaults to `False`): the halting readout was trained (`halting_loss_weight` > 0), so
             the pipeline halts by it; otherwise it runs forced depth from the segmentation.
     """
@@ -116,6 +121,7 @@ class ParLoopedQwenConfig(Qwen2Config):
         answer_feedback: bool = False,
         position_encoding: str = "rope",
         core_conv_kernel: int = 0,
+        prefix_state_queries: int = 0,
         **kwargs,
     ):
         self.prelude_layers = prelude_layers
@@ -140,6 +146,7 @@ class ParLoopedQwenConfig(Qwen2Config):
         self.answer_feedback = answer_feedback
         self.position_encoding = position_encoding
         self.core_conv_kernel = core_conv_kernel
+        self.prefix_state_queries = prefix_state_queries
         kwargs.setdefault("custom_pipelines", {k: dict(v) for k, v in CUSTOM_PIPELINES.items()})
         kwargs.setdefault("num_hidden_layers", prelude_layers + core_layers + coda_layers)
         self._check_layer_split(kwargs["num_hidden_layers"])  # before Qwen2's own layer_types check
@@ -185,6 +192,11 @@ class ParLoopedQwenConfig(Qwen2Config):
         if self.core_conv_kernel > 0 and self.loop_view != "full":
             fail("core_conv_kernel", f"0 with loop_view={self.loop_view!r} (the convolution is built for the full "
                  "view)", self.core_conv_kernel)
+        if not is_int(self.prefix_state_queries) or self.prefix_state_queries < 0:
+            fail("prefix_state_queries", "an integer ≥ 0 (0: no state head)", self.prefix_state_queries)
+        if self.prefix_state_queries > 0 and self.loop_view != "full":
+            fail("prefix_state_queries", f"0 with loop_view={self.loop_view!r} (the state head reads the full view's "
+                 "tokens)", self.prefix_state_queries)
         if self.halt_confirm > self.halt_window:
             fail("halt_confirm", f"≤ halt_window ({self.halt_window})", self.halt_confirm)
         if not isinstance(self.halt_threshold, (int, float)) or not 0.0 < self.halt_threshold < 1.0:

@@ -75,6 +75,7 @@ from .loop_views import (
 )
 from .par_attention import par_eager_attention, small_block_attention
 from .pipeline_par import StateTrackingPipeline  # noqa: F401  (imported so save_pretrained copies the pipeline code)
+from .prefix_state import prefix_state_logits
 from .runtime_options import RUNTIME_OPTION_NAMES, ParRuntimeOptions
 from .split_adapter import adapter_e_half, adapter_halves, adapter_input
 from .window_path import WindowLoop
@@ -275,6 +276,8 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         self.core_conv = (nn.ModuleList(nn.Conv1d(h, h, kernel, groups=h, bias=False)
                                         for _ in range(config.core_layers)) if kernel > 0 else None)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        queries = config.prefix_state_queries  # the auxiliary state head of dense prefix targets, or None
+        self.state_head = (nn.Linear(h, queries * len(config.answer_token_ids), bias=False) if queries > 0 else None)
         self.runtime = ParRuntimeOptions()  # the fast paths (same results as the reference); see runtime_options.py
         self.compiled: LoopParts | None = None  # set by `compile_core`
         self._candidate_rows_cache: CandidateRows | None = None  # built by the first readout (`_candidate_rows`)
@@ -492,6 +495,13 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                 halts = None if key[1] is None else torch.tensor(key[1], device=device)
                 self._candidate_rows_cache = CandidateRows(key, torch.tensor(key[0], device=device), halts)
         return self._candidate_rows_cache
+
+    def state_logits(self, state: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
+        """The state head (`config.prefix_state_queries`) at `token_positions` (b, n) of a loop state s_k (b, t, h):
+        (b, n, Q, candidates) logits (`prefix_state.prefix_state_logits`)."""
+        if self.state_head is None:
+            raise ValueError("state_logits needs ParLoopedQwenConfig.prefix_state_queries > 0 (a state head).")
+        return prefix_state_logits(state, token_positions, self.state_head.weight, self.config.prefix_state_queries)
 
     # ---------------------------------------------------------------------------------------------- forward, predict
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,

@@ -255,7 +255,8 @@ def retrofit(model_class, model_or_path, prelude_layers: int, core_layers: int, 
     weights = {k: v for k, v in parent.state_dict().items()
                if not (k.startswith("model.layers.") and int(k.split(".")[2]) >= layers)}
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    new = {"adapter.weight", "lm_head.weight"} | {f"core_conv.{i}.weight" for i in range(core_layers)}
+    new = ({"adapter.weight", "lm_head.weight", "state_head.weight"}
+           | {f"core_conv.{i}.weight" for i in range(core_layers)})
     if unexpected or set(missing) - new:
         raise ValueError(f"{name}: parent weights do not match: missing {missing}, unexpected {unexpected}.")
     if "lm_head.weight" in missing:  # a parent whose state dict left out its tied head

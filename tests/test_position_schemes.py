@@ -1,6 +1,7 @@
 """Position schemes of the full view (issue 68): NoPE (`position_encoding="nope"`), the core's causal depthwise
-convolution (`core_conv_kernel`), PoSE positions (`pose_max_positions`), test-time position interpolation; their
-formulas, R = 1 equivalence where it applies, padding, save / load, refusals, and the study's rows."""
+convolution (`core_conv_kernel`), PoSE positions (`pose_max_positions`), test-time position interpolation, dense
+prefix targets (`prefix_state_queries`, `prefix_state_weight`); their formulas, R = 1 equivalence where it applies,
+padding, save / load, refusals, and the study's rows."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import torch
 
 from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking, causal_depthwise_mix
 from modeling_par.loop_views import nope_positions
+from modeling_par.prefix_state import prefix_state_logits
 from par_studies import argv
 from tests.conftest import ANSWER_IDS, HALT_IDS, load_example, make_model, tiny_par_config
 from tests.test_modeling_par import candidate_logits, random_batch
 from trainers import ParTrainer, pose_positions
+from trainers.objectives import UNRECORDED, prefix_state_targets
 
 
 def perturbed_conv(model, seed=3):
@@ -184,6 +187,83 @@ def test_pose_reaches_the_model_and_bad_schemes_are_refused(tmp_path, monkeypatc
                        train_dataset=DATASET, data_collator=COLLATOR)
 
 
+# ------------------------------------------------------------------------------------------ dense prefix targets
+def test_prefix_state_targets_are_the_wavefront():
+    step_labels = torch.arange(2 * 6 * 3).view(2, 6, 3)  # B = 2, D = 5, Q = 3: z_j of sample b is step_labels[b, j]
+    depth = torch.tensor([5, 3])
+    for c in (1, 2):
+        targets = prefix_state_targets(step_labels, depth, [1, 2, 4], c)
+        assert targets.shape == (3, 2, 5, 3)
+        for i, k in enumerate([1, 2, 4]):
+            for b in range(2):
+                for j in range(1, 6):  # operation j's token reads z_j once reached (j ≤ c·k) and before d
+                    expected = step_labels[b, j] if j <= min(c * k, int(depth[b])) else torch.full((3,), UNRECORDED)
+                    assert torch.equal(targets[i, b, j - 1], expected), (c, k, b, j)
+    with pytest.raises(ValueError, match="iterations must be"):
+        prefix_state_targets(step_labels, depth, [0, 1], 1)
+    with pytest.raises(ValueError, match="step_size must be"):
+        prefix_state_targets(step_labels, depth, [1], 0)
+
+
+def test_the_state_head_reads_its_formula_and_survives_save_and_load(tmp_path):
+    model = make_model(prefix_state_queries=3)
+    c = len(model.config.answer_token_ids)
+    assert model.state_head.weight.shape == (3 * c, model.config.hidden_size)
+    states = torch.randn(2, 7, model.config.hidden_size)
+    positions = torch.tensor([[1, 4, -1], [0, 6, 2]])
+    logits = model.state_logits(states, positions)
+    assert logits.shape == (2, 3, 3, c)
+    for b in range(2):
+        for n in range(3):  # W_z s[b, t], one block of c candidates per query
+            t = max(int(positions[b, n]), 0)
+            torch.testing.assert_close(logits[b, n].flatten(), model.state_head.weight @ states[b, t])
+    model.save_pretrained(tmp_path)
+    loaded = ParLoopedQwenForStateTracking.from_pretrained(tmp_path)
+    assert loaded.config.prefix_state_queries == 3
+    torch.testing.assert_close(loaded.state_logits(states, positions), logits)
+    with pytest.raises(ValueError, match="needs ParLoopedQwenConfig.prefix_state_queries > 0"):
+        make_model().state_logits(states, positions)
+    with pytest.raises(ValueError, match="not a multiple of num_queries=4"):
+        prefix_state_logits(states, positions, model.state_head.weight, 4)
+
+
+@pytest.mark.parametrize("value,view,allowed", [(-1, "full", "an integer ≥ 0"), (2, "local", "0 with loop_view")])
+def test_bad_state_heads_are_refused_by_name(value, view, allowed):
+    with pytest.raises(ValueError, match=rf"ParLoopedQwenConfig\.prefix_state_queries must be {allowed}"):
+        tiny_par_config(prefix_state_queries=value, loop_view=view)
+
+
+def test_dense_prefix_targets_train_the_state_head_and_add_their_loss(tmp_path):
+    from tests.test_trainers import COLLATOR, DATASET, TASK, tiny_args, tiny_model
+
+    def run(weight):
+        model = tiny_model(prefix_state_queries=TASK.num_queries)
+        trainer = ParTrainer(model=model, args=tiny_args(tmp_path / str(weight), prefix_state_weight=weight,
+                                                         max_steps=4), train_dataset=DATASET, data_collator=COLLATOR)
+        before = model.state_head.weight.detach().clone()
+        trainer.train()
+        logs = [e for e in trainer.state.log_history if "loss" in e]
+        return model.state_head.weight.detach(), before, logs
+
+    after, before, logs = run(1.0)
+    assert not torch.equal(after, before)  # the head is trained
+    assert all(e["loss"] == pytest.approx(e["loss_answer"] + e["loss_prefix_state"], rel=1e-3) for e in logs)
+    assert all(e["loss_prefix_state"] > 0 for e in logs)
+    after, before, logs = run(0.0)
+    assert torch.equal(after, before) and all("loss_prefix_state" not in e for e in logs)  # off: not read
+    with pytest.raises(ValueError, match="prefix_state_weight > 0 needs a model with a state head"):
+        ParTrainer(model=tiny_model(), args=tiny_args(tmp_path, prefix_state_weight=1.0), train_dataset=DATASET,
+                   data_collator=COLLATOR)
+    with pytest.raises(ValueError, match="prefix_state_weight must be ≥ 0"):
+        tiny_args(tmp_path, prefix_state_weight=-1.0)
+
+
+def test_a_retrofit_may_add_a_state_head(tiny_parent):
+    model = ParLoopedQwenForStateTracking.from_pretrained_parent(
+        tiny_parent, 2, 2, 2, answer_token_ids=ANSWER_IDS, halt_token_ids=HALT_IDS, prefix_state_queries=2)
+    assert model.state_head.weight.shape[0] == 2 * len(ANSWER_IDS)
+
+
 # ------------------------------------------------------------------------------------------------------- study
 def test_every_study_row_parses_with_the_scheme_and_init_its_name_says(tmp_path, monkeypatch):
     from par_studies.parents import Parent
@@ -203,6 +283,7 @@ def test_every_study_row_parses_with_the_scheme_and_init_its_name_says(tmp_path,
         assert (train_args.pose_max_positions is not None) == (scheme == "pose")
         assert (train_args.random_positions_max is not None) == (scheme == "randomized")
         assert (train_args.depth_schedule == "hold") == ("_hold" in name)
+        assert train_args.prefix_state_weight == (1.0 if name.endswith("_dense") else 0.0)
         assert train_args.max_train_depth == task_args.probe_depth == (16 if name.endswith("_d16") else 8)
         init = study.init_of(name)
         if init == "scratch":

@@ -86,10 +86,16 @@ def inductor_can_compile_for_cpu() -> bool:
     return False
 
 
-def build_model(model_args, token_ids: dict, train_args=None):
+def build_model(model_args, token_ids: dict, train_args=None, num_queries: int | None = None):
     """The model: a PAR checkpoint (--init_from_par), a retrofit of a pretrained parent (--init_from_parent), or a
-    fresh one of the size flags; then freezing, the speed options and LoRA (--peft lora)."""
-    par_fields = dict(
+    fresh one of the size flags; then freezing, the speed options and LoRA (--peft lora). With
+    --prefix_state_weight > 0 a new model gets a state head over the task's `num_queries` queries."""
+    prefix_queries = 0
+    if getattr(train_args, "prefix_state_weight", 0) > 0:
+        if num_queries is None or num_queries < 1:
+            raise ValueError("--prefix_state_weight > 0 needs the task's number of queries for the state head.")
+        prefix_queries = num_queries
+    par_fields = dict(prefix_state_queries=prefix_queries,
         step_size=model_args.step_size, norm_anchoring=model_args.norm_anchoring, grad_window=model_args.grad_window,
         max_iterations=model_args.max_iterations, checkpoint_core=model_args.checkpoint_core,
         answer_feedback=model_args.answer_feedback, position_encoding=model_args.position_encoding,

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 OBJECTIVES = ("par", "final_every_iteration", "final_only")
 YES, NO = 0, 1  # column order of the model's halt_logits: (Yes, No)
+UNRECORDED = -100  # a target that was not recorded (state_tracking.data.LABEL_PAD_ID): no loss, no accuracy
 
 
 def iterations_for_depth(depth: int, step_size: int) -> int:
@@ -54,6 +55,22 @@ def progress_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations,
     return step_labels[batch_index, steps]
 
 
+def prefix_state_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations, step_size: int) -> torch.Tensor:
+    """Dense prefix targets (the wavefront): at iteration k the last token of operation j reads z_j when
+    j ≤ min(c·k, d), and nothing (UNRECORDED) otherwise — an operation's state, once reached, stays at its token.
+
+    step_labels (B, D+1, Q), depth (B,), iterations (K,) of k ≥ 1 -> (K, B, D, Q) over operations j = 1..D"""
+    k = torch.as_tensor(iterations, dtype=torch.long, device=depth.device)
+    if isinstance(step_size, bool) or not isinstance(step_size, int) or step_size < 1:
+        raise ValueError(f"step_size must be an integer ≥ 1; got {step_size!r}.")
+    if k.dim() != 1 or (k < 1).any():
+        raise ValueError(f"iterations must be a 1-d sequence of iteration numbers ≥ 1; got {k.tolist()}.")
+    ops = torch.arange(1, step_labels.shape[1], device=depth.device)  # j = 1..D
+    reached = ops[None, None, :] <= torch.minimum(step_size * k[:, None], depth[None, :])[..., None]  # (K, B, D)
+    targets = step_labels[:, 1:][None].expand(k.shape[0], -1, -1, -1)
+    return torch.where(reached[..., None], targets, torch.full_like(targets, UNRECORDED))
+
+
 def final_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations: torch.Tensor) -> torch.Tensor:
     """Final-answer supervision (ablation): every iteration k reads z_d.  (B, D+1, Q) -> (K, B, Q)"""
     final = step_labels[torch.arange(step_labels.shape[0], device=depth.device), depth]  # (B, Q)
@@ -69,9 +86,6 @@ def halt_labels(iterations: torch.Tensor, depth: torch.Tensor, step_size: int, o
     that iteration is z_d: a no-op step, trained by the hold schedule)."""
     done = step_size * (iterations.to(depth.device)[:, None] - offset) >= depth[None, :]
     return torch.where(done, YES, NO)
-
-
-UNRECORDED = -100  # a target that was not recorded (state_tracking.data.LABEL_PAD_ID): no loss, no accuracy
 
 
 def answer_loss(answer_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,7 @@ from .objectives import (
     hold_iterations,
     iterations_for_depth,
     operation_encodings,
+    prefix_state_targets,
     progress_targets,
     readout_accuracy,
 )
@@ -85,6 +86,11 @@ class ParTrainingArguments(TrainingArguments):
         "help": "weight of the auxiliary loss that makes the phrasings of one operation read alike in the prelude "
                 "(objectives.phrasing_alignment_loss: the within-operation spread of the unit-normalized encodings at "
                 "each operation's last token; 0: off); needs batches with operation_ends and ops (generated tasks)"})
+    prefix_state_weight: float = field(default=0.0, metadata={
+        "help": "weight of the dense prefix-state loss (FPRM-style deep supervision, the wavefront): at iteration k "
+                "the state head reads z_j at the last token of every operation j <= c*k (objectives.prefix_state_"
+                "targets), summed over the window like the answer loss; needs a model with config.prefix_state_"
+                "queries (train_par sets it) and batches with operation_ends; 0: off"})
     phrasing_alignment_form: str = field(default="unit", metadata={
         "help": "the alignment loss's form: unit (objectives.phrasing_alignment_loss, the spread of unit-normalized "
                 "encodings) or variance_ratio (objectives.within_operation_variance_ratio: the share of the centred "
@@ -164,6 +170,8 @@ class ParTrainingArguments(TrainingArguments):
             fail("halting_loss_weight", "≥ 0")
         if not self.phrasing_alignment_weight >= 0:
             fail("phrasing_alignment_weight", "≥ 0")
+        if not self.prefix_state_weight >= 0:
+            fail("prefix_state_weight", "≥ 0")
         if self.phrasing_alignment_form not in PHRASING_ALIGNMENT_FORMS:
             fail("phrasing_alignment_form", f"one of {sorted(PHRASING_ALIGNMENT_FORMS)}")
         if self.halt_label_offset < 0:
@@ -293,6 +301,10 @@ class ParTrainer(Trainer):
         if scheme is not None and getattr(self.model.config, "position_encoding", "rope") == "nope":
             raise ValueError(f"ParTrainingArguments.{scheme} must be unset with position_encoding='nope' (the model "
                              f"reads no positions); got {getattr(self.args, scheme)!r}.")
+        if self.args.prefix_state_weight > 0 and getattr(self.model.config, "prefix_state_queries", 0) < 1:
+            raise ValueError("ParTrainingArguments.prefix_state_weight > 0 needs a model with a state head "
+                             "(ParLoopedQwenConfig.prefix_state_queries = the task's number of queries); got "
+                             f"prefix_state_weight={self.args.prefix_state_weight!r} and no state head.")
         self._logged = defaultdict(list)
         self._micro_batch, self._micro_batch_step = 0, -1
         self.mastery = self._build_mastery()
@@ -461,6 +473,7 @@ class ParTrainer(Trainer):
             readout_iterations=list(plan.all_reads), position_scale=plan.position_scale,
             operation_ends=inputs.get("operation_ends"), position_ids=plan.position_ids,
             output_prelude_states=self.args.phrasing_alignment_weight > 0,
+            output_loop_states=self.args.prefix_state_weight > 0,
         )
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -488,6 +501,10 @@ class ParTrainer(Trainer):
             loss_halt = balanced_halt_loss(out.halt_logits, halting_labels)
             loss = loss + self.args.halting_loss_weight * loss_halt
             self._log_value("loss_halt", loss_halt.item())
+        if self.args.prefix_state_weight > 0:
+            loss_prefix = self.prefix_state_loss(model, inputs, out, iterations)
+            loss = loss + self.args.prefix_state_weight * loss_prefix
+            self._log_value("loss_prefix_state", loss_prefix.item())
         if self.args.phrasing_alignment_weight > 0:
             if inputs.get("operation_ends") is None or inputs.get("ops") is None:
                 raise ValueError("phrasing_alignment_weight > 0 needs batches with operation_ends and ops (a generated "
@@ -506,6 +523,21 @@ class ParTrainer(Trainer):
             self.log_loop(out, d, num_iterations)
             self.observe_final_accuracy(d, accuracy[-1].item())
         return (loss, out) if return_outputs else loss
+
+    def prefix_state_loss(self, model, inputs, out, iterations: torch.Tensor) -> torch.Tensor:
+        """Σ_k mean CE of the state head at each operation's last token against `prefix_state_targets` (the
+        supervised iterations k of the window; operations not yet reached at k, or past d, carry no loss)."""
+        if inputs.get("operation_ends") is None:
+            raise ValueError("prefix_state_weight > 0 needs batches with operation_ends (a generated task's or a "
+                             "records file's dataset).")
+        unwrapped = self.accelerator.unwrap_model(model) if hasattr(self, "accelerator") else model
+        ends = inputs["operation_ends"][:, 1:]  # (B, D): operation j's last token
+        states = torch.stack([out.loop_states[k - 1] for k in iterations.tolist()])  # (K, B, T, H)
+        logits = unwrapped.state_logits(states.flatten(0, 1), ends.repeat(len(states), 1))
+        logits = logits.unflatten(0, states.shape[:2])  # (K, B, D, Q, C)
+        targets = prefix_state_targets(inputs["step_labels"][:, : ends.shape[1] + 1], inputs["depth"], iterations,
+                                       self.model.config.step_size)
+        return answer_loss(logits.flatten(2, 3), targets.flatten(2, 3))
 
     def observe_final_accuracy(self, depth: int, accuracy: float) -> None:
         """Log the curriculum cap and feed a mastery curriculum this micro-batch's final-answer accuracy."""
