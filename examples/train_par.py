@@ -65,6 +65,7 @@ from trainers import (  # noqa: E402
     require_complete_checkpoint,
     teardown_distributed,
 )
+from trainers.curriculum_budget import curriculum_outcome, fit_curriculum_to_budget  # noqa: E402
 from trainers.model_setup import (  # noqa: E402
     AUTO_COMPILE_MIN_STEPS,
     build_model,
@@ -423,6 +424,7 @@ class TrainingData:
     task: Any = None
     records: RecordSplits | None = None
     recipe: dict | None = None  # records: summary.json's "recipe" (state_tracking.recipe.use_recipe)
+    curriculum: dict | None = None  # summary.json's "curriculum" plan (trainers.curriculum_budget)
 
 
 def load_data(model_args: ModelArguments, task_args: TaskArguments, data_args: DataArguments, train_args,
@@ -436,18 +438,22 @@ def load_data(model_args: ModelArguments, task_args: TaskArguments, data_args: D
         if data_args.operation_tokens != read_with:
             records = prepare_records(data_args, model_args, task_args, train_args, given)
         use_validation_probe(records, data_args, train_args, given)
+        lengths = [d for d in records.lengths.tolist() if train_args.min_train_depth <= d <= train_args.max_train_depth]
         return TrainingData(records.tokenizer, records.encoded, records.record_format,
-                            record_token_ids(records.tokenizer, records.record_format), records=records, recipe=recipe)
+                            record_token_ids(records.tokenizer, records.record_format), records=records, recipe=recipe,
+                            curriculum=fit_curriculum_to_budget(train_args, lengths, given))
     if any(getattr(data_args, name) is not None for name in RECORD_FLAGS):
         raise ValueError("the record flags (--validation_file, --test_file, --*_column, --operation_delimiter) "
                          "need --train_file or --dataset_name.")
     check_flags("train_par.py", records=False, given=given)
     task = build_task(task_args)
+    curriculum = fit_curriculum_to_budget(
+        train_args, range(train_args.min_train_depth, train_args.max_train_depth + 1), given)
     tokenizer = build_tokenizer_for(task, task_args, model_args)
     problems = training_problems(task_args, train_args, max(1, train_args.world_size))
     return TrainingData(tokenizer, build_dataset(task, tokenizer, task_args.rendering, **problems),
                         trained_prompt_format(task, task_args, problems, model_args.init_from_par),
-                        model_token_ids(tokenizer, task), task=task)
+                        model_token_ids(tokenizer, task), task=task, curriculum=curriculum)
 
 
 def use_validation_probe(records: RecordSplits, data_args: DataArguments, train_args, given: set) -> None:
@@ -562,6 +568,7 @@ def main(argv=None):
                           command, data.records)
     if data.recipe is not None:
         summary["recipe"] = data.recipe
+    summary["curriculum"] = curriculum_outcome(data.curriculum, trainer.curriculum_cap, trainer.state.global_step)
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     teardown_distributed([trainer])
     if data_args.baselines:  # 8. the baselines on the same files, one table beside PAR

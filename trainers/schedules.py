@@ -60,6 +60,31 @@ def curriculum_done(cap_at: Callable[[int], int], steps_done: int, max_depth: in
     return steps_done >= 1 and cap_at(steps_done - 1) >= max_depth
 
 
+def fixed_pace_levels(start_depth: int, increment: int, max_depth: int) -> list[int]:
+    """The caps the fixed pace moves through: min(d_max, start + increment · n), n = 0, 1, … until d_max."""
+    levels = [min(start_depth, max_depth)]
+    while levels[-1] < max_depth:
+        levels.append(min(max_depth, levels[-1] + increment))
+    return levels
+
+
+def curriculum_steps_needed(start_depth: int, increment: int, max_depth: int, every_steps: int,
+                            window: int | None = None, lengths=None) -> int:
+    """Optimizer steps before the curriculum's cap reaches d_max.
+
+    Fixed pace (`window` None): exactly every · (number of growths), growths = ⌈(d_max − start) / increment⌉.
+    Mastery (`window` the advance test's window): the expected steps if every length were mastered as soon as it is
+    measured, Σ over the caps c below d_max of max(every, window · n_c), n_c the training lengths present ≤ c: a
+    growth waits for `window` steps whose batch is at the frontier length, and the sampler draws each length ≤ c
+    alike (probability 1 / n_c), and for at least `every` steps. A model that needs longer to master a length takes
+    longer still, so a budget below this number leaves the longest lengths untrained."""
+    if window is None:
+        return every_steps * (len(fixed_pace_levels(start_depth, increment, max_depth)) - 1)
+    present = sorted({int(d) for d in lengths}) if lengths is not None else list(range(1, max_depth + 1))
+    levels = mastery_levels(start_depth, increment, max_depth, present)
+    return sum(max(every_steps, window * max(1, sum(1 for d in present if d <= cap))) for cap in levels[:-1])
+
+
 def _cap_at(levels: list[int], advances: list[int], step: int) -> int:
     """c_n, n = #{a ∈ advances : a ≤ step} (the last cap once every growth has applied)."""
     return levels[min(len(levels) - 1, sum(1 for a in advances if a <= step))]
