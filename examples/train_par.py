@@ -24,6 +24,7 @@ the same files); each step's work is in the library (`state_tracking.training_da
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from dataclasses import dataclass, field
@@ -65,7 +66,6 @@ from trainers import (  # noqa: E402
     require_complete_checkpoint,
     teardown_distributed,
 )
-from trainers.curriculum_budget import curriculum_outcome, fit_curriculum_to_budget  # noqa: E402
 from trainers.model_setup import (  # noqa: E402
     AUTO_COMPILE_MIN_STEPS,
     build_model,
@@ -74,6 +74,7 @@ from trainers.model_setup import (  # noqa: E402
     eager_if_compile_fails,
     use_tokenizer_special_tokens,
 )
+from trainers.step_budget import curriculum_outcome, epochs_as_max_steps, fit_curriculum_to_budget  # noqa: E402
 
 
 @dataclass
@@ -264,6 +265,8 @@ class DataArguments:
         return self.train_file is not None or self.dataset_name is not None
 
 
+logger = logging.getLogger("train_par")
+
 DEFAULT_TRAINING = dict(
     output_dir="runs/par-swap-s5-cpu", max_steps=2000, per_device_train_batch_size=64, learning_rate=1e-3,
     adapter_learning_rate=2e-3, warmup_steps=100, lr_scheduler_type="cosine", weight_decay=0.01,
@@ -335,7 +338,8 @@ def parse_all_args(argv=None):
         namespace, unused = parser.parse_known_args(argv)
         if unused:
             raise ValueError(f"Some specified arguments are not used by the HfArgumentParser: {unused}")
-        values, given = vars(namespace), _new_names(given_flags(argv))
+        values = vars(namespace)
+        given = _new_names(given_flags(argv, fields=values))
     values.update(derived_defaults(given, values))
     model_args, task_args, data_args, train_args = parser.parse_dict(values)
     return model_args, task_args, data_args, train_args, given
@@ -358,8 +362,12 @@ def derived_defaults(given: set[str], values: dict) -> dict:
     - --min_train_depth without --curriculum_start_depth starts the default curriculum at the smallest depth trained
       (a start below it is refused as a contradiction);
     - --curriculum_start_depth none (no curriculum) drops the mastery test the records default adds (it has no
-      curriculum to advance)."""
+      curriculum to advance);
+    - --save_steps without --save_strategy saves every save_steps steps (the default strategy "no" would save
+      nothing: a user who asks for checkpoints gets them)."""
     defaults = {}
+    if "save_steps" in given:
+        defaults["save_strategy"] = "steps"
     if given & {"train_file", "dataset_name"}:
         defaults.update(DATA_TRAINING)
         if "save_strategy" not in given:
@@ -396,6 +404,10 @@ def check_arguments(model_args: ModelArguments, task_args: TaskArguments, data_a
     if train_args.depth_schedule == "fixed" and task_args.eval_halting:  # checked before training, not after it
         raise ValueError("--eval_halting needs a model trained to halt; depth_schedule='fixed' trains no halting.")
     check_freeze_prelude_from_step(model_args)
+    if "save_steps" in given and "save_strategy" in given and train_args.save_strategy != "steps":
+        raise ValueError(f"--save_steps {train_args.save_steps:g} saves every that many steps, and --save_strategy "
+                         f"{train_args.save_strategy.value} says otherwise: give --save_strategy steps, or leave "
+                         "--save_steps out.")
     if isinstance(train_args.resume_from_checkpoint, str):  # a cut-off save would restart the schedule silently
         require_complete_checkpoint(train_args.resume_from_checkpoint)
     check_baselines(parse_baselines(data_args.baselines), data_args)
@@ -424,7 +436,7 @@ class TrainingData:
     task: Any = None
     records: RecordSplits | None = None
     recipe: dict | None = None  # records: summary.json's "recipe" (state_tracking.recipe.use_recipe)
-    curriculum: dict | None = None  # summary.json's "curriculum" plan (trainers.curriculum_budget)
+    curriculum: dict | None = None  # summary.json's "curriculum" plan (trainers.step_budget)
 
 
 def load_data(model_args: ModelArguments, task_args: TaskArguments, data_args: DataArguments, train_args,
@@ -438,6 +450,7 @@ def load_data(model_args: ModelArguments, task_args: TaskArguments, data_args: D
         if data_args.operation_tokens != read_with:
             records = prepare_records(data_args, model_args, task_args, train_args, given)
         use_validation_probe(records, data_args, train_args, given)
+        epochs_as_max_steps(train_args, len(records.encoded), given, "training records")
         lengths = [d for d in records.lengths.tolist() if train_args.min_train_depth <= d <= train_args.max_train_depth]
         return TrainingData(records.tokenizer, records.encoded, records.record_format,
                             record_token_ids(records.tokenizer, records.record_format), records=records, recipe=recipe,
@@ -447,6 +460,7 @@ def load_data(model_args: ModelArguments, task_args: TaskArguments, data_args: D
                          "need --train_file or --dataset_name.")
     check_flags("train_par.py", records=False, given=given)
     task = build_task(task_args)
+    epochs_as_max_steps(train_args, task_args.train_size, given, "generated problems (--train_size)")
     curriculum = fit_curriculum_to_budget(
         train_args, range(train_args.min_train_depth, train_args.max_train_depth + 1), given)
     tokenizer = build_tokenizer_for(task, task_args, model_args)
@@ -473,6 +487,16 @@ def use_validation_probe(records: RecordSplits, data_args: DataArguments, train_
                 f"{data_args.validation_split_percentage:g} holds none out): give a --validation_file or a "
                 f"--validation_split_percentage above 0, or leave {'it' if one else 'them'} out.")
         return
+    if data_args.restore_best_probe and records.stop_rule_off:
+        why = records.stop_rule_off.split(":")[0]  # "the validation split (…) holds n records, fewer than N"
+        if "restore_best_probe" in given:
+            raise ValueError(f"--restore_best_probe keeps the weights of the best validation probe, and {why}: too few "
+                             "to choose weights by. Give a larger validation split (--validation_file or "
+                             "--validation_split_percentage), or --restore_best_probe false.")
+        data_args.restore_best_probe = False
+        records.notes.append(f"--restore_best_probe is off: {why}, too few to choose weights by (the run keeps its "
+                             "final weights)")
+        logger.warning("records: %s", records.notes[-1])
     if data_args.restore_best_probe:
         train_args.metric_for_best_model, train_args.greater_is_better = RecordsProbeCallback.metric, True
         train_args.load_best_model_at_end = True

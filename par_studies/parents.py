@@ -68,9 +68,26 @@ class Parent:
         return "smollm2" if self.name == "smollm2-135m" else self.name  # smollm2: the folder earlier sessions used
 
     def local_gguf(self) -> Path | None:
-        """The GGUF file if the cache holds it (checked by size: `ensure` checked its sha256 when writing it)."""
+        """The GGUF file if the cache holds it with its sha256: checked once, then trusted while the verified mark
+        beside it (`<file>.verified`: sha256, size and modification time) still describes the file. A file whose
+        size or sha256 differs (a cut-off or corrupted copy) is not used: None, and a line on stderr says why."""
         path = self.cache_folder / self.gguf_file
-        return path if path.is_file() and path.stat().st_size == self.size else None
+        if not path.is_file():
+            return None
+        stat = path.stat()
+        if stat.st_size != self.size:
+            print(f"{path}: {stat.st_size:,} bytes, expected {self.size:,}: not used", file=sys.stderr)
+            return None
+        mark = verified_mark(path)
+        expected = f"{self.sha256} {stat.st_size} {stat.st_mtime_ns}"
+        if mark.is_file() and mark.read_text().strip() == expected:
+            return path
+        got = sha256(path)
+        if got != self.sha256:
+            print(f"{path}: sha256 {got}, expected {self.sha256}: not used", file=sys.stderr)
+            return None
+        mark.write_text(expected + "\n")
+        return path
 
     def ensure(self, quiet: bool = False) -> Path:
         """The folder holding the GGUF file, downloading and assembling it first if the cache lacks it."""
@@ -98,6 +115,11 @@ def get_parent(name: str) -> Parent:
     if name not in PARENTS:
         raise ValueError(f"unknown parent {name!r}; allowed: {sorted(PARENTS)}")
     return PARENTS[name]
+
+
+def verified_mark(path: Path) -> Path:
+    """Where `Parent.local_gguf` keeps the mark of a file whose sha256 it checked."""
+    return path.with_name(path.name + ".verified")
 
 
 def sha256(path: Path) -> str:

@@ -72,9 +72,9 @@ def check_baselines(names: tuple[str, ...], data_args) -> None:
 def baseline_argv(name: str, data_args, task_args, seed: int, given: set, threads: int, output_dir: Path) -> list:
     """The command line of baseline `name` on PAR's records: its method, PAR's data flags and seed, its JSON file."""
     argv = list(BASELINES[name][2])
-    for flag in SHARED_FLAGS:
+    for flag in SHARED_FLAGS:  # --flag=value: a value that starts with '-' ("->") is read as the value, not a flag
         if getattr(data_args, flag) is not None:
-            argv += [f"--{flag}", str(getattr(data_args, flag))]
+            argv.append(f"--{flag}={getattr(data_args, flag)}")
     argv += ["--skip_bad_records", str(data_args.skip_bad_records).lower(),
              "--validation_split_percentage", f"{data_args.validation_split_percentage:g}", "--seed", str(seed),
              "--results_json", str(output_dir / f"baseline_{name}.json")]
@@ -100,15 +100,17 @@ def load_script(script: str):
 
 def run_baseline(name: str, argv: list, split: str) -> dict:
     """One baseline's row: accuracy per length of `split`, training seconds, steps (LSTM), states (RPNI), its command;
-    a bad input it refuses (a `ValueError`: records no Moore machine fits, ...) is its row's error, not the run's."""
+    a bad input it refuses (a `ValueError`: records no Moore machine fits, ...) or any other failure (a crash, an
+    argparse exit) is its row's error, named, not the run's: PAR's result, trained first, is kept."""
     label, script, _ = BASELINES[name]
     command = command_line(str(SCRIPTS / script), argv)
     print(f"baseline {label}: {command}", flush=True)
     try:
         out = load_script(script).main(argv)
-    except ValueError as error:
-        print(f"error: baseline {label}: {error}", flush=True)
-        return {"method": label, "error": str(error), "command": command}
+    except (Exception, SystemExit) as error:  # PAR has trained: a baseline's failure is its row, never the run's
+        text = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
+        print(f"error: baseline {label}: {text}", flush=True)
+        return {"method": label, "error": text, "command": command}
     rows = out["splits"][split]["per_depth"]
     return {"method": label, "accuracy": {r["depth"]: r["accuracy"] for r in rows},
             "train_seconds": out["train_seconds"], "steps": out.get("steps"), "states": out.get("num_states"),

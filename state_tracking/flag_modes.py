@@ -46,9 +46,13 @@ FLAG_MODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def given_flags(argv: Iterable[str]) -> set[str]:
-    """The flag names a command line gives (`--name value`, `--name=value`, hyphen aliases read as underscores)."""
-    return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if isinstance(a, str) and a.startswith("--")}
+def given_flags(argv: Iterable[str], fields: Iterable[str] = ()) -> set[str]:
+    """The flag names a command line gives (`--name value`, `--name=value`, hyphen aliases read as underscores).
+    `--no_name`, HfArgumentParser's negation of a bool field `name` that defaults to True, counts as `name` given
+    when `name` is among `fields` (the parser's field names) and `no_name` is not."""
+    fields = set(fields)
+    names = {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if isinstance(a, str) and a.startswith("--")}
+    return {n[3:] if n.startswith("no_") and n not in fields and n[3:] in fields else n for n in names}
 
 
 def check_flags(script: str, records: bool, given: Iterable[str]) -> None:

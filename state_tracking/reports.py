@@ -145,7 +145,8 @@ def run_summary(trainer, train_args, results: dict, train_seconds: float, world:
                               "operations": len(records.record_format.operations),
                               "labels": len(records.record_format.candidates),
                               "queries": list(records.record_format.query_names),
-                              "skipped": {k: len(v) for k, v in records.skipped.items()}}
+                              "skipped": {k: len(v) for k, v in records.skipped.items()},
+                              "notes": list(records.notes)}
     return summary
 
 

@@ -68,7 +68,7 @@ def test_baselines_train_on_the_same_files_after_par_and_print_one_table(files, 
     assert rpni["accuracy"] == {8: 1.0, 16: 1.0}
     for row, script in ((lstm, "rnn.py"), (rpni, "automata.py")):
         assert f"examples/baselines/{script} " in row["command"]
-        assert f"--train_file {train} --test_file {test}" in row["command"] and "--seed 3" in row["command"]
+        assert f"--train_file={train} --test_file={test}" in row["command"] and "--seed 3" in row["command"]
         assert "--validation_split_percentage 5" in row["command"]
     assert "--operation_tokens words" in lstm["command"] and "--algorithm rpni" in rpni["command"]
     saved = json.loads((out / "summary.json").read_text())

@@ -348,7 +348,9 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
 
     rows = {"recipe_halting": shrunk("recipe_halting"),
             "lstm": replace(protocol.ROWS["lstm"], flags={"--cell": "lstm", "--hidden": "16"}),
-            "recipe_mastery": shrunk("recipe_mastery", **{"--max_steps": "2"}),
+            # its mastery pace shrunk with its steps (a pace that cannot reach the longest length is refused)
+            "recipe_mastery": shrunk("recipe_mastery", **{"--max_steps": "2", "--curriculum_window": "1",
+                                                          "--curriculum_every_steps": "1"}),
             "recipe_then_halting": shrunk("recipe_then_halting", **{"--max_steps": "2"})}
     monkeypatch.setattr(protocol, "ROWS", rows)
     try:

@@ -395,7 +395,8 @@ def test_small_review_fixes_refuse_or_report_what_is_true(tmp_path):
     assert train_par._wants_self_distillation(["--self-distillation", "true"])
     assert train_par._wants_self_distillation(["--self-distillation=true"]) and not train_par._wants_self_distillation(
         ["--self-distillation", "false"])
-    summary = train_par.main(base + ["--self-distillation", "true", "--output_dir", str(tmp_path / "sd")])
+    summary = train_par.main(base + ["--self-distillation", "true", "--save_steps", "2",
+                                     "--output_dir", str(tmp_path / "sd")])
     assert summary["records"]["training_mode"].startswith("label-free prefix self-distillation")
     assert latest_checkpoint(tmp_path / "sd").name == "checkpoint-2"
     (tmp_path / "sd" / "checkpoint-foo").mkdir()
@@ -416,7 +417,7 @@ def test_a_checkpoint_whose_saving_was_cut_off_is_skipped_on_resume_and_refused_
     write_csv(path, turnstile_rows(60, 1, 4, seed=1))
     out = tmp_path / "run"
     base = TINY + ["--train_file", str(path), "--step_states_column", "observed", "--operation_delimiter", ";"]
-    train_par.main(base + ["--max_steps", "2", "--output_dir", str(out)])
+    train_par.main(base + ["--max_steps", "2", "--save_steps", "2", "--output_dir", str(out)])
     cut = out / "checkpoint-4"
     shutil.copytree(out / "checkpoint-2", cut)
     (cut / "trainer_state.json").unlink()

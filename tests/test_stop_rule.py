@@ -27,7 +27,8 @@ PACE = ["--curriculum_advance_accuracy", "none", "--curriculum_start_depth", "2"
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
     rng = np.random.default_rng(0)
-    lengths = [1, 2, 3, 4] + [int(d) for d in rng.integers(1, 5, size=96)]
+    # 5% held out: 33 validation records, enough for the probe to stop on and to choose weights by (>= 32)
+    lengths = [1, 2, 3, 4] + [int(d) for d in rng.integers(1, 5, size=656)]
     return write_counter_csv(tmp_path_factory.mktemp("stop_rule") / "counter.csv", lengths, rng)
 
 

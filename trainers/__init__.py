@@ -60,12 +60,13 @@ from .self_distillation import (
 
 __all__ = [
     "OBJECTIVES", "additive_hold_iterations", "answer_loss", "apply_core_lora", "balanced_halt_loss",
-    "checkpoint_complete", "core_lora_config", "curriculum_done", "curriculum_max_depth", "curriculum_steps_needed", "DepthBatchSampler",
-    "fixed_pace_levels",
+    "checkpoint_complete", "core_lora_config", "curriculum_done", "curriculum_max_depth", "curriculum_steps_needed",
+    "DepthBatchSampler", "fixed_pace_levels",
     "distillation_kl", "ema_update", "final_targets", "halt_labels", "hold_iterations", "is_adapter_parameter",
     "iterations_for_depth", "last_complete_checkpoint", "mastery_levels", "mastery_max_depth", "MasteryCurriculum",
     "operation_encodings", "ParTrainer", "ParTrainingArguments", "phrasing_alignment_loss",
-    "pose_positions", "prefix_position_ids", "prefix_state_targets", "random_sorted_positions", "PrefixSelfDistillationTrainer",
+    "pose_positions", "prefix_position_ids", "prefix_state_targets", "random_sorted_positions",
+    "PrefixSelfDistillationTrainer",
     "ProbeCallback", "probe_stop", "progress_targets",
     "readout_accuracy", "require_complete_checkpoint", "FreezePreludeCallback", "freeze_prelude_weights",
     "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",

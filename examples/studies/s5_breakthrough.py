@@ -167,9 +167,9 @@ def tiny_values() -> dict[str, str]:
     """--tiny: what every row's command is shrunk to (plumbing only; these replace the row's own values)."""
     return {"--hidden_size": "32", "--intermediate_size": "64", "--num_attention_heads": "2",
             "--num_key_value_heads": "2", "--per_device_train_batch_size": "8", "--max_steps": str(TINY_STEPS),
-            "--curriculum_every_steps": "1", "--probe_every_steps": "2", "--probe_n": "16", "--save_steps": "2",
-            "--eval_depths": str(PROBE_DEPTH), "--eval_n": "16", "--logging_steps": "2", "--max_iterations": "48",
-            "--compile_core": "false", "--use_cpu": "true"}
+            "--curriculum_every_steps": "1", "--curriculum_increment": "2", "--probe_every_steps": "2",
+            "--probe_n": "16", "--save_steps": "2", "--eval_depths": str(PROBE_DEPTH), "--eval_n": "16",
+            "--logging_steps": "2", "--max_iterations": "48", "--compile_core": "false", "--use_cpu": "true"}
 
 
 def places(tiny: bool) -> tuple[Path, Path]:

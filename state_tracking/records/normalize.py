@@ -53,11 +53,22 @@ WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr,
 WHITESPACE_RUN = f"[{WHITESPACE}]+"  # one pattern for Python's re and RE2 alike (literal characters in a class)
 
 
+def json_in_text(text: str) -> Any:
+    """JSON written inside a text cell (a CSV cell, a string value), its numbers kept as the text written there.
+
+    The one typing rule of labels: a label is what its cell holds. A text cell's label is its text as written — `2.0`
+    stays "2.0", `007` stays "007" — and so is a number written inside JSON text in a text cell (a step-state list
+    ``[1.0, 2.0]``, a mapping ``{"x": 2.0}``): "1.0", "2.0", the same labels as the plain cells beside it. A value the
+    file's format types as a number (JSON Lines, Parquet) is named by `label_string` (integral without the point:
+    2.0 -> "2") wherever it stands, in a list or a mapping alike."""
+    return json.loads(text, parse_float=str, parse_int=str)
+
+
 def parse_state(value: Any, where: str) -> dict[str, str] | str:
     """A cell holding one state: a mapping (or its JSON text) -> {query: label}; anything else -> one label."""
     if isinstance(value, str) and value.strip().startswith("{"):
         try:
-            value = json.loads(value)
+            value = json_in_text(value)
         except json.JSONDecodeError as error:
             raise RecordError(f"{where}: {value!r} is not a valid JSON mapping ({error}).") from None
     if isinstance(value, dict):
@@ -109,7 +120,7 @@ def split_cell(value: Any, splitter: re.Pattern, where: str, what: str) -> list[
         # cell that only starts with "[", a log line such as "[INFO] start; stop", is split at the delimiter)
         if text.startswith("["):
             try:
-                parsed = json.loads(text)
+                parsed = json_in_text(text)
             except json.JSONDecodeError as error:
                 if what == "step states" or text.endswith("]"):
                     raise RecordError(f"{where}: {value!r} is not a valid JSON list ({error}).") from None

@@ -1,5 +1,6 @@
-"""The depth curriculum against the step budget: checked (and, when the user chose no pace, adapted) before training,
-and what it reached recorded after (summary.json's "curriculum").
+"""The step budget: --num_train_epochs as steps (`steps_for_epochs`); the depth curriculum against the budget, checked
+(and, when the user chose no pace, adapted) before training, and what it reached recorded after (summary.json's
+"curriculum").
 
 `train_args` is a `ParTrainingArguments` (or any object with its curriculum fields); `given` the flags the user typed.
 """
@@ -7,6 +8,7 @@ and what it reached recorded after (summary.json's "curriculum").
 from __future__ import annotations
 
 import logging
+import math
 
 from .schedules import curriculum_steps_needed
 
@@ -17,6 +19,35 @@ PACE_FLAGS = ("curriculum_start_depth", "curriculum_increment", "curriculum_ever
               "curriculum_advance_accuracy")
 
 
+def steps_for_epochs(epochs: float, examples: int, batch_size: int, world: int = 1, accumulation: int = 1) -> int:
+    """--num_train_epochs as optimizer steps: ⌈epochs · N / (batch · world · accumulation)⌉, N the training examples
+    (each optimizer step reads batch · world · accumulation of them)."""
+    if not epochs > 0:
+        raise ValueError(f"--num_train_epochs must be > 0; got {epochs!r}.")
+    return max(1, math.ceil(epochs * examples / (batch_size * world * accumulation)))
+
+
+def epochs_as_max_steps(train_args, examples: int | None, given: set, what: str) -> None:
+    """Honour --num_train_epochs (the Trainer would ignore it: this package's runs are budgeted by max_steps): set
+    max_steps = `steps_for_epochs` over the `examples` training examples, and say so. Refused with --max_steps (give
+    one of them) and where the examples are drawn per step (`examples` None: generated problems without
+    --train_size)."""
+    if "num_train_epochs" not in given:
+        return
+    if "max_steps" in given:
+        raise ValueError(f"--num_train_epochs {train_args.num_train_epochs:g} and --max_steps {train_args.max_steps} "
+                         "both set the length of training: give one of them.")
+    if examples is None:
+        raise ValueError("--num_train_epochs counts passes over a fixed training set, and generated problems are "
+                         "drawn for the run's steps: give --max_steps, or --train_size with --num_train_epochs.")
+    a = train_args
+    a.max_steps = steps_for_epochs(a.num_train_epochs, examples, a.per_device_train_batch_size, max(1, a.world_size),
+                                   a.gradient_accumulation_steps)
+    logger.warning("--num_train_epochs %g over %d %s: --max_steps %d (%d examples per optimizer step).",
+                   a.num_train_epochs, examples, what, a.max_steps,
+                   a.per_device_train_batch_size * max(1, a.world_size) * a.gradient_accumulation_steps)
+
+
 def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
     """Check, before training, that the depth curriculum reaches the longest training length within the step budget.
 
@@ -24,7 +55,8 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
     expected count if every length were mastered at once). needed ≤ ¾ · max_steps: nothing changes. Otherwise, when
     the user gave none of the pace flags (`PACE_FLAGS`), the pace is adapted and the log says so: the fixed pace
     grows every e' = ⌊¾ · max_steps / growths⌋ steps instead (each length still visited), or, where e' < 1 and for the
-    mastery curriculum, grows by the smallest curriculum_increment whose needed steps fit ¾ of the budget. When they
+    mastery curriculum, grows by the smallest curriculum_increment whose needed steps fit ¾ of the budget; where none
+    does (a budget of a few steps), training has no curriculum (every length from the first step). When they
     gave one, a pace that cannot reach the longest length within max_steps is refused naming the numbers (one that
     leaves less than ¼ of the budget is warned about). Returns summary.json's "curriculum" plan, or None without a
     curriculum. `lengths`: the training lengths present."""
@@ -63,10 +95,13 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
     else:
         increment = next((k for k in range(increment + 1, a.max_train_depth - a.curriculum_start_depth + 1)
                           if needed(k, every if window is not None else 1) <= share), None)
-        if increment is None:
-            raise ValueError(f"{message}: too short for any depth curriculum to reach the longest length within "
-                             f"{CURRICULUM_SHARE:.0%} of it. Give a larger --max_steps, a shorter --max_train_depth, "
-                             "or --curriculum_start_depth none.")
+        if increment is None:  # no pace fits: train every length from the first step
+            logger.warning("%s: no pace reaches the longest length within %d%% of it, so training has no depth "
+                           "curriculum (every length from the first step); give a larger --max_steps for one.",
+                           message, round(100 * CURRICULUM_SHARE))
+            plan["adapted"] = {"curriculum_start_depth": None, "curriculum_advance_accuracy": None, "steps_needed": 0}
+            a.curriculum_start_depth, a.curriculum_advance_accuracy = None, None
+            return plan
         every = every if window is not None else 1
     adapted = {"curriculum_increment": increment, "curriculum_every_steps": every}
     changed = {k: v for k, v in adapted.items() if v != getattr(a, k)}
@@ -94,4 +129,5 @@ def curriculum_outcome(plan: dict | None, cap_at, steps: int) -> dict | None:
     return outcome
 
 
-__all__ = ["CURRICULUM_SHARE", "PACE_FLAGS", "curriculum_outcome", "fit_curriculum_to_budget"]
+__all__ = ["CURRICULUM_SHARE", "PACE_FLAGS", "curriculum_outcome", "epochs_as_max_steps", "fit_curriculum_to_budget",
+           "steps_for_epochs"]
