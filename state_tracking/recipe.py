@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pyarrow.compute as pc
 
-from .records import SCALAR_QUERY, RecordSplits, has_step_states
+from .records import SCALAR_QUERY, RecordSplits, has_step_states, whole_token_clashes
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ class RecordStatistics:
     whole_state: bool | None  # the answer is the whole state (`whole_state_check`); None: too few records to tell
     transitions_checked: int
     transition_conflicts: int
+    # operations written as a token the record tokenizer reserves ("Yes", "No", ...): no whole-operation tokens
+    whole_token_clashes: tuple = ()
 
     def describe(self) -> str:
         whole = {True: "names the whole state", False: "does not name the whole state",
@@ -103,7 +105,8 @@ def record_statistics(records: RecordSplits) -> RecordStatistics:
         operation_occurrences=int(repeats.sum()), min_operation_repeats=int(repeats.min()),
         median_operation_repeats=float(np.median(repeats)),
         words_per_operation=round(float((words * repeats).sum() / repeats.sum()), 3),
-        whole_state=whole, transitions_checked=checked, transition_conflicts=conflicts)
+        whole_state=whole, transitions_checked=checked, transition_conflicts=conflicts,
+        whole_token_clashes=tuple(whole_token_clashes(records.record_format)))
 
 
 def whole_state_check(dataset, lengths: np.ndarray, limit: int = WHOLE_STATE_CHECK_RECORDS) -> tuple:
@@ -260,6 +263,10 @@ def operation_tokens_rule(s: RecordStatistics) -> tuple[dict, str]:
     if s.words_per_operation < MULTI_WORD:
         return {}, (f"words (the default): {s.words_per_operation:.1f} words per operation, so whole would read about "
                     "the same tokens")
+    if s.whole_token_clashes:
+        return {}, (f"words (the default): operations {list(s.whole_token_clashes)[:3]} are written as tokens the "
+                    "record tokenizer reserves (the halting readout's Yes / No, the query and label tokens), so they "
+                    "cannot have whole tokens of their own")
     if s.min_operation_repeats < MIN_REPEATS:
         return {}, (f"words (the default): the rarest of {s.distinct_operations} distinct operations occurs "
                     f"{s.min_operation_repeats} times (< {MIN_REPEATS}): one token each would be barely trained, "

@@ -243,3 +243,27 @@ def test_float_states_read_alike_in_plain_cells_and_in_lists_in_csv_and_in_json_
     mapping.write_text('ops,state\na,"{""x"": 2.0, ""y"": 1}"\n')
     loaded = load_record_files(str(mapping), RecordColumns(operations="ops", state="state"))
     assert loaded.dataset["labels"] == [[["2.0", "1"]]]
+
+
+# ------------------------------------------------------- 8. whole-operation tokens only where the records allow them
+def test_the_recipe_keeps_words_when_an_operation_is_named_like_a_reserved_token(tmp_path):
+    from state_tracking.recipe import RecordStatistics, operation_tokens_rule
+
+    rng = np.random.default_rng(0)
+    ops = ["Yes", "No", "open the inlet valve slowly", "close the inlet valve at once"]
+    effect = {"open the inlet valve slowly": "open", "close the inlet valve at once": "closed"}  # Yes, No: nothing
+    rows = []
+    for _ in range(200):
+        events, state = [str(o) for o in rng.choice(ops, size=int(rng.integers(1, 6)))], "closed"
+        for event in events:
+            state = effect.get(event, state)
+        rows.append((events, state))
+    summary = train_par.main(TINY + ["--train_file", write_csv(tmp_path / "valve.csv", rows), *COLUMNS,
+                                     "--max_steps", "1", "--output_dir", str(tmp_path / "run")])
+    recipe = summary["recipe"]
+    assert recipe["statistics"]["words_per_operation"] >= 2 and recipe["statistics"]["min_operation_repeats"] >= 20
+    assert list(recipe["statistics"]["whole_token_clashes"]) == ["No", "Yes"]
+    assert "operation_tokens" not in recipe["chosen"]  # before: whole chosen, then an error blaming the flag
+    assert "['No', 'Yes'] are written as tokens the record tokenizer reserves" in recipe["reasons"]["operation_tokens"]
+    clean = dict(recipe["statistics"], whole_token_clashes=[])
+    assert operation_tokens_rule(RecordStatistics(**clean))[0] == {"operation_tokens": "whole"}

@@ -33,6 +33,8 @@ from .encode import (
     encode_records,
     has_step_states,
     record_token_ids,
+    reserved_tokens,
+    whole_token_clashes,
 )
 from .evaluate import evaluate_records, records_progress_profile
 from .io import (
@@ -67,5 +69,6 @@ __all__ = [
     "build_record_tokenizer", "check_delimiter", "check_distinct_encodings", "check_record_lengths",
     "dataset_split_names", "discover_format", "encode_records", "evaluate_records", "find_query_names",
     "has_step_states", "load_record_files", "longest_records", "normalize", "read_file", "read_record_splits",
-    "record_token_ids", "records_progress_profile", "resolve_columns", "resolve_files", "task_records", "within_reach",
+    "record_token_ids", "reserved_tokens", "whole_token_clashes",
+    "records_progress_profile", "resolve_columns", "resolve_files", "task_records", "within_reach",
 ]

@@ -76,6 +76,19 @@ def check_operation_tokens(value) -> None:
                           f"whole: one token per distinct operation); got {value!r}.")
 
 
+def reserved_tokens(record_format: RecordFormat) -> list[str]:
+    """The tokens a record tokenizer holds before any operation: ``<pad> <unk> <bos>``, the query tokens, ``Yes No``
+    (the halting readout), one token per label."""
+    return [PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, *(query_token(j) for j in range(len(record_format.query_names))),
+            YES_TOKEN, NO_TOKEN, *(candidate_token(c) for c in record_format.candidates)]
+
+
+def whole_token_clashes(record_format: RecordFormat) -> list[str]:
+    """The operations `--operation_tokens whole` cannot give a token of their own: those written as a token the
+    tokenizer already reserves (`reserved_tokens`: an operation named "Yes" or "No", say). Empty: whole tokens work."""
+    return sorted(set(record_format.operations) & set(reserved_tokens(record_format)))
+
+
 def build_record_tokenizer(record_format: RecordFormat, operation_tokens: str = "words") -> PreTrainedTokenizerFast:
     """A word-level tokenizer for a `RecordFormat`: ``<pad> <unk> <bos>``, the query tokens, ``Yes No``, one token
     per label (``<=label>``, placed by id only), then
@@ -89,10 +102,10 @@ def build_record_tokenizer(record_format: RecordFormat, operation_tokens: str = 
     check_operation_tokens(operation_tokens)
     queries = [query_token(j) for j in range(len(record_format.query_names))]
     labels = [candidate_token(c) for c in record_format.candidates]
-    vocab = [PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, *queries, YES_TOKEN, NO_TOKEN, *labels]
+    vocab = reserved_tokens(record_format)
     pre_tokenizer = Whitespace()
     if operation_tokens == "whole":
-        clash = sorted(set(record_format.operations) & set(vocab))
+        clash = whole_token_clashes(record_format)
         if clash:
             raise RecordError(f"--operation_tokens whole: operations {clash[:3]} are written as the records tokens "
                               "of the same name; rename them in the data, or use --operation_tokens words.")
