@@ -55,11 +55,11 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
+from .sentences import ENDS, FULL_WIDTH_ENDS, merged_sentences, sentence_spans, unquoted
+
 RENDERINGS = ("text", "symbolic")
 CANDIDATE = "{candidate}"
 QUESTION_MARK = "?"
-# one sentence: up to . ! ? before whitespace or the end (a lone mark is a unit of its own: an empty sentence)
-_SENTENCE = re.compile(r"[.!?](?=\s|$)|\S.*?(?:[.!?](?=\s|$)|$)", re.S)
 _TOKEN = re.compile(r"\S+")
 
 
@@ -175,9 +175,16 @@ class PromptFormat:
 
     def _key(self, unit: str) -> str:
         """What a unit is compared by: whitespace runs collapsed; under a delimiter, a closing '.' or '!' is optional
-        (log lines often have none)."""
+        (log lines often have none); between sentence ends, a sentence in quotes reads as itself, and a unit without
+        an end (a line of its own) as the statement it writes ("swap 1 3" as "swap 1 3.")."""
         text = _norm(unit)
-        return text.rstrip(".!").rstrip() if self.delimiter is not None and not text.endswith(QUESTION_MARK) else text
+        if self.delimiter is not None:
+            return text.rstrip(".!").rstrip() if not text.endswith(QUESTION_MARK) else text
+        if self.rendering == "text":
+            text = unquoted(text)
+            if text and text[-1] not in ENDS + FULL_WIDTH_ENDS:
+                return text + "."
+        return text
 
     # ------------------------------------------------------------------------------------ validation, (de)serialisation
     def _validate(self) -> None:
@@ -217,11 +224,11 @@ class PromptFormat:
             named = [(f"operations[{n!r}]", u) for n, units in self.operations.items() for u in units]
             named += [("preamble", t) for templates in self.preamble for t in templates]
             for name, unit in named:
-                if len(_SENTENCE.findall(unit)) != 1 or unit.rstrip()[-1] not in ".!?":
+                if len(sentence_spans(unit)) != 1 or unit.rstrip()[-1] not in ".!?":
                     fail(name, "one sentence ending with '.', '!' or '?' (one operation per sentence; or give a "
                          "delimiter)", unit)
             for words in (w for alternatives in self.queries for w in alternatives):
-                if len(_SENTENCE.findall(words + " " + QUESTION_MARK)) != 1:
+                if len(sentence_spans(words + " " + QUESTION_MARK)) != 1:
                     fail("queries", "question words with no sentence end inside (their '?' ends the question)", words)
         problem = None if self.delimiter is None else delimiter_problem(self.delimiter, splits=False)
         if problem:
@@ -380,7 +387,7 @@ class PromptFormat:
             return [m.span() for m in _TOKEN.finditer(prompt)]
         delimiter = self._lookup["delimiter"]
         if delimiter is None:
-            return [m.span() for m in _SENTENCE.finditer(prompt)]
+            return sentence_spans(prompt)  # the one sentence rule (`sentences.py`)
         pieces, start = [], 0
         for match in [*delimiter.finditer(prompt), None]:
             end = len(prompt) if match is None else match.start()
@@ -424,6 +431,12 @@ class PromptFormat:
         new = set()  # indices of the units the format does not list (read from their words: allow_untrained)
         for j in range(p):
             if texts[j] not in self._lookup["preamble"][j]:
+                if texts[j] in self._lookup["op"]:  # read as a new start sentence, it would shorten the prompt
+                    raise PromptFormatError(
+                        f"start sentence {j + 1} {prompt[slice(*spans[j])]!r} is a wording of operation "
+                        f"{self._lookup['op'][texts[j]]!r}: a {self.task_name} prompt opens with {p} start "
+                        f"sentence(s) (e.g. {self.preamble[j][0].replace(CANDIDATE, self.candidates[0])!r}), then the "
+                        "operations.")
                 if not allow_untrained:
                     raise PromptFormatError(
                         f"start sentence {j + 1} {prompt[slice(*spans[j])]!r} is not one the task states its start "
@@ -460,6 +473,11 @@ class PromptFormat:
             self._check_words(prompt, spans[i], f"operation {k}")
             name = self._lookup["op"].get(texts[i])
             if name is None:
+                merged = merged_sentences(texts[i], self._lookup["op"]) if self.delimiter is None else None
+                if merged:
+                    raise PromptFormatError(
+                        f"operation {k} {prompt[slice(*spans[i])]!r} is {len(merged)} operations with their sentence "
+                        f"ends missing ({', '.join(map(repr, merged))}): end each with '.' (or a line break).")
                 if not allow_untrained:
                     self._unknown_operation(prompt, spans[i], texts[i], k)
                 if texts[i].endswith(QUESTION_MARK):

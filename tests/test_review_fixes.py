@@ -267,3 +267,57 @@ def test_the_recipe_keeps_words_when_an_operation_is_named_like_a_reserved_token
     assert "['No', 'Yes'] are written as tokens the record tokenizer reserves" in recipe["reasons"]["operation_tokens"]
     clean = dict(recipe["statistics"], whole_token_clashes=[])
     assert operation_tokens_rule(RecordStatistics(**clean))[0] == {"operation_tokens": "whole"}
+
+
+# ------------------------------------------------- 5, 6. sentence roles and the sentence splitter of the pipeline
+def batch_format():
+    from state_tracking import load_task, prompt_format_of
+
+    return prompt_format_of(load_task("examples/tasks/batch_process.json"), "text")
+
+
+START, PRESS, FULL, ASK = ("The batch reactor is idle.", "The operator presses start.",
+                           "The level sensor reports full.", "The reactor is now ?")
+
+
+def test_a_known_operation_where_the_start_stands_is_refused_not_read_as_a_new_start():
+    from modeling_par import PromptFormatError
+
+    fmt = batch_format()
+    for allow in (False, True):
+        with pytest.raises(PromptFormatError, match=r"start sentence 1 'The operator presses start\.' is a wording of "
+                                                    r"operation 'start': a batch_process prompt opens with 1 start"):
+            fmt.segment(f"{PRESS} {FULL} {ASK}", allow_untrained=allow)
+
+
+@pytest.mark.parametrize("prompt", [
+    f"{START}\n{PRESS[:-1]}\n{FULL[:-1]}\n{ASK}",  # one operation per line, no periods
+    f'{START} "{PRESS}" {FULL} {ASK}',  # a closing quote after the period
+    f"{START}\n  {PRESS}  \n\n{FULL}\n{ASK}",  # blank lines and indentation
+])
+def test_lines_and_quotes_end_sentences_and_every_operation_is_read(prompt):
+    segments = batch_format().segment(prompt)
+    assert segments.operations == ("start", "level_ok")  # before: the lines merged into the question (depth 0)
+
+
+def test_a_missing_sentence_end_is_refused_naming_the_operations_it_merges():
+    from modeling_par import PromptFormatError
+
+    for allow in (False, True):  # before: read as one new operation with allow_untrained (the prompt one shorter)
+        with pytest.raises(PromptFormatError, match=r"operation 1 'The operator presses start The level sensor reports "
+                                                    r"full\.' is 2 operations with their sentence ends missing"):
+            batch_format().segment(f"{START} {PRESS[:-1]} {FULL} {ASK}", allow_untrained=allow)
+
+
+def test_the_sentence_rule_keeps_abbreviations_and_ends_full_width_sentences():
+    from modeling_par.sentences import sentence_spans
+
+    def cut(text):
+        return [text[a:b] for a, b in sentence_spans(text)]
+
+    assert cut("Wait approx. 5 min. Then the tank reports full.") == ["Wait approx. 5 min.",
+                                                                      "Then the tank reports full."]
+    assert cut("交换1和3。交换2和4。盒子1里是？") == ["交换1和3。", "交换2和4。", "盒子1里是？"]
+    assert cut('He said "stop." Then it stopped!') == ['He said "stop."', "Then it stopped!"]
+    assert cut(". .") == [".", "."]  # a lone mark: an empty sentence, refused by name where a unit is read
+    assert cut("swap 1 3. etc. Then stop.") == ["swap 1 3.", "etc.", "Then stop."]  # a capital after it: ends
