@@ -125,3 +125,14 @@ def test_without_a_validation_split_the_defaults_and_a_false_stop_train(records,
                                      "--stop_when_validation_exact", "false", "--restore_best_probe", "false",
                                      "--output_dir", str(tmp_path / "x")])
     assert summary["steps"] == 2 and summary["probe"] == [] and summary["best_model_checkpoint"] is None
+
+
+def test_a_validation_split_too_small_to_stop_on_never_stops_the_run(records, tmp_path, monkeypatch):
+    """The switch of the stop rule (`RecordSplits.stop_rule_off`): the same always-exact probes on a split of 13
+    records (2%, fewer than 32) never stop training; the run trains to --max_steps and its notes say why."""
+    scripted_probe(monkeypatch, [1.0])
+    summary = train_par.main(TINY + PACE + ["--train_file", records, "--max_steps", "10", "--output_dir",
+                                            str(tmp_path / "run"), "--validation_split_percentage", "2"])
+    assert summary["probe_stopped_at"] is None and summary["steps"] == 10 and summary["stopped_by"] == "max_steps"
+    assert len(summary["probe"]) == 5 and all(p["accuracy"] == 1.0 for p in summary["probe"])
+    assert any("too few for --stop_when_validation_exact" in note for note in summary["records"]["notes"])
