@@ -2,6 +2,7 @@
 same records files, seed and split, one table, and summary.json's "baselines"; a bad --baselines is one error."""
 
 import json
+import shlex
 
 import numpy as np
 import pytest
@@ -66,11 +67,16 @@ def test_baselines_train_on_the_same_files_after_par_and_print_one_table(files, 
     assert set(lstm["accuracy"]) == set(rpni["accuracy"]) == {8, 16}  # the same test lengths, every one
     assert lstm["steps"] == 20 and lstm["states"] is None and rpni["states"] == 3  # the counter's three states
     assert rpni["accuracy"] == {8: 1.0, 16: 1.0}
-    for row, script in ((lstm, "rnn.py"), (rpni, "automata.py")):
-        assert f"examples/baselines/{script} " in row["command"]
-        assert f"--train_file={train} --test_file={test}" in row["command"] and "--seed 3" in row["command"]
-        assert "--validation_split_percentage 5" in row["command"]
-    assert "--operation_tokens words" in lstm["command"] and "--algorithm rpni" in rpni["command"]
+    for row, script in ((lstm, "rnn.py"), (rpni, "automata.py")):  # each command, read by its script's own parser
+        words = shlex.split(row["command"])
+        assert words[1].endswith(f"examples/baselines/{script}")
+        args = load_example(f"examples/baselines/{script}").parse_args(words[2:])
+        assert (args.train_file, args.test_file, args.seed, args.validation_split_percentage) == (train, test, 3, 5)
+        assert (args.operations_column, args.step_states_column) == ("ops", "states")
+    lstm_args = load_example("examples/baselines/rnn.py").parse_args(shlex.split(lstm["command"])[2:])
+    assert lstm_args.operation_tokens == "words" and lstm_args.hidden == 16 and lstm_args.max_steps == 20
+    assert load_example("examples/baselines/automata.py").parse_args(
+        shlex.split(rpni["command"])[2:]).algorithm == "rpni"
     saved = json.loads((out / "summary.json").read_text())
     assert saved["baselines"]["table"] == table["table"]
     assert json.loads((out / "baseline_lstm.json").read_text())["seed"] == 3

@@ -46,13 +46,17 @@ def model_reads(tracker, prompt: str, halting: bool) -> str:
     return tracker.prompt_format.candidates[int(prediction.answers[0, 0])]
 
 
-def test_the_new_sentences_are_in_no_task_file():
+def test_the_format_reads_the_new_sentences_as_new_and_the_trained_ones_as_listed():
     fmt = prompt_format_of(MACHINE, "text")
-    listed = {s for units in fmt.operations.values() for s in units}
-    listed |= {t.replace("{candidate}", c) for t in fmt.preamble[0] for c in fmt.candidates}
-    listed |= {w + " ?" for w in fmt.queries[0]}
-    assert not {NEW_START, NEW_START_OPERATION, NEW_FULL_OPERATION, NEW_QUESTION} & listed
-    assert {TRAINED_START, TRAINED_START_OPERATION, TRAINED_QUESTION} <= listed
+    new = fmt.segment(" ".join([NEW_START, NEW_START_OPERATION, NEW_FULL_OPERATION, NEW_QUESTION]),
+                      allow_untrained=True)
+    assert [u["sentence"] for u in new.untrained] == [NEW_START, NEW_START_OPERATION, NEW_FULL_OPERATION,
+                                                      NEW_QUESTION]
+    assert new.operations == (None, None)
+    known = fmt.segment(" ".join([TRAINED_START, TRAINED_START_OPERATION, TRAINED_QUESTION]))
+    assert known.untrained is None and known.operations == ("start",)
+    with pytest.raises(PromptFormatError, match="start sentence 1 'The reactor is idle.' is not one the task"):
+        fmt.segment(" ".join([NEW_START, TRAINED_START_OPERATION, TRAINED_QUESTION]))
 
 
 @pytest.mark.parametrize("halting", [False, True])

@@ -98,7 +98,10 @@ def test_the_registry_names_each_parent_with_its_source_licence_and_size():
     assert sorted(PARENTS) == ["qwen2.5-coder-0.5b", "smollm2-135m"]
     qwen = get_parent("qwen2.5-coder-0.5b")
     assert qwen.size == 491_400_064 and len(qwen.wheels) == len(qwen.members) == 6
-    assert qwen.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+    for parent in PARENTS.values():  # the registry describes the real file wherever the cache holds it
+        path = parent.cache_folder / parent.gguf_file
+        if path.is_file():
+            assert parent.local_gguf() == path  # its sha256 checked (once; a mark beside it after that)
     assert "not the base" in __import__("par_studies.parents").parents.__doc__
     with pytest.raises(ValueError, match=r"unknown parent 'qwen7b'; allowed: \['qwen2.5-coder-0.5b', 'smollm2-135m'\]"):
         get_parent("qwen7b")
