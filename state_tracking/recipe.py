@@ -67,7 +67,7 @@ class RecordStatistics:
     transitions_checked: int
     transition_conflicts: int
     # operations written as a token the record tokenizer reserves ("Yes", "No", ...): no whole-operation tokens
-    whole_token_clashes: tuple = ()
+    whole_token_clashes: list = field(default_factory=list)
 
     def describe(self) -> str:
         whole = {True: "names the whole state", False: "does not name the whole state",
@@ -106,7 +106,7 @@ def record_statistics(records: RecordSplits) -> RecordStatistics:
         median_operation_repeats=float(np.median(repeats)),
         words_per_operation=round(float((words * repeats).sum() / repeats.sum()), 3),
         whole_state=whole, transitions_checked=checked, transition_conflicts=conflicts,
-        whole_token_clashes=tuple(whole_token_clashes(records.record_format)))
+        whole_token_clashes=whole_token_clashes(records.record_format))
 
 
 def whole_state_check(dataset, lengths: np.ndarray, limit: int = WHOLE_STATE_CHECK_RECORDS) -> tuple:

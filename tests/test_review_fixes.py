@@ -262,7 +262,7 @@ def test_the_recipe_keeps_words_when_an_operation_is_named_like_a_reserved_token
                                      "--max_steps", "1", "--output_dir", str(tmp_path / "run")])
     recipe = summary["recipe"]
     assert recipe["statistics"]["words_per_operation"] >= 2 and recipe["statistics"]["min_operation_repeats"] >= 20
-    assert list(recipe["statistics"]["whole_token_clashes"]) == ["No", "Yes"]
+    assert recipe["statistics"]["whole_token_clashes"] == ["No", "Yes"]
     assert "operation_tokens" not in recipe["chosen"]  # before: whole chosen, then an error blaming the flag
     assert "['No', 'Yes'] are written as tokens the record tokenizer reserves" in recipe["reasons"]["operation_tokens"]
     clean = dict(recipe["statistics"], whole_token_clashes=[])
