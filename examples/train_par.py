@@ -42,6 +42,7 @@ from state_tracking.evaluation import command_line  # noqa: E402
 from state_tracking.flag_modes import check_flags, given_flags  # noqa: E402
 from state_tracking.hf_parser import accept_none  # noqa: E402
 from state_tracking.recipe import RECIPE_MODES, check_recipe, use_recipe  # noqa: E402
+from state_tracking.record_flags import RecordFlags  # noqa: E402
 from state_tracking.records import OPERATION_TOKENS, RecordSplits, record_token_ids  # noqa: E402
 from state_tracking.reports import (  # noqa: E402
     evaluate_and_report,
@@ -188,38 +189,14 @@ class TaskArguments:
 
 
 @dataclass
-class DataArguments:
+class DataArguments(RecordFlags):
     """Recorded data instead of a task generator (`state_tracking.records`): CSV / JSON Lines / Parquet files by
-    extension, or anything `datasets.load_dataset` takes."""
+    extension, or anything `datasets.load_dataset` takes. Which records and columns: `RecordFlags` (defined once, the
+    baselines' too); the rest here."""
 
-    train_file: str | None = field(default=None, metadata={
-        "help": "training records: a path, a glob, or a comma-separated list (.csv, .tsv, .jsonl, .json, .parquet)"})
-    validation_file: str | None = field(default=None, metadata={
-        "help": "records evaluated after training (as test); default: --validation_split_percentage of the training "
-                "file"})
-    test_file: str | None = field(default=None, metadata={"help": "records evaluated after training: accuracy per "
-                                                                  "sequence length present"})
-    dataset_name: str | None = field(default=None, metadata={"help": "a datasets.load_dataset name or folder"})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "its configuration"})
-    operations_column: str | None = field(default=None, metadata={
-        "help": "the operations: a list of strings, or a string split by --operation_delimiter (default: the one "
-                "column with a conventional name: operations, ops, sequence, events, actions, input(s), tokens)"})
-    state_column: str | None = field(default=None, metadata={
-        "help": "the final state: a label or a mapping query -> label (JSON text in CSV)"})
-    step_states_column: str | None = field(default=None, metadata={
-        "help": "the state after each operation: a list, or a string split by --operation_delimiter"})
-    initial_state_column: str | None = field(default=None, metadata={"help": "the state before the operations"})
-    operation_delimiter: str | None = field(default=None, metadata={
-        "help": "regex splitting a string of operations (and of step states); default whitespace"})
-    skip_bad_records: bool = field(default=False, metadata={
-        "help": "drop records that cannot be read and report how many (default: the first one is an error)"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training records"})
     data_name: str | None = field(default=None, metadata={"help": "the name the checkpoint gives the data (default: "
                                                                  "the training file's stem)"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation records"})
-    validation_split_percentage: float = field(default=5, metadata={
-        "help": "with no --validation_file (and no validation split in --dataset_name): this percent of the training "
-                "records, chosen at random with --seed, is held out as the validation split (0: none)"})
     preprocessing_num_workers: int | None = field(default=None, metadata={
         "help": "processes reading and encoding the records (datasets' num_proc)"})
     overwrite_cache: bool = field(default=False, metadata={

@@ -20,14 +20,11 @@ from pathlib import Path
 import torch
 
 from .evaluation import command_line
+from .record_flags import RECORD_FLAG_NAMES, RecordFlags, record_flags_of
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "examples" / "baselines"
 # --baselines name -> (label, script, its flags choosing the method)
 BASELINES = {"lstm": ("LSTM", "rnn.py", ["--cell", "lstm"]), "rpni": ("RPNI", "automata.py", ["--algorithm", "rpni"])}
-# train_par.py's data flags that rnn.py and automata.py read as it does (automata.py reads operations as strings: no
-# --operation_tokens)
-SHARED_FLAGS = ("train_file", "validation_file", "test_file", "operations_column", "state_column",
-                "step_states_column", "initial_state_column", "operation_delimiter", "max_train_samples")
 # the validation probe's flags rnn.py takes as train_par.py does, passed where the command gives them
 PROBE_FLAGS = ("stop_when_validation_exact", "probe_n", "probe_every_steps", "probe_stop_patience")
 
@@ -70,14 +67,10 @@ def check_baselines(names: tuple[str, ...], data_args) -> None:
 
 
 def baseline_argv(name: str, data_args, task_args, seed: int, given: set, threads: int, output_dir: Path) -> list:
-    """The command line of baseline `name` on PAR's records: its method, PAR's data flags and seed, its JSON file."""
-    argv = list(BASELINES[name][2])
-    for flag in SHARED_FLAGS:  # --flag=value: a value that starts with '-' ("->") is read as the value, not a flag
-        if getattr(data_args, flag) is not None:
-            argv.append(f"--{flag}={getattr(data_args, flag)}")
-    argv += ["--skip_bad_records", str(data_args.skip_bad_records).lower(),
-             "--validation_split_percentage", f"{data_args.validation_split_percentage:g}", "--seed", str(seed),
-             "--results_json", str(output_dir / f"baseline_{name}.json")]
+    """Baseline `name`'s own flags: its method, PAR's seed, its JSON file, and for the LSTM the operation tokens, the
+    threads and the validation probe's flags the command gave. The record flags are not written here: the baseline
+    gets train_par.py's parsed `RecordFlags` (`run_baseline`)."""
+    argv = list(BASELINES[name][2]) + ["--seed", str(seed), "--results_json", str(output_dir / f"baseline_{name}.json")]
     if name == "lstm":
         argv += ["--operation_tokens", data_args.operation_tokens, "--threads", str(threads)]
         for flag in PROBE_FLAGS:
@@ -85,6 +78,14 @@ def baseline_argv(name: str, data_args, task_args, seed: int, given: set, thread
                 value = getattr(data_args if flag == "stop_when_validation_exact" else task_args, flag)
                 argv += [f"--{flag}", str(value).lower() if isinstance(value, bool) else str(value)]
     return argv
+
+
+def record_argv(records: RecordFlags) -> list:
+    """The record flags as command-line words (`--flag=value`, the ones that differ from their defaults), for the
+    command on record: the flags train_par.py read, in the form any value survives (``--operation_delimiter=->``)."""
+    default = RecordFlags()
+    return [f"--{name}={str(value).lower() if isinstance(value, bool) else value}" for name in RECORD_FLAG_NAMES
+            if (value := getattr(records, name)) != getattr(default, name)]
 
 
 def load_script(script: str):
@@ -98,15 +99,16 @@ def load_script(script: str):
     return sys.modules[name]
 
 
-def run_baseline(name: str, argv: list, split: str) -> dict:
+def run_baseline(name: str, argv: list, split: str, records: RecordFlags) -> dict:
     """One baseline's row: accuracy per length of `split`, training seconds, steps (LSTM), states (RPNI), its command;
     a bad input it refuses (a `ValueError`: records no Moore machine fits, ...) or any other failure (a crash, an
-    argparse exit) is its row's error, named, not the run's: PAR's result, trained first, is kept."""
+    argparse exit) is its row's error, named, not the run's: PAR's result, trained first, is kept. `records`: the
+    record flags train_par.py parsed, handed over as they are."""
     label, script, _ = BASELINES[name]
-    command = command_line(str(SCRIPTS / script), argv)
+    command = command_line(str(SCRIPTS / script), argv + record_argv(records))
     print(f"baseline {label}: {command}", flush=True)
     try:
-        out = load_script(script).main(argv)
+        out = load_script(script).main(argv, records=records)
     except (Exception, SystemExit) as error:  # PAR has trained: a baseline's failure is its row, never the run's
         text = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
         print(f"error: baseline {label}: {text}", flush=True)
@@ -148,7 +150,7 @@ def run_baselines(data_args, task_args, train_args, given: set, results: dict, s
     for name in names:
         argv = baseline_argv(name, data_args, task_args, train_args.seed, given, torch.get_num_threads(),
                              Path(train_args.output_dir))
-        rows.append(run_baseline(name, argv, split))
+        rows.append(run_baseline(name, argv, split, record_flags_of(data_args)))
     table = baselines_table(split, rows)
     print(table, flush=True)
     return {"split": split, "rows": rows, "table": table}

@@ -88,11 +88,13 @@ def test_baselines_train_on_the_same_files_after_par_and_print_one_table(files, 
 
 
 def test_a_baseline_that_refuses_the_records_is_its_rows_error(monkeypatch):
-    def refuse(argv):
+    def refuse(argv, records=None):
         raise ValueError("the records are not deterministic")
 
     monkeypatch.setattr(baselines_table.load_script("automata.py"), "main", refuse)
-    row = baselines_table.run_baseline("rpni", ["--algorithm", "rpni"], "test")
+    from state_tracking.record_flags import RecordFlags
+
+    row = baselines_table.run_baseline("rpni", ["--algorithm", "rpni"], "test", RecordFlags(train_file="t.csv"))
     assert row["method"] == "RPNI" and row["error"] == "the records are not deterministic"
     table = baselines_table.baselines_table("test", [{"method": "PAR", "accuracy": {4: 0.5}, "train_seconds": 1.25,
                                                       "states": None}, row])

@@ -135,7 +135,7 @@ def test_baselines_read_a_delimiter_that_looks_like_a_flag_and_a_crash_is_its_ro
     assert "error" not in lstm and set(lstm["accuracy"]) == set(par["accuracy"])
     assert "--operation_delimiter=->" in lstm["command"]
 
-    def crash(argv):
+    def crash(argv, records=None):
         raise RuntimeError("out of memory")
 
     monkeypatch.setattr(baselines_table.load_script("rnn.py"), "main", crash)

@@ -35,33 +35,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from state_tracking.cli import run_cli  # noqa: E402
 from state_tracking.evaluation import command_line, repo_relative  # noqa: E402
-from state_tracking.flag_values import true_or_false  # noqa: E402
+from state_tracking.record_flags import RecordFlags, add_record_flags, with_record_flags  # noqa: E402
 from state_tracking.records import ReadOptions, RecordColumns, read_record_splits  # noqa: E402
 
 ALGORITHMS = ("rpni", "gsm")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None, records: RecordFlags | None = None) -> argparse.Namespace:
+    """The command line; `records`, train_par.py's parsed record flags (`--baselines`), replaces its record flags."""
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithm", choices=ALGORITHMS, default="rpni",
                         help="rpni: AALpy's classic RPNI; gsm: generalized state merging (faster)")
-    parser.add_argument("--train_file", default=None, help="training records (as train_par.py)")
-    parser.add_argument("--validation_file", default=None)
-    parser.add_argument("--test_file", default=None)
-    parser.add_argument("--dataset_name", default=None)
-    parser.add_argument("--dataset_config_name", default=None)
-    for role in ("operations", "state", "step_states", "initial_state"):
-        parser.add_argument(f"--{role}_column", default=None)
-    parser.add_argument("--operation_delimiter", default=None)
-    parser.add_argument("--skip_bad_records", type=true_or_false, nargs="?", const=True, default=False)
-    parser.add_argument("--max_train_samples", type=int, default=None)
-    parser.add_argument("--validation_split_percentage", type=float, default=5,
-                        help="with no --validation_file: this percent of the training records is held out (as "
-                             "train_par.py; 0: none)")
+    add_record_flags(parser.add_argument_group("recorded data", "the flags and meaning of examples/train_par.py "
+                                               "(state_tracking.record_flags)"))
     parser.add_argument("--seed", type=int, default=0, help="the validation split's seed")
     parser.add_argument("--results_json", default=None)
-    args = parser.parse_args(argv)
+    args = with_record_flags(parser.parse_args(argv), records)
     if args.train_file is None and args.dataset_name is None:
         parser.error("give --train_file or --dataset_name (the records to learn from)")
     return args
@@ -128,8 +118,8 @@ def score(model, encoded, record_format) -> list[dict]:
     return [{"depth": d, "n": len(v), "accuracy": float(np.mean(v))} for d, v in sorted(by_depth.items())]
 
 
-def main(argv=None) -> dict:
-    args = parse_args(argv)
+def main(argv=None, records: RecordFlags | None = None) -> dict:
+    args = parse_args(argv, records)
     columns = RecordColumns(args.operations_column, args.state_column, args.step_states_column,
                             args.initial_state_column, args.operation_delimiter)
     started = time.time()

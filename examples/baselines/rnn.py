@@ -58,6 +58,7 @@ from state_tracking.accuracy import overall_state_accuracy  # noqa: E402
 from state_tracking.data import LABEL_PAD_ID  # noqa: E402
 from state_tracking.evaluation import STOP_BELOW, command_line, draw_test_problems, repo_relative  # noqa: E402
 from state_tracking.flag_modes import FLAG_MODES, run_cli, true_or_false  # noqa: E402
+from state_tracking.record_flags import RECORD_FLAG_NAMES, RecordFlags, add_record_flags, with_record_flags  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     OPERATION_TOKENS,
     RecordColumns,
@@ -99,7 +100,8 @@ class RNNStateTracker(nn.Module):
         return self.head(at).unflatten(-1, (self.num_queries, self.num_candidates))
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None, records: RecordFlags | None = None) -> argparse.Namespace:
+    """The command line; `records`, train_par.py's parsed record flags (`--baselines`), replaces its record flags."""
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--task", default=None, help="a built-in group task (swap_s5, s5, a5); None: swap_s5 "
@@ -128,34 +130,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--results_json", default=None)
     data = parser.add_argument_group("recorded data", "train and score on records from files instead of a task "
                                      "(the flags and meaning of examples/train_par.py; state_tracking.records)")
-    data.add_argument("--train_file", default=None, help="training records: a path, a glob, or a comma-separated "
-                      "list (.csv, .tsv, .jsonl, .json, .parquet)")
-    data.add_argument("--validation_file", default=None, help="records evaluated after training (as test)")
-    data.add_argument("--test_file", default=None, help="records evaluated after training: accuracy per sequence "
-                      "length present")
-    data.add_argument("--dataset_name", default=None, help="a datasets.load_dataset name or folder (its "
-                      "validation / test splits are evaluated where present)")
-    data.add_argument("--dataset_config_name", default=None, help="its configuration")
-    data.add_argument("--operations_column", default=None, help="the operations: a list of strings, or a string "
-                      "split by --operation_delimiter (None: the one column with a conventional name: operations, ops, "
-                      "sequence, events, actions, input(s), tokens)")
-    data.add_argument("--state_column", default=None, help="the final state: a label or a mapping query -> label "
-                      "(JSON text in CSV)")
-    data.add_argument("--step_states_column", default=None, help="the state after each operation: a list, or a "
-                      "string split by --operation_delimiter")
-    data.add_argument("--initial_state_column", default=None, help="the state before the operations")
-    data.add_argument("--operation_delimiter", default=None, help="regex splitting a string of operations (and of "
-                      "step states); None: whitespace")
-    data.add_argument("--skip_bad_records", type=true_or_false, nargs="?", const=True, default=False,
-                      help="drop records that cannot be read and report how many (as train_par.py: the flag alone or "
-                      "with true / false; off: the first one is an error)")
-    data.add_argument("--max_train_samples", type=int, default=None, help="use only the first N training records")
+    add_record_flags(data, [n for n in RECORD_FLAG_NAMES if n != "validation_split_percentage"])
     data.add_argument("--operation_tokens", default=None, choices=OPERATION_TOKENS,
                       help="how an operation is read, as train_par.py: 'words' (default: its words, one token each) "
                            "or 'whole' (one token per distinct operation)")
-    data.add_argument("--validation_split_percentage", type=float, default=None,
-                      help="with no --validation_file: this percent of the training records, chosen at random with "
-                           "--seed, is held out as the validation split (default 5; 0: none), as train_par.py does")
+    add_record_flags(data, ["validation_split_percentage"])
     data.add_argument("--stop_when_validation_exact", type=true_or_false, nargs="?", const=True, default=None,
                       help="probe the validation split (its --probe_n longest records) every --probe_every_steps steps "
                            "and stop once the last --probe_stop_patience probes were all exact, as train_par.py does "
@@ -166,6 +145,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     data.add_argument("--probe_stop_patience", type=int, default=None, help="validation probe: consecutive exact "
                       "probes that stop training (default 2)")
     args = parser.parse_args(argv)
+    if records is not None:
+        with_record_flags(args, records)
     args.records = args.train_file is not None or args.dataset_name is not None
     if args.records:
         if args.train_file is not None and args.dataset_name is not None:
@@ -188,6 +169,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     # the records have no validation split to probe
     args.probe_given = [name for name in PROBE_DEFAULTS if getattr(args, name) not in (None, False)]
     if args.records:
+        with_record_flags(args, records)  # the record flags' defaults where not given
         for name, value in PROBE_DEFAULTS.items():
             if getattr(args, name) is None:
                 setattr(args, name, value)
@@ -281,8 +263,7 @@ def prepare_records(args: argparse.Namespace) -> dict:
                             args.initial_state_column, args.operation_delimiter)
     records = read_record_splits(columns, args.train_file, args.validation_file, args.test_file, args.dataset_name,
                                  args.dataset_config_name, args.skip_bad_records, args.max_train_samples,
-                                 validation_split_percentage=5 if args.validation_split_percentage is None else
-                                 args.validation_split_percentage, seed=args.seed,
+                                 validation_split_percentage=args.validation_split_percentage, seed=args.seed,
                                  operation_tokens=args.operation_tokens or "words")
     train, encoded, record_format, splits = records.train, records.encoded, records.record_format, records.splits
     for split, bad in records.skipped.items():
@@ -376,8 +357,8 @@ def train_model(args, model, data, sampler, collate, probe=None) -> tuple[list[d
     return curve, time.time() - started
 
 
-def main(argv=None) -> dict:
-    args = parse_args(argv)
+def main(argv=None, records: RecordFlags | None = None) -> dict:
+    args = parse_args(argv, records)
     torch.set_num_threads(args.threads)
     started = time.time()
     records = None
