@@ -11,6 +11,8 @@ from datasets import Dataset
 
 from state_tracking.recipe import (
     MANY_RECORDS,
+    MIN_REPEATS,
+    MULTI_WORD,
     WHOLE_STATE_MIN_CHECKED,
     RecordStatistics,
     apply_recipe,
@@ -227,6 +229,11 @@ def test_operation_tokens_rule():
     assert operation_tokens_rule(BASE)[0] == {}  # one word per operation: the same tokens either way
     flags, reason = operation_tokens_rule(dataclasses.replace(SWAPS, min_operation_repeats=3))
     assert flags == {} and "occurs 3 times" in reason
+    # the thresholds are inclusive: MIN_REPEATS repeats and MULTI_WORD words choose whole tokens, one less does not
+    for field, at in (("min_operation_repeats", MIN_REPEATS), ("words_per_operation", MULTI_WORD)):
+        assert operation_tokens_rule(dataclasses.replace(SWAPS, **{field: at}))[0] == {"operation_tokens": "whole"}
+        below = at - 1 if field == "min_operation_repeats" else at - 0.001
+        assert operation_tokens_rule(dataclasses.replace(SWAPS, **{field: below}))[0] == {}
 
 
 def test_choose_recipe_composes_the_rules_and_says_why():
