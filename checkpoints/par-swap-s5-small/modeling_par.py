@@ -11,20 +11,21 @@ P (prelude), C (weight-shared core) and Q (coda) are slices of one Qwen2 decoder
 the parent model). The answer is a classification over the LM-head rows of the candidate tokens at the query
 positions; learned halting reads the ("Yes", "No") rows at the last query position.
 
-This file holds the model and its reference recurrence: `forward` and `predict` drive one loop over a backend chosen
-once per batch (`_backend`): the whole-prompt `ReferenceLoop` below, or the local window (`window_path.WindowLoop`),
-tested equal to it. Beside it, imported relatively (remote code: a checkpoint needs only torch and transformers):
-`configuration_par.py`, `loop_views.py` (masks and positions of iteration k), `loop_types.py` (outputs, the backend
-interface, the named types between steps), `input_checks.py`, `runtime_options.py` (`model.runtime`, the fast paths'
-switches), `window_path.py`, `split_adapter.py`, `par_attention.py` ("par_eager"), `compile_support.py`
-(`compile_core`), `prompt_format.py` (raw text → `operation_ends`) and `pipeline_par.py` (the `state-tracking`
-pipeline). Not `parents.py`, the parent conversion: only `from_pretrained_parent` loads it, so no checkpoint carries it.
+This file holds the model: `forward` and `predict` drive one loop over a backend chosen once per batch (`_backend`):
+the whole-prompt `ReferenceLoop` (`reference_loop.py`), or the local window (`window_path.WindowLoop`), tested equal
+to it. Beside it, imported relatively (remote code: a checkpoint needs only torch and transformers):
+`configuration_par.py`, `halting.py` (the halting rule), `token_mixing.py` (the core's causal convolution),
+`prefix_state.py` (the state head of dense prefix targets), `loop_views.py` (masks and positions of iteration k),
+`loop_types.py` (outputs, the backend interface, the named types between steps), `input_checks.py`,
+`runtime_options.py` (`model.runtime`, the fast paths' switches), `window_path.py`, `split_adapter.py`,
+`par_attention.py` ("par_eager"), `compile_support.py` (`compile_core`), `prompt_format.py` (raw text →
+`operation_ends`; `sentences.py`, the sentence rule) and `pipeline_par.py` (the `state-tracking` pipeline). Not
+`parents.py`, the parent conversion: only `from_pretrained_parent` loads it, so no checkpoint carries it.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +37,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 
 from .compile_support import compile_parts, default_compile_options, eager_parts
 from .configuration_par import ParLoopedQwenConfig
+from .halting import halt_confirmed, halt_iteration
 from .input_checks import (
     check_inputs,
     check_iterations,
@@ -61,8 +63,6 @@ from .loop_types import (
     ReadoutInput,
 )
 from .loop_views import (
-    LoopView,
-    encoded_positions,
     full_view_mask,
     loop_view_mask,
     operations_read,
@@ -71,13 +71,14 @@ from .loop_views import (
     progress_shift,
     stretch_positions,
     token_segments,
-    whole_prompt_view,
 )
 from .par_attention import par_eager_attention, small_block_attention
 from .pipeline_par import StateTrackingPipeline  # noqa: F401  (imported so save_pretrained copies the pipeline code)
 from .prefix_state import prefix_state_logits
+from .reference_loop import ReferenceLoop
 from .runtime_options import RUNTIME_OPTION_NAMES, ParRuntimeOptions
 from .split_adapter import adapter_e_half, adapter_halves, adapter_input
+from .token_mixing import causal_depthwise_mix
 from .window_path import WindowLoop
 
 _RMS_EPS = 1e-12
@@ -114,19 +115,6 @@ def answer_feedback_state(e: torch.Tensor, answer_logits: torch.Tensor, columns:
     return e.scatter(1, index, e.gather(1, index) + written)
 
 
-def causal_depthwise_mix(u: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """Causal depthwise convolution over the tokens, as a residual (FPRM's `conv1d` before attention):
-
-        u_t ← u_t + Σ_{j=0}^{K−1} w_{K−1−j} ⊙ u_{t−j}       (u_{t−j} = 0 before the first token),
-
-    one K-tap filter per channel, `weight` (h, 1, K) as `nn.Conv1d(h, h, K, groups=h)` stores it; w = 0 is the
-    identity. Token t reads only tokens t−K+1..t: a local order signal that needs no positional encoding.
-    # (b, t, h), (h, 1, K) -> (b, t, h)"""
-    kernel = weight.shape[-1]
-    mixed = F.conv1d(F.pad(u.transpose(1, 2), (kernel - 1, 0)), weight.to(u.dtype), groups=u.shape[-1])
-    return u + mixed.transpose(1, 2)
-
-
 def adapter_identity_init(hidden_size: int) -> torch.Tensor:
     """The adapter's initial weight W = [0 | I] ∈ R^{h×2h}, so W [e ; s] = s and R = 1 equals the parent."""
     return torch.cat([torch.zeros(hidden_size, hidden_size), torch.eye(hidden_size)], dim=1)
@@ -135,105 +123,6 @@ def adapter_identity_init(hidden_size: int) -> torch.Tensor:
 def grad_window_iterations(num_iterations: int, grad_window: int) -> list[int]:
     """The iterations that carry gradient: K = {max(1, R − window + 1), …, R} (1-based)."""
     return list(range(max(1, num_iterations - grad_window + 1), num_iterations + 1))
-
-
-def halt_confirmed(p_yes_window: torch.Tensor, threshold: float, confirm: int) -> torch.Tensor:
-    """The halting rule on one window of iterations R..R+m−1, for a batch.
-
-    Halt at R iff P_R(Yes) > τ and #{j ∈ R..R+m−1 : P_j(Yes) > τ} ≥ k.  # (m, b) -> (b,) bool
-    """
-    above = p_yes_window > threshold
-    return above[0] & (above.sum(0) >= confirm)
-
-
-def halt_iteration(p_yes: torch.Tensor, threshold: float = 0.5, confirm: int = 6, window: int = 8) -> int | None:
-    """First iteration R (1-based) confirmed by `halt_confirmed` over R..R+m−1, or None if none is.
-
-    A window that would run past the last iteration given cannot confirm.  # p_yes: (iters,)
-    """
-    for start in range(p_yes.shape[0] - window + 1):
-        if halt_confirmed(p_yes[start : start + window, None], threshold, confirm)[0]:
-            return start + 1
-    return None
-
-
-# -------------------------------------------------------------- the reference loop: every iteration on the whole prompt
-
-
-@dataclass(frozen=True)
-class ReferenceLoop:
-    """The loop on the whole prompt, a `loop_types.LoopBackend`: with the full view (one view for every iteration),
-    or with the masked views of `loop_views` (`loop_view` "prefix"/"local", `progress_positions`), one per iteration.
-    The reference the local window (`window_path.WindowLoop`) is tested against."""
-
-    model: ParLoopedQwenForStateTracking
-    parts: LoopParts
-    prelude_out: torch.Tensor  # (b, t, h) e
-    e_half: torch.Tensor  # (b, t, h) W_e e (`adapter_e_half`)
-    full_view: IterationView | None  # the full view (every iteration's), or None under a loop view
-    loop: LoopView | None  # the loop view, or None under the full view
-    query_positions: torch.Tensor  # (b, q)
-    attention_mask: torch.Tensor  # (b, t)
-
-    @classmethod
-    def prepare(cls, model, hidden, attention_mask, query_positions, positions, position_scale,
-                operation_ends) -> ReferenceLoop:
-        """e = P(x) on the whole prompt, with the full view (stretched positions with `position_scale`) or, given
-        `operation_ends`, the loop view's mask and positions of iteration 0."""
-        full_view = loop = None
-        if operation_ends is None:
-            if position_scale is not None:
-                positions = stretch_positions(positions, position_scale)
-            rotary = model.model.rotary_emb(hidden, encoded_positions(model.config, positions))
-            view = full_view = IterationView(model._full_view_mask(attention_mask, hidden), *rotary)
-        else:
-            loop = LoopView.of(operation_ends, attention_mask, positions, position_scale,
-                               padded_causal_mask(attention_mask, None)[:, 0])
-            view = whole_prompt_view(model.config, model.model.rotary_emb, loop, 0, hidden)
-        parts = model.parts
-        prelude_out = parts.prelude(hidden, view.mask, view.cos, view.sin)
-        return cls(model, parts, prelude_out, model.adapter_e_half(prelude_out), full_view, loop, query_positions,
-                   attention_mask)
-
-    @property
-    def num_queries(self) -> int:
-        return self.query_positions.shape[1]
-
-    def initial_state(self) -> torch.Tensor:
-        return self.prelude_out
-
-    def state_valid(self) -> torch.Tensor:
-        return self.attention_mask.float()
-
-    def advance(self, current: LoopState, last: int) -> list[LoopStep]:
-        """Iteration k = current.iteration + 1 (one at a time: `last` bounds only the window's blocks):
-        s_k = anchor(C(W [e ; s_{k−1}])) with iteration k's view. Under `loop_view="local"` only the query region
-        iterates: the other rows restart from e."""
-        k, model, x = current.iteration + 1, self.model, current.state
-        view = self.full_view
-        if self.loop is not None:
-            view = whole_prompt_view(model.config, model.model.rotary_emb, self.loop, k, x)
-            if model.config.loop_view == "local":
-                x = torch.where(self.loop.query_region[..., None], x, self.prelude_out)
-        conv = () if model.core_conv is None else (self.attention_mask,)  # the convolution reads padding as zeros
-        update = model.run_core(self.parts.core_update, self.e_half, x, view.mask, view.cos, view.sin,
-                                current.reference_rms, *conv)
-        readout = ReadoutInput(update.state, view.mask, view.cos, view.sin, self.query_positions)
-        computed = None
-        if model.config.answer_feedback:  # the next iteration reads the answer alone (`answer_feedback_state`)
-            computed = self.readouts([readout])[0]
-            update = update._replace(state=model.feed_back(self.prelude_out, computed, self.query_positions))
-        return [model.loop_step(k, update, current.reference_rms, readout, computed)]
-
-    def readouts(self, inputs: list[ReadoutInput]) -> list[Readout]:
-        return self.model.readout(inputs)  # one view shape for every iteration: one coda call
-
-    def select(self, keep: torch.Tensor) -> ReferenceLoop:
-        full_view = None if self.full_view is None else IterationView(
-            *(None if x is None else x[keep] for x in self.full_view))
-        return ReferenceLoop(self.model, self.parts, self.prelude_out[keep], self.e_half[keep], full_view,
-                             None if self.loop is None else self.loop.select(keep), self.query_positions[keep],
-                             self.attention_mask[keep])
 
 
 # ------------------------------------------------------------------------------------------------------------ the model
