@@ -137,6 +137,10 @@ def test_the_whole_state_check_tells_a_whole_label_from_part_of_the_state():
     whole, checked, _ = check(counter_records(200, lengths=(3, 4)))
     assert whole is True and checked >= WHOLE_STATE_MIN_CHECKED
     assert check(counter_records(200, lengths=(4, 4)))[0] is None  # nothing to start from, no record a prefix
+    # the least evidence decides: WHOLE_STATE_MIN_CHECKED checked transitions tell, one fewer does not
+    ones = [r for r in counter_records(400, lengths=(1, 1)) if len(r["operations"]) == 1]
+    assert check(ones[:WHOLE_STATE_MIN_CHECKED])[:2] == (True, WHOLE_STATE_MIN_CHECKED)
+    assert check(ones[:WHOLE_STATE_MIN_CHECKED - 1])[:2] == (None, WHOLE_STATE_MIN_CHECKED - 1)
 
 
 def assignment_records(n: int, whole: bool, seed: int = 0) -> list[dict]:

@@ -321,3 +321,14 @@ def test_the_sentence_rule_keeps_abbreviations_and_ends_full_width_sentences():
     assert cut('He said "stop." Then it stopped!') == ['He said "stop."', "Then it stopped!"]
     assert cut(". .") == [".", "."]  # a lone mark: an empty sentence, refused by name where a unit is read
     assert cut("swap 1 3. etc. Then stop.") == ["swap 1 3.", "etc.", "Then stop."]  # a capital after it: ends
+
+
+# ------------------------------------------------------------- mutations of the records path the suite missed
+def test_a_training_range_the_user_gives_is_kept_on_records(tmp_path):
+    path = write_csv(tmp_path / "orders.csv", orders(120, 1, 6, 0))
+    summary = train_par.main(TINY + ["--train_file", path, *COLUMNS, "--min_train_depth", "3", "--max_train_depth",
+                                     "5", "--max_steps", "6", "--logging_steps", "1",
+                                     "--output_dir", str(tmp_path / "run")])
+    assert summary["max_train_depth"] == 5 and summary["curriculum"]["start"] == 3  # not the records' 1..6
+    depths = [row["depth"] for row in summary["curve"]]
+    assert len(depths) == 6 and min(depths) >= 3 and max(depths) <= 5
