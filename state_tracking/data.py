@@ -28,6 +28,7 @@ from datasets.table import InMemoryTable
 from transformers import PreTrainedTokenizerBase
 
 from modeling_par.prompt_format import CANDIDATE
+from modeling_par.sentences import collapse_whitespace
 
 from .prompts import check_rendering, prompt_format_of, text_prompt
 from .tasks import Task
@@ -207,7 +208,7 @@ def trained_phrasings(
             continue
         for i in range(len(ops)):  # the calls encode_ragged makes, in its order: the same draws
             prompt = text_prompt(task, ops[i], None if initial is None else initial[i], phrasing, phrasing_rng)[0]
-            units = [" ".join(prompt[a:b].split()) for a, b in fmt.units(prompt)]
+            units = [collapse_whitespace(prompt[a:b]) for a, b in fmt.units(prompt)]
             for j in range(p):
                 used_preamble[j].add(units[j])
             for o, unit in zip(ops[i].tolist(), units[p:len(units) - q]):
@@ -220,13 +221,14 @@ def trained_phrasings(
         preamble = [[c for c in task.candidate_names if c in used] for used in used_preamble] if random_initial else []
         queries: list[list[str]] = []
     else:
-        operations = {name: [u for u in fmt.operations[name] if (o, " ".join(u.split())) in used_op_units]
+        operations = {name: [u for u in fmt.operations[name] if (o, collapse_whitespace(u)) in used_op_units]
                       for o, name in enumerate(names)}
         operations = {name: units for name, units in operations.items() if units}
         preamble = [[t.replace(CANDIDATE, c) for t in templates for c in task.candidate_names
-                     if " ".join(t.replace(CANDIDATE, c).split()) in used_preamble[j]]
+                     if collapse_whitespace(t.replace(CANDIDATE, c)) in used_preamble[j]]
                     for j, templates in enumerate(fmt.preamble)]
-        queries = [[w for w in words if " ".join(w.split()) in used_queries[j]] for j, words in enumerate(fmt.queries)]
+        queries = [[w for w in words if collapse_whitespace(w) in used_queries[j]]
+                   for j, words in enumerate(fmt.queries)]
     spread = depths if not isinstance(depths, range) else (depths.start, depths.stop - 1)
     source = (f"state_tracking.data.trained_phrasings: the prompts of build_dataset(task {task.name!r}, rendering "
               f"{rendering!r}, n={n}, depths={spread!r}, seed={seed}, random_initial={random_initial}, "

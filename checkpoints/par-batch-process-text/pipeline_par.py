@@ -39,6 +39,7 @@ from transformers import Pipeline
 from .configuration_par import CUSTOM_PIPELINES
 from .prompt_format import PromptFormatError, token_boundaries, unknown_word
 from .record_format import RecordFormat, load_prompt_format
+from .sentences import collapse_whitespace
 
 PIPELINE_TASK = next(iter(CUSTOM_PIPELINES))  # "state-tracking"
 
@@ -133,7 +134,7 @@ class StateTrackingPipeline(Pipeline):
             if kwargs.get("delimiter") is not None:
                 record_format = record_format.with_delimiter(kwargs["delimiter"])
             known = set(record_format.operations)
-            if any(" ".join(op.split()) not in known and len(record_format.split(op)) > 1 for op in inputs
+            if any(collapse_whitespace(op) not in known and len(record_format.split(op)) > 1 for op in inputs
                    if op.strip()):
                 return super().__call__(list(inputs), **kwargs)
             return super().__call__({"operations": list(inputs)}, **kwargs)

@@ -51,11 +51,18 @@ Remote code: imports only the standard library; `state_tracking.prompt_format_of
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 
-from .sentences import ENDS, FULL_WIDTH_ENDS, merged_sentences, sentence_spans, unquoted
+from .sentences import (
+    ENDS,
+    FULL_WIDTH_ENDS,
+    collapse_whitespace,
+    merged_sentences,
+    nearest_sentence,
+    sentence_spans,
+    unquoted,
+)
 
 RENDERINGS = ("text", "symbolic")
 CANDIDATE = "{candidate}"
@@ -94,8 +101,7 @@ def delimiter_problem(delimiter, splits: bool = True) -> str | None:
     return None
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.split())
+_norm = collapse_whitespace  # the one whitespace rule (`sentences.py`)
 
 
 @dataclass(frozen=True)
@@ -562,8 +568,8 @@ class PromptFormat:
 
     def _untrained(self, unit: str, sentence: str, known: dict) -> dict:
         """One untrained unit with the trained sentence nearest to it (difflib) among `known` (key -> sentence)."""
-        near = difflib.get_close_matches(self._key(sentence), list(known), n=1, cutoff=0.0)
-        return {"unit": unit, "sentence": sentence, "nearest_trained": known[near[0]] if near else None}
+        near = nearest_sentence(self._key(sentence), known, cutoff=0.0)
+        return {"unit": unit, "sentence": sentence, "nearest_trained": None if near is None else known[near]}
 
     def untrained_error(self, segments: Segments) -> PromptFormatError:
         """The one error for a prompt with sentences training never used: the first of them, its nearest trained
@@ -591,8 +597,8 @@ class PromptFormat:
 
     def _unknown_operation(self, prompt, span, text, k):
         known = list(self._lookup["op"])
-        near = difflib.get_close_matches(text, known, n=1, cutoff=0.6)
-        hint = f"; nearest known: {near[0]!r}" if near else ""
+        near = nearest_sentence(text, known)
+        hint = f"; nearest known: {near!r}" if near else ""
         what = "sentence" if self.rendering == "text" else "token"
         after = (self._read_anyway() if self.rendering == "text" else
                  "An unknown operation is never answered (symbolic operations are tokens of a fixed vocabulary).")

@@ -31,11 +31,11 @@ Remote code: imports only the standard library and its sibling `prompt_format`.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 
 from .prompt_format import PromptFormatError, delimiter_problem
+from .sentences import collapse_whitespace, nearest_sentence
 
 RECORDS = "records"
 COLUMN_ROLES = ("operations", "state", "step_states", "initial_state")
@@ -44,8 +44,9 @@ CANDIDATE_TOKEN = "<={}>"  # a label's own token (only ever placed by id: never 
 
 
 def normalize_operation(text: str) -> str:
-    """The key an operation is known by: surrounding whitespace stripped, inner runs collapsed to one space."""
-    return " ".join(str(text).split())
+    """The key an operation is known by: surrounding whitespace stripped, inner runs collapsed to one space
+    (`sentences.collapse_whitespace`)."""
+    return collapse_whitespace(text)
 
 
 def query_token(j: int) -> str:
@@ -210,8 +211,7 @@ class RecordFormat:
 
     def nearest_operation(self, op: str, cutoff: float = 0.6) -> str | None:
         """The trained operation nearest to `op` (difflib), or None under `cutoff`."""
-        near = difflib.get_close_matches(normalize_operation(op), list(self._lookup["op"]), n=1, cutoff=cutoff)
-        return near[0] if near else None
+        return nearest_sentence(op, self._lookup["op"], cutoff)
 
     def untrained(self, operations) -> list[dict]:
         """The operations training never held, as {"unit": "operation k", "sentence": op, "nearest_trained": ...}."""

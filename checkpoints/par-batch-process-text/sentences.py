@@ -9,12 +9,16 @@ A sentence ends
   follows it, which continues the sentence.
 A lone mark is a sentence of its own (an empty one, which a prompt refuses by name).
 
-`merged_sentences` finds a unit that is several known sentences with their sentence ends missing ("swap 1 3 swap 2
-4."): read as one new sentence it would silently shorten the prompt, so the reader refuses it by name.
+Beside the rule: the one whitespace rule (`collapse_whitespace`) and the nearest known sentence a refusal names
+(`nearest_sentence`). `merged_sentences` finds a unit that is several known sentences with their sentence ends
+missing ("swap 1 3 swap 2 4."): read as one new sentence it would silently shorten the prompt, so the reader refuses
+it by name.
 Imports only the standard library (remote code).
 """
 
 from __future__ import annotations
+
+import difflib
 
 ENDS = ".!?"
 FULL_WIDTH_ENDS = "。！？"
@@ -22,6 +26,22 @@ CLOSERS = "\"'”’»)]"
 # abbreviations whose period does not end a sentence when a lowercase letter or a digit follows (lower case, no dot)
 ABBREVIATIONS = frozenset({"approx", "ca", "cf", "e.g", "eg", "etc", "fig", "hr", "hrs", "i.e", "ie", "incl", "max",
                            "min", "mins", "resp", "sec", "secs", "vs", "dr", "mr", "mrs", "ms", "st"})
+
+
+NEAREST_CUTOFF = 0.6  # difflib similarity under which a refusal names no nearest known sentence
+
+
+def collapse_whitespace(text) -> str:
+    """The one whitespace rule: surrounding whitespace stripped, every inner run collapsed to one space (what every
+    sentence, operation and label is compared by)."""
+    return " ".join(str(text).split())
+
+
+def nearest_sentence(text: str, known, cutoff: float = NEAREST_CUTOFF) -> str | None:
+    """The known sentence nearest to `text` (difflib's ratio on whitespace-collapsed text), or None under `cutoff`
+    (0: always the nearest one)."""
+    near = difflib.get_close_matches(collapse_whitespace(text), list(known), n=1, cutoff=cutoff)
+    return near[0] if near else None
 
 
 def _abbreviation_ends_at(text: str, start: int, mark: int) -> bool:
@@ -109,4 +129,5 @@ def merged_sentences(unit: str, known) -> list[str] | None:
     return best[-1] if best[-1] is not None and len(best[-1]) >= 2 else None
 
 
-__all__ = ["ABBREVIATIONS", "merged_sentences", "sentence_spans", "unquoted"]
+__all__ = ["ABBREVIATIONS", "NEAREST_CUTOFF", "collapse_whitespace", "merged_sentences", "nearest_sentence",
+           "sentence_spans", "unquoted"]
