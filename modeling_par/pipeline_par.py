@@ -37,9 +37,10 @@ import torch
 from transformers import Pipeline
 
 from .configuration_par import CUSTOM_PIPELINES
-from .prompt_format import PromptFormatError, token_boundaries, unknown_word
+from .prompt_format import PromptFormatError
 from .record_format import RecordFormat, load_prompt_format
 from .sentences import collapse_whitespace
+from .token_boundaries import token_boundaries, unknown_word
 
 PIPELINE_TASK = next(iter(CUSTOM_PIPELINES))  # "state-tracking"
 

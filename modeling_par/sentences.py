@@ -19,6 +19,7 @@ Imports only the standard library (remote code).
 from __future__ import annotations
 
 import difflib
+import re
 
 ENDS = ".!?"
 FULL_WIDTH_ENDS = "。！？"
@@ -42,6 +43,27 @@ def nearest_sentence(text: str, known, cutoff: float = NEAREST_CUTOFF) -> str | 
     (0: always the nearest one)."""
     near = difflib.get_close_matches(collapse_whitespace(text), list(known), n=1, cutoff=cutoff)
     return near[0] if near else None
+
+
+def delimiter_problem(delimiter, splits: bool = True) -> str | None:
+    """Why `delimiter` cannot split operations apart, or None when it can: the one rule for every place a delimiter
+    is given (`PromptFormat`, `RecordFormat`, the records reader's ``--operation_delimiter``). It must be a non-empty
+    regex that compiles and matches no empty string; where it *splits* (``re.split``: `RecordFormat`, the records
+    reader) it must have no capturing group, whose matches ``re.split`` would keep as pieces (``(;|,)`` would make
+    every ';' an operation and a label)."""
+    if not isinstance(delimiter, str) or not delimiter:
+        return "must be a non-empty regular expression"
+    try:
+        pattern = re.compile(delimiter)
+    except re.error as error:
+        return f"is not a valid regular expression ({error})"
+    if pattern.fullmatch(""):
+        return "matches the empty string, so it splits nothing apart; give one that matches at least one character"
+    if splits and pattern.groups:
+        suggestion = re.sub(r"(?<!\\)\((?!\?)", "(?:", delimiter)
+        return (f"has a capturing group, whose matches re.split would keep as operations and labels; write the group "
+                f"non-capturing, e.g. {suggestion!r}")
+    return None
 
 
 def _abbreviation_ends_at(text: str, start: int, mark: int) -> bool:
@@ -129,5 +151,5 @@ def merged_sentences(unit: str, known) -> list[str] | None:
     return best[-1] if best[-1] is not None and len(best[-1]) >= 2 else None
 
 
-__all__ = ["ABBREVIATIONS", "NEAREST_CUTOFF", "collapse_whitespace", "merged_sentences", "nearest_sentence",
-           "sentence_spans", "unquoted"]
+__all__ = ["ABBREVIATIONS", "NEAREST_CUTOFF", "collapse_whitespace", "delimiter_problem", "merged_sentences",
+           "nearest_sentence", "sentence_spans", "unquoted"]

@@ -17,7 +17,7 @@ from tokenizers.pre_tokenizers import Whitespace
 from tokenizers.processors import TemplateProcessing
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from modeling_par.prompt_format import token_boundaries, unknown_word
+from modeling_par.token_boundaries import token_boundaries, unknown_word
 
 from .prompts import (
     BOS_TOKEN,

@@ -10,7 +10,7 @@ import torch
 from transformers import pipeline
 
 from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking, PromptFormat, PromptFormatError
-from modeling_par.prompt_format import token_boundaries
+from modeling_par.token_boundaries import token_boundaries
 from state_tracking import build_tokenizer, encode_batch, get_task, load_task, model_token_ids, prompt_format_of
 from state_tracking.prompts import text_prompt
 from tests.conftest import fresh_process_job, fresh_process_result
