@@ -332,3 +332,10 @@ def test_a_training_range_the_user_gives_is_kept_on_records(tmp_path):
     assert summary["max_train_depth"] == 5 and summary["curriculum"]["start"] == 3  # not the records' 1..6
     depths = [row["depth"] for row in summary["curve"]]
     assert len(depths) == 6 and min(depths) >= 3 and max(depths) <= 5
+
+
+def test_a_curriculum_start_below_the_records_is_refused_not_moved(tmp_path):
+    path = write_csv(tmp_path / "orders.csv", orders(120, 3, 6, 0))
+    with pytest.raises(ValueError, match=r"--curriculum_start_depth 2 lies outside the training range \[3, 6\]"):
+        train_par.main(TINY + ["--train_file", path, *COLUMNS, "--curriculum_start_depth", "2", "--max_steps", "2",
+                               "--output_dir", str(tmp_path / "run")])
