@@ -103,7 +103,7 @@ def regular_check(n: int, lengths: tuple[int, int], seed: int) -> list[dict]:
 
 LOGS = {"bool_swap5": (bool_swap5, "program", "values"), "reset_counter": (reset_counter, "events", "count"),
         "regular_check": (regular_check, "stream", "verdict")}
-# the files as first written (2026-12-07, numpy 2.x default_rng): a generator that writes anything else is an error
+# the files as first written (2026-12-07, numpy 2.4.6 default_rng): a generator that writes anything else is an error
 SHA256 = {
     "bool_swap5_train": "6fa6488441522d5c27a70eba5535855cf67965ba909f6fbd23abafad2f1e4fdc",
     "bool_swap5_test": "d0d88611f662671b9d59ee94f81dd035118442b943a89551e8e5d410e8e6dae6",
