@@ -75,7 +75,12 @@ from trainers.model_setup import (  # noqa: E402
     eager_if_compile_fails,
     use_tokenizer_special_tokens,
 )
-from trainers.step_budget import curriculum_outcome, epochs_as_max_steps, fit_curriculum_to_budget  # noqa: E402
+from trainers.step_budget import (  # noqa: E402
+    curriculum_outcome,
+    epochs_as_max_steps,
+    fit_curriculum_to_budget,
+    learning_outcome,  # noqa: E402
+)
 
 
 @dataclass
@@ -218,6 +223,12 @@ class DataArguments(RecordFlags):
                 "and stop training once the last --probe_stop_patience probes were all exact, instead of running to "
                 "--max_steps / --max_train_seconds (false: probe and log only)"})
 
+    stop_when_learning_nothing_after: int | None = field(default=None, metadata={
+        "help": "records: from this optimizer step on, stop once the last --probe_stop_patience validation probes were "
+                "no better than answering every probed record with their most common final state (the majority "
+                "answer; trainers.RecordsProbeCallback). Off by default: logs measured near chance for 1,250-3,500 "
+                "steps before they learned (results/own_data_cpu/defaults.md). Every run reports the majority answer "
+                "beside its probes (summary.json's \"learning\") and warns when it ends at chance"})
     restore_best_probe: bool = field(default=True, metadata={
         "help": "records: end training with the weights of the most accurate validation probe when the final weights "
                 "score lower (a late collapse, or a time budget ending mid-spike): each new best probe saves its "
@@ -453,7 +464,8 @@ def use_validation_probe(records: RecordSplits, data_args: DataArguments, train_
     best-model machinery follows the probe's metric (`metric_for_best_model`, `load_best_model_at_end`; see
     `trainers.ProbeCallback`): the best probe's checkpoint is saved, and loaded back when training ends."""
     if "validation" not in records.splits:
-        named = [f"--{name}" for name in ("stop_when_validation_exact", "restore_best_probe")
+        named = [f"--{name}" for name in ("stop_when_validation_exact", "restore_best_probe",
+                                          "stop_when_learning_nothing_after")
                  if name in given and getattr(data_args, name)]
         named += [f"--{name}" for name in PROBE_SETTINGS[:3] if name in given]
         if named:
@@ -517,7 +529,8 @@ def build_trainer(model, data: TrainingData, task_args: TaskArguments, data_args
             records.splits["validation"][1], data.token_ids["pad_token_id"], n=task_args.probe_n,
             every_steps=task_args.probe_every_steps, batch_size=task_args.eval_batch_size,
             stop_accuracy=1.0 if data_args.stop_when_validation_exact and not records.stop_rule_off else None,
-            stop_patience=task_args.probe_stop_patience, curriculum_cap=trainer.curriculum_cap))
+            stop_patience=task_args.probe_stop_patience, curriculum_cap=trainer.curriculum_cap,
+            stop_at_chance_after=data_args.stop_when_learning_nothing_after))
     return trainer
 
 
@@ -570,6 +583,8 @@ def main(argv=None):
     if data.recipe is not None:
         summary["recipe"] = data.recipe
     summary["curriculum"] = curriculum_outcome(data.curriculum, trainer.curriculum_cap, trainer.state.global_step)
+    if data.records is not None:
+        summary["learning"] = learning_outcome(trainer.state.log_history)
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     teardown_distributed([trainer])
     if data_args.baselines:  # 8. the baselines on the same files, one table beside PAR

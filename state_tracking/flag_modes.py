@@ -31,7 +31,8 @@ FLAG_MODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("task", "task_file", "rendering", "random_initial", "train_size", "eval_depths", "probe_depth", "probe_seed",
          "probe_stop_accuracy", "probe_phrasing"),
         ("validation_file", "test_file", *_READ_RECORDS, "max_train_samples", "data_name", *_READ_SPLITS,
-         *_TOKENIZE_RECORDS, "stop_when_validation_exact", "restore_best_probe", "baselines", "recipe"),
+         *_TOKENIZE_RECORDS, "stop_when_validation_exact", "restore_best_probe", "stop_when_learning_nothing_after",
+         "baselines", "recipe"),
     ),
     "evaluate_par.py": (
         ("task", "depths", "rendering", "random_initial", "phrasing", "seed", "step_size", "fixed_iterations",

@@ -99,12 +99,15 @@ def evaluate_records_and_report(model, records: RecordSplits, task_args, train_a
 
 def stopped_by(log_history: list[dict], steps: int, max_steps: int, records: bool) -> str | None:
     """What ended training, named by its flag: the probe's stop rule ("stop_when_validation_exact" with records,
-    "probe_stop_accuracy" with a task probe), the wall-clock cap ("max_train_seconds"), the step budget
-    ("max_steps"); None if none of them (training ended otherwise). Only a stop logged at the last step counts (a
-    resumed run's history holds its earlier segments' stops)."""
+    "probe_stop_accuracy" with a task probe), the learned-nothing stop ("stop_when_learning_nothing_after"), the
+    wall-clock cap ("max_train_seconds"), the step budget ("max_steps"); None if none of them (training ended
+    otherwise). Only a stop logged at the last step counts (a resumed run's history holds its earlier segments'
+    stops)."""
     last = [row for row in log_history if row.get("step") == steps]
     if any("probe_stop" in row for row in last):
         return "stop_when_validation_exact" if records else "probe_stop_accuracy"
+    if any("probe_at_chance_stop" in row for row in last):
+        return "stop_when_learning_nothing_after"
     if any("time_budget_stop" in row for row in last):
         return "max_train_seconds"
     return "max_steps" if steps >= max_steps else None

@@ -339,3 +339,26 @@ def test_a_curriculum_start_below_the_records_is_refused_not_moved(tmp_path):
     with pytest.raises(ValueError, match=r"--curriculum_start_depth 2 lies outside the training range \[3, 6\]"):
         train_par.main(TINY + ["--train_file", path, *COLUMNS, "--curriculum_start_depth", "2", "--max_steps", "2",
                                "--output_dir", str(tmp_path / "run")])
+
+
+# ------------------------------------------------------------------- issue 71 (0a): a run that learns nothing says so
+def test_a_run_at_chance_says_so_and_stops_when_asked(tmp_path, monkeypatch, caplog):
+    from trainers import RecordsProbeCallback
+    from trainers.callbacks import majority_accuracy
+
+    assert majority_accuracy(np.array([[1, 0], [1, 0], [2, 0], [1, 1]])) == 0.5
+    monkeypatch.setattr(RecordsProbeCallback, "evaluate", lambda self, model: 0.0)  # a model that learned nothing
+    path = write_csv(tmp_path / "orders.csv", orders(400, 1, 4, 0))
+    run = TINY + ["--train_file", path, *COLUMNS, "--validation_split_percentage", "10", "--probe_every_steps", "2",
+                  "--max_steps", "12"]
+    with caplog.at_level(logging.WARNING):
+        summary = train_par.main(run + ["--output_dir", str(tmp_path / "report")])
+    learning = summary["learning"]
+    assert learning["at_chance"] and learning["last_probe"] == 0.0 and 0 < learning["majority_accuracy"] < 1
+    assert learning["stopped_at_chance"] is None and summary["steps"] == 12
+    assert "this run learned nothing measurable" in caplog.text
+    summary = train_par.main(run + ["--stop_when_learning_nothing_after", "4", "--output_dir", str(tmp_path / "stop")])
+    assert summary["steps"] == 4 and summary["learning"]["stopped_at_chance"] == 4  # probes at 2 and 4 at chance
+    assert summary["stopped_by"] == "stop_when_learning_nothing_after"
+    with pytest.raises(ValueError, match=r"--stop_when_learning_nothing_after applies to recorded data only"):
+        train_par.main(GENERATED + ["--stop_when_learning_nothing_after", "4", "--output_dir", str(tmp_path / "g")])

@@ -376,6 +376,12 @@ class StateAccuracyProbeCallback(ProbeCallback):
         return overall_state_accuracy(np.concatenate(answers), self.targets)
 
 
+def majority_accuracy(states: np.ndarray) -> float:
+    """The overall state accuracy of answering every record with their most common state: (n, Q) -> share."""
+    _, counts = np.unique(states.reshape(len(states), -1), axis=0, return_counts=True)
+    return float(counts.max() / len(states)) if len(states) else 0.0
+
+
 class RecordsProbeCallback(ProbeCallback):
     """The probe on recorded data: overall state accuracy of the final answer (forced R = ⌈d / c⌉ per record) on the
     `n` longest records of an encoded split (`longest_records`; `state_tracking.records.encode_records` output, the
@@ -386,8 +392,14 @@ class RecordsProbeCallback(ProbeCallback):
 
     def __init__(self, encoded, pad_token_id: int, split: str = "validation", n: int = 256, every_steps: int = 250,
                  batch_size: int = 256, at_start: bool = False, stop_accuracy: float | None = None,
-                 stop_patience: int = 2, curriculum_cap: Callable[[int], int] | None = None):
+                 stop_patience: int = 2, curriculum_cap: Callable[[int], int] | None = None,
+                 stop_at_chance_after: int | None = None):
         super().__init__(n, every_steps, batch_size, at_start, stop_accuracy, stop_patience, curriculum_cap)
+        after = stop_at_chance_after
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 1):
+            raise ValueError(f"RecordsProbeCallback.stop_at_chance_after must be None or an integer >= 1; got "
+                             f"{stop_at_chance_after!r}.")
+        self.stop_at_chance_after = stop_at_chance_after
         if len(encoded) == 0:
             raise ValueError("RecordsProbeCallback: the split to probe holds no record.")
         part = longest_records(encoded, n)
@@ -400,9 +412,34 @@ class RecordsProbeCallback(ProbeCallback):
                         np.array([labels[i][d] for i in np.flatnonzero(depth == d)], dtype=np.int64))
                        for d in np.unique(depth)]
         self.collate = StateTrackingCollator(pad_token_id, padding_side="right")
+        self.majority = majority_accuracy(np.concatenate([targets for _, _, targets in self.groups]))
 
     def describe(self) -> dict:
-        return {"probe_split": self.split, "probe_n": self.n}
+        return {"probe_split": self.split, "probe_n": self.n, "probe_majority": self.majority}
+
+    def at_chance(self, accuracy: float) -> bool:
+        """Whether a probe did no better than answering every probed record with their most common final state."""
+        return accuracy <= self.majority
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        """The probe (`ProbeCallback.on_step_end`), then, with `stop_at_chance_after`, the learned-nothing stop: from
+        that step on, the last `stop_patience` probes all at chance (`at_chance`) end training, logged as {"step",
+        "probe_at_chance_stop": the majority answer's accuracy}."""
+        control = super().on_step_end(args, state, control, model=model, **kwargs)
+        after = self.stop_at_chance_after
+        if after is None or control.should_training_stop or state.global_step < after:
+            return control
+        if state.global_step % self.every_steps:
+            return control
+        probes = [row[self.metric] for row in state.log_history if self.metric in row and row["step"] > 0]
+        stop = len(probes) >= self.stop_patience and all(self.at_chance(a) for a in probes[-self.stop_patience:])
+        if any_rank(state.is_world_process_zero and stop, args.device):
+            if state.is_world_process_zero:
+                state.log_history.append({"step": state.global_step, "probe_at_chance_stop": self.majority})
+                print(f"probe: the last {self.stop_patience} probes were no better than the majority answer "
+                      f"({self.majority:.4f}) at step {state.global_step} (>= {after}): stopping", flush=True)
+            control.should_training_stop = control.should_save = True
+        return control
 
     def evaluate(self, model) -> float:
         """The probed records' overall state accuracy under `model` (left in the mode it came in)."""

@@ -129,5 +129,24 @@ def curriculum_outcome(plan: dict | None, cap_at, steps: int) -> dict | None:
     return outcome
 
 
+def learning_outcome(log_history: list[dict]) -> dict | None:
+    """summary.json's "learning": the majority answer's accuracy on the probed validation records beside the last
+    probe, whether the run ended at chance (its last probe no better), and the step a learned-nothing stop
+    (`--stop_when_learning_nothing_after`) ended it at; a warning when it ended at chance. None without probes."""
+    probes = [row for row in log_history if "probe_majority" in row]
+    if not probes:
+        return None
+    last = probes[-1]
+    at_chance = last["probe_accuracy"] <= last["probe_majority"]
+    stopped = next((row["step"] for row in log_history if "probe_at_chance_stop" in row), None)
+    if at_chance:
+        logger.warning("this run learned nothing measurable: its last validation probe (step %d) is %.4f, no better "
+                       "than answering every probed record with their most common final state (%.4f).%s",
+                       last["step"], last["probe_accuracy"], last["probe_majority"],
+                       " It was stopped for that (--stop_when_learning_nothing_after)." if stopped is not None else "")
+    return {"majority_accuracy": last["probe_majority"], "last_probe": last["probe_accuracy"],
+            "last_probe_step": last["step"], "at_chance": at_chance, "stopped_at_chance": stopped}
+
+
 __all__ = ["CURRICULUM_SHARE", "PACE_FLAGS", "curriculum_outcome", "epochs_as_max_steps", "fit_curriculum_to_budget",
-           "steps_for_epochs"]
+           "learning_outcome", "steps_for_epochs"]
