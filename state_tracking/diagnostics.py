@@ -90,6 +90,45 @@ def iteration_readouts(model: Any, tokenizer: Any, task: Task, ops: np.ndarray, 
     return np.concatenate(answers)
 
 
+def wavefront_profile(model: Any, tokenizer: Any, task: Task, depths: Sequence[int], n_per_depth: int = 256,
+                      seed: int = 0, batch_size: int = 256, rendering: str = "text",
+                      device: str | torch.device | None = None) -> dict[str, Any]:
+    """Inside the loop of a model trained with dense prefix targets (a state head, `config.prefix_state_queries`):
+    after R = ⌈d / c⌉ iterations, whether the last token of each operation j holds z_j,
+
+        wavefront[d][j − 1] = mean over problems of 1[ argmax W_z s_R[t_j] == z_j ]      (j = 1..d),
+
+    t_j operation j's last token. The wavefront training asks for (`trainers.objectives.prefix_state_targets`) holds
+    where it is 1 up to j = d; a fall past the training range tells whether the operations' own states fail, or only
+    the query's reading of them (the progress profile). Returns ``depths``, ``wavefront`` and the settings."""
+    if not getattr(model.config, "prefix_state_queries", 0):
+        raise ValueError("wavefront_profile needs a model with a state head (config.prefix_state_queries > 0).")
+    depths = check_test_depths(depths)
+    device = torch.device(device) if device is not None else getattr(model, "device", torch.device("cpu"))
+    collate = StateTrackingCollator(tokenizer.pad_token_id, padding_side="right")
+    c, rows = int(model.config.step_size), []
+    model.eval()
+    for depth in depths:
+        rng = np.random.default_rng(derive_seed("wavefront", seed, depth))
+        ops = task.sample_ops(rng, n_per_depth, depth)
+        states = task.prefix_states(ops, None)  # (n, d + 1, Q)
+        encoded = encode_batch(task, tokenizer, rendering, ops, None)
+        right = np.zeros(depth)
+        for start in range(0, len(ops), batch_size):
+            batch = collate({key: column[start : start + batch_size] for key, column in encoded.items()})
+            batch = {key: value.to(device) for key, value in batch.items()}
+            with torch.inference_mode():
+                out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                            query_positions=batch["query_positions"], num_iterations=math.ceil(depth / c),
+                            output_loop_states=True)
+                read = model.state_logits(out.loop_states[-1], batch["operation_ends"][:, 1:]).argmax(-1)
+            targets = states[start : start + batch_size, 1:]  # (b, d, Q)
+            right += (read.cpu().numpy() == targets).all(-1).sum(0)
+        rows.append((right / len(ops)).round(4).tolist())
+    return {"depths": list(depths), "wavefront": rows, "n_per_depth": n_per_depth, "seed": seed,
+            "rendering": rendering}
+
+
 def prefix_state_alignment(answers: np.ndarray, states: np.ndarray) -> dict[str, list]:
     """Which prefix state each iteration reads. answers (n, R, Q): the readouts y_1 … y_R; states (n, d + 1, Q): the
     states z_0 … z_d of the same problems.

@@ -343,3 +343,39 @@ def test_a_tiny_row_trains_tests_profiles_and_collects(tmp_path, monkeypatch, sc
     assert summary["rows"][1]["accuracy_interpolated"] is not None
     assert "| conv | 0 | 3 |" in (tmp_path / "results" / "README.md").read_text()
     assert (tmp_path / "results" / "profiles.png").is_file()
+
+
+def test_the_wavefront_profile_reads_the_state_head_at_each_operations_last_token():
+    from state_tracking import StateTrackingCollator, encode_batch
+    from state_tracking.data import derive_seed
+    from state_tracking.diagnostics import wavefront_profile
+    from tests.test_trainers import TASK, TOKENIZER, tiny_model
+
+    model = tiny_model(prefix_state_queries=TASK.num_queries).eval()
+    got = wavefront_profile(model, TOKENIZER, TASK, [3, 5], n_per_depth=12, seed=2, rendering="symbolic")
+    assert got["depths"] == [3, 5] and [len(row) for row in got["wavefront"]] == [3, 5]
+    for depth, row in zip([3, 5], got["wavefront"]):  # by hand: the head at each operation's end after R = d
+        ops = TASK.sample_ops(np.random.default_rng(derive_seed("wavefront", 2, depth)), 12, depth)
+        batch = StateTrackingCollator(TOKENIZER.pad_token_id, padding_side="right")(
+            encode_batch(TASK, TOKENIZER, "symbolic", ops, None))
+        with torch.no_grad():
+            out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                        query_positions=batch["query_positions"], num_iterations=depth, output_loop_states=True)
+            read = model.state_head(out.loop_states[-1]).unflatten(-1, (TASK.num_queries, -1)).argmax(-1)
+        ends = batch["operation_ends"][:, 1:]
+        at_ends = read.gather(1, ends[..., None].expand(-1, -1, TASK.num_queries)).numpy()
+        expected = (at_ends == TASK.prefix_states(ops, None)[:, 1:]).all(-1).mean(0)
+        assert row == pytest.approx(expected.round(4).tolist())
+    # a head right at the odd operations only: the profile says exactly that
+    def half_right(states, positions):
+        depth = positions.shape[1]
+        truth = TASK.prefix_states(TASK.sample_ops(np.random.default_rng(derive_seed("wavefront", 2, depth)), 12,
+                                                   depth), None)[:, 1:]
+        truth[:, 1::2] = (truth[:, 1::2] + 1) % len(model.config.answer_token_ids)
+        return torch.nn.functional.one_hot(torch.as_tensor(truth), len(model.config.answer_token_ids)).float()
+
+    model.state_logits = half_right
+    assert wavefront_profile(model, TOKENIZER, TASK, [5], n_per_depth=12, seed=2,
+                             rendering="symbolic")["wavefront"] == [[1.0, 0.0, 1.0, 0.0, 1.0]]
+    with pytest.raises(ValueError, match="needs a model with a state head"):
+        wavefront_profile(tiny_model(), TOKENIZER, TASK, [3], n_per_depth=2, rendering="symbolic")

@@ -26,7 +26,9 @@ is the package's from-scratch recipe (hidden 128, prelude 1 + core 2 + coda 1, t
 Test: 1,024 fresh prompts per depth at 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid after two depths under
 2%), and for rotary rows the same with test-time position interpolation (positions × d_train / d, 256 prompts); the
 progress profile (every iteration's readout against z_k) at d = 16 and 32 and the padding control (8 operations, then
-"skip." up to d = 16), 256 prompts each. Rows resume from their newest checkpoint (`runs/full_view_positions/`).
+"skip." up to d = 16), 256 prompts each; for `*_dense` rows also the wavefront (`diagnostics.wavefront_profile`: the
+state head at each operation's last token after R = d, at d = 8, 16, 32). Rows resume from their newest checkpoint
+(`runs/full_view_positions/`).
 """
 
 from __future__ import annotations
@@ -204,6 +206,13 @@ def evaluate(row: str, seed: int, segments: list[dict]) -> dict:
                                           else [2 * d_train], n_per_depth=PROFILE_N, seed=seed, rendering="text",
                                           batch_size=64, **kwargs)
         profiles[name]["seconds"] = round(time.time() - started, 1)
+    if getattr(model.config, "prefix_state_queries", 0):  # dense rows: does each operation's own state hold?
+        from state_tracking.diagnostics import wavefront_profile
+
+        started = time.time()
+        profiles["wavefront"] = wavefront_profile(model, tokenizer, task, [d_train, 2 * d_train, 4 * d_train],
+                                                  n_per_depth=PROFILE_N, seed=seed, batch_size=64)
+        profiles["wavefront"]["seconds"] = round(time.time() - started, 1)
     if rotary:
         profiles["profile_interpolated"] = progress_profile(model, tokenizer, task, [2 * d_train], seed=seed,
                                                             n_per_depth=PROFILE_N, rendering="text", batch_size=64,
