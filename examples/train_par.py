@@ -53,6 +53,7 @@ from state_tracking.tasks import Task  # noqa: E402
 from state_tracking.training_data import (  # noqa: E402
     build_task,
     prepare_records,
+    reencode_records,
     trained_prompt_format,
     training_problems,
 )
@@ -429,14 +430,14 @@ class TrainingData:
 
 def load_data(model_args: ModelArguments, task_args: TaskArguments, data_args: DataArguments, train_args,
               given: set) -> TrainingData:
-    """Step 2: the records of --train_file / --dataset_name, with the recipe chosen from them (--recipe auto; read
-    again if it reads operations otherwise), or problems generated from the task."""
+    """Step 2: the records of --train_file / --dataset_name, with the recipe chosen from them (--recipe auto; encoded
+    again, not read again, if it reads operations otherwise), or problems generated from the task."""
     if data_args.given:
         read_with = data_args.operation_tokens
         records = prepare_records(data_args, model_args, task_args, train_args, given)
         recipe = use_recipe(records, given, model_args, task_args, data_args, train_args)
-        if data_args.operation_tokens != read_with:
-            records = prepare_records(data_args, model_args, task_args, train_args, given)
+        if data_args.operation_tokens != read_with:  # encoded again with the chosen tokens, not read again
+            records = reencode_records(records, data_args)
         use_validation_probe(records, data_args, train_args, given)
         epochs_as_max_steps(train_args, len(records.encoded), given, "training records")
         lengths = [d for d in records.lengths.tolist() if train_args.min_train_depth <= d <= train_args.max_train_depth]

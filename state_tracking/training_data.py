@@ -14,7 +14,15 @@ from modeling_par import ParLoopedQwenConfig
 from .data import trained_phrasings
 from .flag_modes import check_flags
 from .prompts import prompt_format_of
-from .records import ReadOptions, RecordColumns, RecordSplits, check_record_lengths, has_step_states, read_record_splits
+from .records import (
+    ReadOptions,
+    RecordColumns,
+    RecordSplits,
+    check_record_lengths,
+    has_step_states,
+    read_record_splits,
+    reencode_record_splits,
+)
 from .tasks import get_task, load_task
 
 logger = logging.getLogger(__name__)
@@ -61,6 +69,23 @@ def merge_trained(a: dict, b: dict) -> dict:
             "source": "; ".join(s for s in (a["source"], b["source"]) if s)}
 
 
+def read_options(data_args) -> ReadOptions:
+    """How the records are read and cached (`ReadOptions`) from train_par.py's data flags."""
+    return ReadOptions(num_proc=data_args.preprocessing_num_workers, overwrite_cache=data_args.overwrite_cache,
+                       cache_dir=data_args.cache_dir, revision=data_args.dataset_revision, token=data_args.token,
+                       trust_remote_code=data_args.trust_remote_code)
+
+
+def reencode_records(records: RecordSplits, data_args) -> RecordSplits:
+    """The records `prepare_records` read, encoded again with `data_args.operation_tokens` (the recipe chose another
+    reading of an operation): the files are not read again (`records.reencode_record_splits`); mode and notes kept."""
+    again = reencode_record_splits(records, data_args.operation_tokens, data_args.skip_bad_records,
+                                   read_options(data_args))
+    logger.warning("records: encoded again with --operation_tokens %s (not read again): %s", data_args.operation_tokens,
+                   again.summary())
+    return again
+
+
 def prepare_records(data_args, model_args, task_args, train_args, given: set) -> RecordSplits:
     """Read the training files, learn their vocabulary, encode them (`state_tracking.records.read_record_splits`);
     set the depth range and curriculum from the lengths present (unless given); choose the training mode and say why
@@ -79,9 +104,7 @@ def prepare_records(data_args, model_args, task_args, train_args, given: set) ->
         datasets.disable_progress_bars()
     columns = RecordColumns(data_args.operations_column, data_args.state_column, data_args.step_states_column,
                             data_args.initial_state_column, data_args.operation_delimiter)
-    options = ReadOptions(num_proc=data_args.preprocessing_num_workers, overwrite_cache=data_args.overwrite_cache,
-                          cache_dir=data_args.cache_dir, revision=data_args.dataset_revision, token=data_args.token,
-                          trust_remote_code=data_args.trust_remote_code)
+    options = read_options(data_args)
     with train_args.main_process_first(desc="reading the records"):  # DDP: rank 0 fills datasets' cache first
         records = read_record_splits(
             columns, data_args.train_file, data_args.validation_file, data_args.test_file, data_args.dataset_name,
@@ -131,5 +154,5 @@ def training_mode(records: RecordSplits, self_distillation: bool) -> str:
             "results/own_data_cpu/README.md; --self_distillation true for the other)")
 
 
-__all__ = ["build_task", "merge_trained", "prepare_records", "trained_prompt_format", "training_mode",
-           "training_problems"]
+__all__ = ["build_task", "merge_trained", "prepare_records", "read_options", "reencode_records",
+           "trained_prompt_format", "training_mode", "training_problems"]

@@ -371,10 +371,24 @@ def test_summary_json_holds_the_recipe_of_a_tiny_records_run(tmp_path):
     assert json.loads((out / "config.json").read_text())["answer_feedback"] is True
 
 
-def test_a_recipe_that_reads_statements_whole_reads_the_records_again(tmp_path):
+def test_a_recipe_that_reads_statements_whole_encodes_the_records_again_without_reading_them(tmp_path, monkeypatch):
+    from state_tracking.records import splits
+
     path = write_jsonl(tmp_path / "swaps.jsonl", swap_records(300))
     out = tmp_path / "run"
+    reads = []
+    original = splits.load_record_files
+    monkeypatch.setattr(splits, "load_record_files", lambda *a, **k: reads.append(a[0]) or original(*a, **k))
     summary = train_par.main(TINY + ["--train_file", path, "--output_dir", str(out), "--compile_core", "false"])
+    assert reads == [path]  # read once (the validation split is cut from it), encoded twice
+    whole = splits.read_record_splits(splits.RecordColumns(), path, validation_split_percentage=5,
+                                      operation_tokens="whole")
+    assert summary["records"]["train_records"] == len(whole.encoded)  # as if read with whole tokens from the start
+    again = splits.reencode_record_splits(splits.read_record_splits(splits.RecordColumns(), path,
+                                                                    validation_split_percentage=5), "whole")
+    for name in ("input_ids", "operation_ends", "step_labels"):
+        assert again.encoded[name] == whole.encoded[name]
+        assert again.splits["validation"][1][name] == whole.splits["validation"][1][name]
     assert summary["recipe"]["chosen"]["operation_tokens"] == "whole"
     tokens = {t["content"] for t in json.loads((out / "tokenizer.json").read_text())["added_tokens"]}
     assert "a, b = b, a" in tokens  # one token per statement in the trained tokenizer

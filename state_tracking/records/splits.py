@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -218,6 +218,31 @@ def _split_off(train: LoadedRecords, percentage: float, seed: int) -> tuple[Load
     validation = LoadedRecords(keep_rows(train.dataset, chosen), train.columns, train.sources, [], train.query_names)
     train.dataset = keep_rows(train.dataset, ~chosen)
     return train, validation
+
+
+def reencode_record_splits(records: RecordSplits, operation_tokens: str, skip_bad_records: bool = False,
+                           options: ReadOptions = ReadOptions()) -> RecordSplits:
+    """The same records with another reading of an operation (`build_record_tokenizer`'s `operation_tokens`): only the
+    tokenizer and the encodings change; nothing is read again (the files, the splits, the vocabulary are the ones
+    `read_record_splits` read). The validation split cut from the training file drops, never refuses, an operation
+    only it holds, as there."""
+    started = time.time()
+    check_operation_tokens(operation_tokens)
+    record_format = records.record_format
+    tokenizer = build_record_tokenizer(record_format, operation_tokens)
+    check_distinct_encodings(record_format, tokenizer, records.train.columns)
+    load_cache = not options.overwrite_cache
+    encoded, bad = encode_records(records.train, record_format, tokenizer, skip_bad_records, options.num_proc,
+                                  load_cache)
+    skipped, splits = {"train": records.train.skipped + bad}, {}
+    cut = records.validation_from.startswith("--validation_split_percentage")
+    for split, (loaded, _) in records.splits.items():
+        held_out = split == "validation" and cut
+        split_encoded, bad = encode_records(loaded, record_format, tokenizer, held_out or skip_bad_records,
+                                            options.num_proc, load_cache)
+        splits[split], skipped[split] = (loaded, split_encoded), (bad if held_out else loaded.skipped + bad)
+    return replace(records, encoded=encoded, tokenizer=tokenizer, splits=splits, skipped=skipped,
+                   seconds=records.seconds + time.time() - started)
 
 
 def read_record_splits(columns: RecordColumns, train_file=None, validation_file=None, test_file=None,
