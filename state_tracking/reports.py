@@ -21,6 +21,7 @@ from .evaluation import (
     save_results,
 )
 from .records import RecordSplits, evaluate_records, has_step_states, records_progress_profile
+from .training_data import examples_per_step
 
 # summary.json's curve: every loss part the trainer logs ("loss" and each "loss_*": loss_answer, loss_halt, loss_final,
 # loss_distill, ...) and these
@@ -122,7 +123,7 @@ def run_summary(trainer, train_args, results: dict, train_seconds: float, world:
     steps = state.global_step
     summary = {
         "train_seconds": round(train_seconds, 1), "steps": steps, "max_steps": args.max_steps,
-        "samples_seen": steps * args.per_device_train_batch_size * world * args.gradient_accumulation_steps,
+        "samples_seen": steps * examples_per_step(args, world),
         "seed": args.seed, "max_train_depth": args.max_train_depth,
         "accuracy": {m: dict(zip(r["depths"], r["accuracy"])) for m, r in results.items()},
         "extrapolation_factor": {m: r["extrapolation_factor"] for m, r in results.items()},

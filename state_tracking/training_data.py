@@ -32,9 +32,18 @@ def build_task(task_args):
     return load_task(task_args.task_file) if task_args.task_file else get_task(task_args.task)
 
 
+def examples_per_step(train_args, world: int | None = None) -> int:
+    """Training examples one optimizer step reads: per-device batch · processes · gradient accumulation steps (the one
+    count, for the data to build, the samples a run saw and epochs as steps). `world` None: `train_args.world_size`."""
+    world = max(1, train_args.world_size if world is None else world)
+    accumulation = max(1, getattr(train_args, "gradient_accumulation_steps", 1))
+    return train_args.per_device_train_batch_size * world * accumulation
+
+
 def training_problems(task_args, train_args, world: int = 1) -> dict:
-    """The `build_dataset` arguments of the training data (n, depths, seed, random_initial)."""
-    return dict(n=task_args.train_size or train_args.max_steps * train_args.per_device_train_batch_size * world,
+    """The `build_dataset` arguments of the training data (n, depths, seed, random_initial): by default every
+    optimizer step's examples distinct (`examples_per_step` · max_steps)."""
+    return dict(n=task_args.train_size or train_args.max_steps * examples_per_step(train_args, world),
                 depths=(train_args.min_train_depth, train_args.max_train_depth), seed=train_args.seed,
                 random_initial=task_args.random_initial)
 
@@ -154,5 +163,5 @@ def training_mode(records: RecordSplits, self_distillation: bool) -> str:
             "results/own_data_cpu/README.md; --self_distillation true for the other)")
 
 
-__all__ = ["build_task", "merge_trained", "prepare_records", "read_options", "reencode_records",
+__all__ = ["build_task", "examples_per_step", "merge_trained", "prepare_records", "read_options", "reencode_records",
            "trained_prompt_format", "training_mode", "training_problems"]

@@ -362,3 +362,19 @@ def test_a_run_at_chance_says_so_and_stops_when_asked(tmp_path, monkeypatch, cap
     assert summary["stopped_by"] == "stop_when_learning_nothing_after"
     with pytest.raises(ValueError, match=r"--stop_when_learning_nothing_after applies to recorded data only"):
         train_par.main(GENERATED + ["--stop_when_learning_nothing_after", "4", "--output_dir", str(tmp_path / "g")])
+
+
+# --------------------------------------------------- issue 72: the examples of an optimizer step, counted one way
+def test_examples_per_step_count_gradient_accumulation_everywhere(tmp_path):
+    from types import SimpleNamespace
+
+    from state_tracking.training_data import examples_per_step, training_problems
+
+    args = SimpleNamespace(per_device_train_batch_size=8, world_size=1, gradient_accumulation_steps=3, max_steps=10,
+                           min_train_depth=1, max_train_depth=4, seed=0)
+    assert examples_per_step(args) == 24 and examples_per_step(args, world=2) == 48
+    task_args = SimpleNamespace(train_size=None, random_initial=False)
+    assert training_problems(task_args, args)["n"] == 240  # every micro-batch of every step distinct
+    summary = train_par.main(GENERATED + ["--max_steps", "2", "--gradient_accumulation_steps", "3",
+                                          "--output_dir", str(tmp_path / "run")])
+    assert summary["samples_seen"] == 2 * 8 * 3

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import math
 
+from state_tracking.training_data import examples_per_step
+
 from .schedules import curriculum_steps_needed
 
 logger = logging.getLogger(__name__)
@@ -19,12 +21,12 @@ PACE_FLAGS = ("curriculum_start_depth", "curriculum_increment", "curriculum_ever
               "curriculum_advance_accuracy")
 
 
-def steps_for_epochs(epochs: float, examples: int, batch_size: int, world: int = 1, accumulation: int = 1) -> int:
-    """--num_train_epochs as optimizer steps: ⌈epochs · N / (batch · world · accumulation)⌉, N the training examples
-    (each optimizer step reads batch · world · accumulation of them)."""
+def steps_for_epochs(epochs: float, examples: int, per_step: int) -> int:
+    """--num_train_epochs as optimizer steps: ⌈epochs · N / per_step⌉, N the training examples, `per_step` the
+    examples one optimizer step reads (`state_tracking.training_data.examples_per_step`)."""
     if not epochs > 0:
         raise ValueError(f"--num_train_epochs must be > 0; got {epochs!r}.")
-    return max(1, math.ceil(epochs * examples / (batch_size * world * accumulation)))
+    return max(1, math.ceil(epochs * examples / per_step))
 
 
 def epochs_as_max_steps(train_args, examples: int | None, given: set, what: str) -> None:
@@ -40,12 +42,10 @@ def epochs_as_max_steps(train_args, examples: int | None, given: set, what: str)
     if examples is None:
         raise ValueError("--num_train_epochs counts passes over a fixed training set, and generated problems are "
                          "drawn for the run's steps: give --max_steps, or --train_size with --num_train_epochs.")
-    a = train_args
-    a.max_steps = steps_for_epochs(a.num_train_epochs, examples, a.per_device_train_batch_size, max(1, a.world_size),
-                                   a.gradient_accumulation_steps)
+    a, per_step = train_args, examples_per_step(train_args)
+    a.max_steps = steps_for_epochs(a.num_train_epochs, examples, per_step)
     logger.warning("--num_train_epochs %g over %d %s: --max_steps %d (%d examples per optimizer step).",
-                   a.num_train_epochs, examples, what, a.max_steps,
-                   a.per_device_train_batch_size * max(1, a.world_size) * a.gradient_accumulation_steps)
+                   a.num_train_epochs, examples, what, a.max_steps, per_step)
 
 
 def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
