@@ -567,6 +567,7 @@ def main(argv=None):
     output_dir = Path(train_args.output_dir)
     started = time.time()
     data = load_data(model_args, task_args, data_args, train_args, given)  # 2. data
+    train_args.validate_par()  # what the records, the recipe and the budget set after parsing, checked again
     model = load_model(data, model_args, train_args)  # 3. model
     trainer = build_trainer(model, data, task_args, data_args, train_args)  # 4. trainer
     if model_args.freeze_prelude_from_step is not None:

@@ -378,3 +378,19 @@ def test_examples_per_step_count_gradient_accumulation_everywhere(tmp_path):
     summary = train_par.main(GENERATED + ["--max_steps", "2", "--gradient_accumulation_steps", "3",
                                           "--output_dir", str(tmp_path / "run")])
     assert summary["samples_seen"] == 2 * 8 * 3
+
+
+def test_fields_set_after_parsing_are_validated_again_before_training(tmp_path, monkeypatch):
+    from state_tracking import recipe
+
+    original = recipe.apply_recipe
+
+    def bad_recipe(chosen, given, model_args, data_args, train_args):  # a rule that sets an invalid value
+        overridden = original(chosen, given, model_args, data_args, train_args)
+        train_args.curriculum_window = 0
+        return overridden
+
+    monkeypatch.setattr(recipe, "apply_recipe", bad_recipe)
+    path = write_csv(tmp_path / "orders.csv", orders(60, 1, 4, 0))
+    with pytest.raises(ValueError, match=r"ParTrainingArguments\.curriculum_window must be ≥ 1; got 0"):
+        train_par.main(TINY + ["--train_file", path, *COLUMNS, "--max_steps", "2", "--output_dir", str(tmp_path)])

@@ -123,110 +123,137 @@ class ParTrainingArguments(TrainingArguments):
                              "(torchrun / accelerate) on a machine without CUDA: pass --use_cpu true (gloo DDP); "
                              "otherwise transformers trains every rank separately instead of data-parallel.")
         super().__post_init__()
+        self.validate_par()
+        # Every rank takes its slice of the same global batch, hence the same depth and loop length.
+        self.accelerator_config.split_batches = True
 
-        def fail(name, allowed):
-            raise ValueError(f"ParTrainingArguments.{name} must be {allowed}; got {getattr(self, name)!r}.")
+    def validate_par(self) -> None:
+        """Raise one `ValueError` naming the first invalid PAR field and what is allowed. Run when the arguments are
+        parsed, and again by train_par.py once the records, the recipe, the step budget and the curriculum fit have
+        set fields after parsing (so no value reaches the Trainer unchecked)."""
+        for check in (self._check_schedule, self._check_curriculum, self._check_losses, self._check_positions,
+                      self._check_budget, self._check_no_effect):
+            check()
 
+    def _fail(self, name: str, allowed: str) -> None:
+        raise ValueError(f"ParTrainingArguments.{name} must be {allowed}; got {getattr(self, name)!r}.")
+
+    def _check_schedule(self) -> None:
+        """The objective and the depth schedule (loop length R per batch)."""
         if self.objective not in OBJECTIVES:
-            fail("objective", f"one of {OBJECTIVES}")
+            self._fail("objective", f"one of {OBJECTIVES}")
         if self.depth_schedule not in DEPTH_SCHEDULES:
-            fail("depth_schedule", f"one of {DEPTH_SCHEDULES}")
+            self._fail("depth_schedule", f"one of {DEPTH_SCHEDULES}")
         if (self.depth_schedule == "fixed") != (self.fixed_iterations is not None):
-            fail("fixed_iterations", "an integer ≥ 1 with depth_schedule='fixed', and None otherwise")
+            self._fail("fixed_iterations", "an integer ≥ 1 with depth_schedule='fixed', and None otherwise")
         if self.fixed_iterations is not None and self.fixed_iterations < 1:
-            fail("fixed_iterations", "≥ 1")
+            self._fail("fixed_iterations", "≥ 1")
         if (self.depth_schedule == "random") != (self.random_max_iterations is not None):
-            fail("random_max_iterations", "an integer ≥ 1 with depth_schedule='random', and None otherwise")
+            self._fail("random_max_iterations", "an integer ≥ 1 with depth_schedule='random', and None otherwise")
         if self.random_max_iterations is not None and self.random_max_iterations < 1:
-            fail("random_max_iterations", "≥ 1")
+            self._fail("random_max_iterations", "≥ 1")
         if self.hold_tail not in HOLD_TAILS:
-            fail("hold_tail", f"one of {HOLD_TAILS}")
+            self._fail("hold_tail", f"one of {HOLD_TAILS}")
         if self.hold_tail == "pareto" and self.hold_extra_iterations is not None:
-            fail("hold_extra_iterations", "None with hold_tail='pareto' (it sets the additive tail)")
+            self._fail("hold_extra_iterations", "None with hold_tail='pareto' (it sets the additive tail)")
+
+    def _check_curriculum(self) -> None:
+        """The training depths and the depth curriculum."""
         if self.min_train_depth < 1:
-            fail("min_train_depth", "≥ 1")
+            self._fail("min_train_depth", "≥ 1")
         if self.max_train_depth < self.min_train_depth:
-            fail("max_train_depth", f"≥ min_train_depth ({self.min_train_depth})")
+            self._fail("max_train_depth", f"≥ min_train_depth ({self.min_train_depth})")
         if self.curriculum_start_depth is not None and not (
             self.min_train_depth <= self.curriculum_start_depth <= self.max_train_depth
         ):
-            fail("curriculum_start_depth", "None or within [min_train_depth, max_train_depth]")
+            self._fail("curriculum_start_depth", "None or within [min_train_depth, max_train_depth]")
         if self.curriculum_every_steps < 1:
-            fail("curriculum_every_steps", "≥ 1")
+            self._fail("curriculum_every_steps", "≥ 1")
         if self.curriculum_increment < 1:
-            fail("curriculum_increment", "≥ 1")
+            self._fail("curriculum_increment", "≥ 1")
         if self.curriculum_advance_accuracy is not None:
             if not 0.0 < self.curriculum_advance_accuracy <= 1.0:
-                fail("curriculum_advance_accuracy", "None or in (0, 1]")
+                self._fail("curriculum_advance_accuracy", "None or in (0, 1]")
             if self.curriculum_start_depth is None:
-                fail("curriculum_advance_accuracy", "None without a curriculum (set curriculum_start_depth)")
+                self._fail("curriculum_advance_accuracy", "None without a curriculum (set curriculum_start_depth)")
         if self.curriculum_window < 1:
-            fail("curriculum_window", "≥ 1")
+            self._fail("curriculum_window", "≥ 1")
+
+    def _check_losses(self) -> None:
+        """The hold tail and the loss weights (halting, phrasing alignment, dense prefix targets)."""
         if self.hold_tail_alpha <= 0:
-            fail("hold_tail_alpha", "> 0")
+            self._fail("hold_tail_alpha", "> 0")
         if self.hold_max_factor < 1:
-            fail("hold_max_factor", "≥ 1")
+            self._fail("hold_max_factor", "≥ 1")
         if self.halting_loss_weight < 0:
-            fail("halting_loss_weight", "≥ 0")
+            self._fail("halting_loss_weight", "≥ 0")
         if not self.phrasing_alignment_weight >= 0:
-            fail("phrasing_alignment_weight", "≥ 0")
+            self._fail("phrasing_alignment_weight", "≥ 0")
         if not self.prefix_state_weight >= 0:
-            fail("prefix_state_weight", "≥ 0")
+            self._fail("prefix_state_weight", "≥ 0")
         if self.phrasing_alignment_form not in PHRASING_ALIGNMENT_FORMS:
-            fail("phrasing_alignment_form", f"one of {sorted(PHRASING_ALIGNMENT_FORMS)}")
+            self._fail("phrasing_alignment_form", f"one of {sorted(PHRASING_ALIGNMENT_FORMS)}")
         if self.halt_label_offset < 0:
-            fail("halt_label_offset", "≥ 0")
+            self._fail("halt_label_offset", "≥ 0")
         if self.halting_loss_weight > 0 and self.depth_schedule in ("fixed", "random"):
-            fail("halting_loss_weight", f"0 under depth_schedule={self.depth_schedule!r} (R does not follow d, so "
-                 "there is no iteration at which the answer is complete to label)")
+            self._fail("halting_loss_weight", f"0 under depth_schedule={self.depth_schedule!r} (R does not follow d, "
+                       "so there is no iteration at which the answer is complete to label)")
         if self.halting_loss_weight > 0 and self.depth_schedule == "forced":
-            fail("halting_loss_weight", "0 under depth_schedule='forced' (forced depth never runs past d, while the "
-                 "halting rule reads P(Yes) on R..R+m−1): use --depth_schedule hold (additive tail ≥ halt_window − 1)")
+            self._fail("halting_loss_weight", "0 under depth_schedule='forced' (forced depth never runs past d, while "
+                       "the halting rule reads P(Yes) on R..R+m−1): use --depth_schedule hold (additive tail ≥ "
+                       "halt_window − 1)")
         if self.halting_loss_weight > 0 and self.hold_extra_iterations == 0:
-            fail("hold_extra_iterations", "≥ 1 with the halting loss on (0 never runs past d)")
+            self._fail("hold_extra_iterations", "≥ 1 with the halting loss on (0 never runs past d)")
+
+    def _check_positions(self) -> None:
+        """The position schemes: stretch, randomized positions, PoSE (one at a time)."""
         if self.stretch_steps < 0:
-            fail("stretch_steps", "≥ 0")
+            self._fail("stretch_steps", "≥ 0")
         if self.stretch_max_scale < 1:
-            fail("stretch_max_scale", "≥ 1")
+            self._fail("stretch_max_scale", "≥ 1")
         if not 0.0 < self.stretch_fraction <= 1.0:
-            fail("stretch_fraction", "in (0, 1]")
+            self._fail("stretch_fraction", "in (0, 1]")
         if self.hold_extra_iterations is not None and self.hold_extra_iterations < 0:
-            fail("hold_extra_iterations", "None or ≥ 0")
+            self._fail("hold_extra_iterations", "None or ≥ 0")
         if self.random_positions_max is not None and self.random_positions_max < 2:
-            fail("random_positions_max", "None or ≥ 2 (and ≥ the longest training prompt)")
+            self._fail("random_positions_max", "None or ≥ 2 (and ≥ the longest training prompt)")
         if self.random_positions_max is not None and self.stretch_steps > 0:
-            fail("random_positions_max", "None when stretch_steps > 0 (two position schemes at once)")
+            self._fail("random_positions_max", "None when stretch_steps > 0 (two position schemes at once)")
         if self.pose_max_positions is not None and self.pose_max_positions < 2:
-            fail("pose_max_positions", "None or ≥ 2 (and ≥ the longest training prompt)")
+            self._fail("pose_max_positions", "None or ≥ 2 (and ≥ the longest training prompt)")
         if self.pose_max_positions is not None and (self.stretch_steps > 0 or self.random_positions_max is not None):
-            fail("pose_max_positions", "None when stretch_steps > 0 or random_positions_max is set (two position "
+            self._fail("pose_max_positions", "None when stretch_steps > 0 or random_positions_max is set (two position "
                  "schemes at once)")
+
+    def _check_budget(self) -> None:
+        """The optimizer and the budget: adapter learning rate, seconds, steps."""
         if self.adapter_learning_rate is not None and self.adapter_learning_rate <= 0:
-            fail("adapter_learning_rate", "None or > 0")
+            self._fail("adapter_learning_rate", "None or > 0")
         if self.max_train_seconds is not None and self.max_train_seconds <= 0:
-            fail("max_train_seconds", "None or > 0")
+            self._fail("max_train_seconds", "None or > 0")
         if self.max_steps is None or self.max_steps <= 0:
-            fail("max_steps", "> 0 (the depth schedule is defined per optimizer step)")
+            self._fail("max_steps", "> 0 (the depth schedule is defined per optimizer step)")
+
+    def _check_no_effect(self) -> None:
+        """Options that would silently change nothing under the other settings."""
         # options that would silently change nothing
         default = {f: type(self).__dataclass_fields__[f].default for f in
                    ("hold_tail_alpha", "hold_max_factor", "stretch_max_scale", "stretch_fraction", "curriculum_window")}
         if self.halt_label_offset > 0 and self.halting_loss_weight == 0:
-            fail("halt_label_offset", "0 when halting_loss_weight is 0 (there is no halting loss to label)")
+            self._fail("halt_label_offset", "0 when halting_loss_weight is 0 (there is no halting loss to label)")
         if self.hold_extra_iterations is not None and self.depth_schedule != "hold":
-            fail("hold_extra_iterations", "None unless depth_schedule='hold' (only the hold schedule runs extra "
+            self._fail("hold_extra_iterations", "None unless depth_schedule='hold' (only the hold schedule runs extra "
                  "iterations)")
         for name in ("hold_tail_alpha", "hold_max_factor"):
             if getattr(self, name) != default[name] and (self.depth_schedule != "hold" or self.hold_tail != "pareto"):
-                fail(name, f"its default {default[name]} unless depth_schedule='hold' and hold_tail='pareto' (it "
+                self._fail(name, f"its default {default[name]} unless depth_schedule='hold' and hold_tail='pareto' (it "
                      "shapes the pareto tail only)")
         for name in ("stretch_max_scale", "stretch_fraction"):
             if getattr(self, name) != default[name] and self.stretch_steps == 0:
-                fail(name, f"its default {default[name]} when stretch_steps is 0 (there is no stretch phase)")
+                self._fail(name, f"its default {default[name]} when stretch_steps is 0 (there is no stretch phase)")
         if self.curriculum_window != default["curriculum_window"] and self.curriculum_advance_accuracy is None:
-            fail("curriculum_window", f"its default {default['curriculum_window']} without curriculum_advance_accuracy "
-                 "(the fixed pace reads no accuracy)")
-        # Every rank takes its slice of the same global batch, hence the same depth and loop length.
-        self.accelerator_config.split_batches = True
+            self._fail("curriculum_window", f"its default {default['curriculum_window']} without "
+                       "curriculum_advance_accuracy (the fixed pace reads no accuracy)")
 
 
 def random_sorted_positions(rng: np.random.Generator, n: int, limit: int) -> np.ndarray:
