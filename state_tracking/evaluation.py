@@ -159,6 +159,66 @@ def _run_threaded(fn, items: list) -> list:
         torch.set_num_threads(threads)
 
 
+def check_evaluation_arguments(model, task: Task, depths, n_per_depth, mode, batch_size, rendering, train_max_depth,
+                               step_size, workers, fixed_iterations, phrasing, interpolate_positions) -> int:
+    """One `ValueError` naming the first bad argument of `evaluate_length_generalization`; returns the step size c."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    check_rendering(rendering)
+    task.phrasing_options(phrasing)  # checks the name
+    check_test_depths(depths)
+    for name, value in (("n_per_depth", n_per_depth), ("batch_size", batch_size), ("workers", workers)):
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if fixed_iterations is not None and (mode != "forced" or isinstance(fixed_iterations, bool)
+                                         or not isinstance(fixed_iterations, (int, np.integer))
+                                         or fixed_iterations < 1):
+        raise ValueError(f"fixed_iterations must be None or a positive integer with mode='forced', got "
+                         f"{fixed_iterations!r} (mode={mode!r})")
+    if interpolate_positions and train_max_depth is None:
+        raise ValueError("interpolate_positions=True needs train_max_depth (the scale is train_max_depth / depth)")
+    step_size = int(model.config.step_size if step_size is None else step_size)
+    if step_size < 1:
+        raise ValueError(f"step_size must be >= 1, got {step_size}")
+    return step_size
+
+
+def model_matches_tokenizer(model, tokenizer, task: Task) -> dict:
+    """The task's token ids under `tokenizer` (`model_token_ids`), refused when the model's answer ids differ (the
+    wrong tokenizer or task for this model)."""
+    token_ids = model_token_ids(tokenizer, task)
+    config_answer_ids = getattr(model.config, "answer_token_ids", None)
+    if config_answer_ids is not None and list(config_answer_ids) != token_ids["answer_token_ids"]:
+        raise ValueError(
+            f"model.config.answer_token_ids {list(config_answer_ids)} differ from the tokenizer's ids for the task's "
+            f"candidates {token_ids['answer_token_ids']}: wrong tokenizer or task for this model"
+        )
+    return token_ids
+
+
+def evaluation_record(model, tokenizer, task: Task, token_ids: dict, depths: list, per_depth: list, settings: dict,
+                      device) -> dict[str, Any]:
+    """The JSON-ready result of `evaluate_length_generalization`: the settings, accuracy per depth, d50, the
+    extrapolation factor, and what is needed to rerun (task spec, model config, tokenizer, environment)."""
+    accuracies = [row["accuracy"] for row in per_depth]
+    train_max_depth = settings["train_max_depth"]
+    return {
+        "task": task.name,
+        "task_spec": task.to_dict(),
+        **settings,
+        "depths": depths,
+        "accuracy": accuracies,
+        "per_depth": per_depth,
+        "d50": longest_accurate_depth(depths, accuracies),
+        "extrapolation_factor": (None if train_max_depth is None
+                                 else extrapolation_factor(depths, accuracies, train_max_depth)),
+        "extrapolation_factor_is_lower_bound": bool(min(accuracies) >= ACCURACY_THRESHOLD),
+        "model_config": to_json(model.config.to_dict()),
+        "tokenizer": {"name_or_path": getattr(tokenizer, "name_or_path", None), **to_json(token_ids)},
+        "environment": environment_info(device),
+    }
+
+
 def evaluate_length_generalization(
     model: Any,
     tokenizer: PreTrainedTokenizerBase,
@@ -206,31 +266,11 @@ def evaluate_length_generalization(
         ``extrapolation_factor`` (None without ``train_max_depth``), and everything needed to rerun:
         task spec, n, seed, mode, rendering, model config, tokenizer, versions, date and machine.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
-    check_rendering(rendering)
-    task.phrasing_options(phrasing)  # checks the name
+    step_size = check_evaluation_arguments(model, task, depths, n_per_depth, mode, batch_size, rendering,
+                                           train_max_depth, step_size, workers, fixed_iterations, phrasing,
+                                           interpolate_positions)
     depths = check_test_depths(depths)
-    for name, value in (("n_per_depth", n_per_depth), ("batch_size", batch_size), ("workers", workers)):
-        if not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if fixed_iterations is not None and (mode != "forced" or isinstance(fixed_iterations, bool)
-                                         or not isinstance(fixed_iterations, (int, np.integer))
-                                         or fixed_iterations < 1):
-        raise ValueError(f"fixed_iterations must be None or a positive integer with mode='forced', got "
-                         f"{fixed_iterations!r} (mode={mode!r})")
-    if interpolate_positions and train_max_depth is None:
-        raise ValueError("interpolate_positions=True needs train_max_depth (the scale is train_max_depth / depth)")
-    step_size = int(model.config.step_size if step_size is None else step_size)
-    if step_size < 1:
-        raise ValueError(f"step_size must be >= 1, got {step_size}")
-    token_ids = model_token_ids(tokenizer, task)
-    config_answer_ids = getattr(model.config, "answer_token_ids", None)
-    if config_answer_ids is not None and list(config_answer_ids) != token_ids["answer_token_ids"]:
-        raise ValueError(
-            f"model.config.answer_token_ids {list(config_answer_ids)} differ from the tokenizer's ids for the task's "
-            f"candidates {token_ids['answer_token_ids']}: wrong tokenizer or task for this model"
-        )
+    token_ids = model_matches_tokenizer(model, tokenizer, task)
     device = torch.device(device) if device is not None else model.device
     collate = StateTrackingCollator(token_ids["pad_token_id"], padding_side="right")
 
@@ -259,34 +299,11 @@ def evaluate_length_generalization(
         bar.set_postfix(depth=depth, accuracy=f"{accuracy:.3f}")
     bar.close()
 
-    accuracies = [row["accuracy"] for row in per_depth]
-    d50 = longest_accurate_depth(depths, accuracies)
-    return {
-        "task": task.name,
-        "task_spec": task.to_dict(),
-        "mode": mode,
-        "rendering": rendering,
-        "phrasing": phrasing,
-        "random_initial": random_initial,
-        "seed": seed,
-        "n_per_depth": n_per_depth,
-        "batch_size": batch_size,
-        "workers": workers,
-        "fixed_iterations": fixed_iterations,
-        "interpolate_positions": interpolate_positions,
-        "step_size": step_size,
-        "train_max_depth": train_max_depth,
-        "depths": depths,
-        "accuracy": accuracies,
-        "per_depth": per_depth,
-        "d50": d50,
-        "extrapolation_factor": (None if train_max_depth is None
-                                 else extrapolation_factor(depths, accuracies, train_max_depth)),
-        "extrapolation_factor_is_lower_bound": bool(min(accuracies) >= ACCURACY_THRESHOLD),
-        "model_config": to_json(model.config.to_dict()),
-        "tokenizer": {"name_or_path": getattr(tokenizer, "name_or_path", None), **to_json(token_ids)},
-        "environment": environment_info(device),
-    }
+    settings = dict(mode=mode, rendering=rendering, phrasing=phrasing, random_initial=random_initial, seed=seed,
+                    n_per_depth=n_per_depth, batch_size=batch_size, workers=workers,
+                    fixed_iterations=fixed_iterations, interpolate_positions=interpolate_positions,
+                    step_size=step_size, train_max_depth=train_max_depth)
+    return evaluation_record(model, tokenizer, task, token_ids, depths, per_depth, settings, device)
 
 
 def interpolation_scale(train_max_depth: int, depth: int) -> float:
