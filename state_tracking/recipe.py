@@ -346,7 +346,7 @@ def recipe_notes(s: RecordStatistics) -> list[str]:
                      f"file if you can ({README})")
     if s.records < FEW_RECORDS_NOTE:
         notes.append(f"{s.records} training records: at 250 records no model learned register3 (PAR with feedback "
-                     f"46.35%, LSTM 52.83% at 16x) ({README})")
+                     f"46.35%, LSTM 52.83% at 16x) ({README}; the per-run table: results/own_data_cpu/table.md)")
     if s.state_shape == "label" and s.labels > MANY_LABELS_NOTE:
         notes.append(f"one label among {s.labels}: S5 as one label among 120 was learned by neither PAR nor the LSTM, "
                      f"the same group as a mapping of five boxes by both; a mapping state helps if you have one "
