@@ -105,28 +105,11 @@ def build_model(args: argparse.Namespace, tokenizer, task):
     return model
 
 
-def main(argv=None) -> dict:
-    import datasets
-    import transformers
-    import trl
-    from transformers import set_seed
-    from trl import SFTConfig, SFTTrainer
+def sft_config(args, max_length: int):
+    """TRL's `SFTConfig` of the run: the script's schedule, with the TRL defaults that do not fit here turned off."""
+    from trl import SFTConfig
 
-    args = parse_args(argv)
-    torch.set_num_threads(args.torch_threads)
-    argv_list = sys.argv[1:] if argv is None else [str(a) for a in argv]
-    command = "python " + " ".join([repo_relative(__file__)] + argv_list)
-    task = load_task(args.task_file) if args.task_file else get_task(args.task)
-    tokenizer = build_cot_tokenizer(task)
-
-    started = time.time()
-    n = args.train_size or args.max_steps * args.per_device_train_batch_size
-    dataset = build_cot_dataset(task, tokenizer, n=n, depths=(args.min_train_depth, args.max_train_depth),
-                                seed=args.seed, random_initial=args.random_initial)
-    max_length = max(len(row) for row in dataset["input_ids"])
-    set_seed(args.seed)
-    model = build_model(args, tokenizer, task)
-    config = SFTConfig(
+    return SFTConfig(
         output_dir=args.output_dir, max_steps=args.max_steps,
         per_device_train_batch_size=args.per_device_train_batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, lr_scheduler_type=args.lr_scheduler_type,
@@ -139,21 +122,14 @@ def main(argv=None) -> dict:
         save_strategy="no", report_to="none", dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available(),
         disable_tqdm=True,
     )
-    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer)
-    data_seconds = time.time() - started
 
-    started = time.time()
-    train_output = trainer.train()
-    train_seconds = time.time() - started
-    if args.save_model:
-        trainer.save_model(args.output_dir)
-        tokenizer.save_pretrained(args.output_dir)
 
-    started = time.time()
-    evaluation = evaluate_cot(model, tokenizer, task, args.eval_depths, n_per_depth=args.eval_n, seed=args.seed,
-                              batch_size=args.eval_batch_size, random_initial=args.random_initial,
-                              train_max_depth=args.max_train_depth)
-    eval_seconds = time.time() - started
+def results_record(args, task, tokenizer, model, trainer, train_output, evaluation: dict, command: str, n: int,
+                   max_length: int, seconds: dict) -> dict:
+    """results.json: the run's settings, timings, machine, versions, model, loss curve and evaluation."""
+    import datasets
+    import transformers
+    import trl
 
     curve = [{k: row[k] for k in CURVE_KEYS if k in row} for row in trainer.state.log_history if "loss" in row]
     per_depth = {
@@ -162,7 +138,7 @@ def main(argv=None) -> dict:
                                                  "mean_states_written", "n")}
         for row in evaluation["per_depth"]
     }
-    results = {
+    return {
         "method": METHOD,
         "command": command,
         "seed": args.seed,
@@ -174,9 +150,8 @@ def main(argv=None) -> dict:
         "train_depths": [args.min_train_depth, args.max_train_depth],
         "max_train_depth": args.max_train_depth,
         "max_length": max_length,
-        "wall_time_seconds": {"data": round(data_seconds, 2), "train": round(train_seconds, 2),
-                              "eval": round(eval_seconds, 2)},
-        "seconds_per_step": round(train_seconds / max(1, trainer.state.global_step), 4),
+        "wall_time_seconds": {k: round(v, 2) for k, v in seconds.items()},
+        "seconds_per_step": round(seconds["train"] / max(1, trainer.state.global_step), 4),
         "machine": {"platform": platform.platform(), "processor": platform.processor() or None,
                     "cpu_count": os.cpu_count(), "torch_num_threads": torch.get_num_threads(),
                     "device": str(model.device)},
@@ -202,6 +177,47 @@ def main(argv=None) -> dict:
                  "per_depth": per_depth},
         "evaluation": evaluation,
     }
+
+
+def main(argv=None) -> dict:
+    from transformers import set_seed
+    from trl import SFTTrainer
+
+    args = parse_args(argv)
+    torch.set_num_threads(args.torch_threads)
+    argv_list = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    command = "python " + " ".join([repo_relative(__file__)] + argv_list)
+    task = load_task(args.task_file) if args.task_file else get_task(args.task)
+    tokenizer = build_cot_tokenizer(task)
+
+    started = time.time()
+    n = args.train_size or args.max_steps * args.per_device_train_batch_size
+    dataset = build_cot_dataset(task, tokenizer, n=n, depths=(args.min_train_depth, args.max_train_depth),
+                                seed=args.seed, random_initial=args.random_initial)
+    max_length = max(len(row) for row in dataset["input_ids"])
+    set_seed(args.seed)
+    model = build_model(args, tokenizer, task)
+    config = sft_config(args, max_length)
+    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer)
+    data_seconds = time.time() - started
+
+    started = time.time()
+    train_output = trainer.train()
+    train_seconds = time.time() - started
+    if args.save_model:
+        trainer.save_model(args.output_dir)
+        tokenizer.save_pretrained(args.output_dir)
+
+    started = time.time()
+    evaluation = evaluate_cot(model, tokenizer, task, args.eval_depths, n_per_depth=args.eval_n, seed=args.seed,
+                              batch_size=args.eval_batch_size, random_initial=args.random_initial,
+                              train_max_depth=args.max_train_depth)
+    eval_seconds = time.time() - started
+
+    seconds = {"data": data_seconds, "train": train_seconds, "eval": eval_seconds}
+    results = results_record(args, task, tokenizer, model, trainer, train_output, evaluation, command, n, max_length,
+                             seconds)
+    per_depth = results["eval"]["per_depth"]
     path = Path(args.results_json) if args.results_json else Path(args.output_dir) / "results.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2))
