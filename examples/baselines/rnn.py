@@ -100,8 +100,8 @@ class RNNStateTracker(nn.Module):
         return self.head(at).unflatten(-1, (self.num_queries, self.num_candidates))
 
 
-def parse_args(argv=None, records: RecordFlags | None = None) -> argparse.Namespace:
-    """The command line; `records`, train_par.py's parsed record flags (`--baselines`), replaces its record flags."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: the network, the training, the evaluation, and the recorded data (`RecordFlags`' flags)."""
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--task", default=None, help="a built-in group task (swap_s5, s5, a5); None: swap_s5 "
@@ -144,6 +144,12 @@ def parse_args(argv=None, records: RecordFlags | None = None) -> argparse.Namesp
                       "(default 250)")
     data.add_argument("--probe_stop_patience", type=int, default=None, help="validation probe: consecutive exact "
                       "probes that stop training (default 2)")
+    return parser
+
+
+def parse_args(argv=None, records: RecordFlags | None = None) -> argparse.Namespace:
+    """The command line; `records`, train_par.py's parsed record flags (`--baselines`), replaces its record flags."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if records is not None:
         with_record_flags(args, records)
