@@ -19,7 +19,8 @@ to it. Beside it, imported relatively (remote code: a checkpoint needs only torc
 `loop_types.py` (outputs, the backend interface, the named types between steps), `input_checks.py`,
 `runtime_options.py` (`model.runtime`, the fast paths' switches), `window_path.py`, `split_adapter.py`,
 `par_attention.py` ("par_eager"), `compile_support.py` (`compile_core`), `prompt_format.py` (raw text →
-`operation_ends`; `sentences.py`, the sentence rule) and `pipeline_par.py` (the `state-tracking` pipeline). Not
+`operation_ends`; `sentences.py`, the sentence rule), `pipeline_par.py` (the `state-tracking` pipeline) and
+`streaming.py` (`stream`, a live monitor: one event at a time, O(1) per event under the local view). Not
 `parents.py`, the parent conversion: only `from_pretrained_parent` loads it, so no checkpoint carries it.
 """
 
@@ -78,6 +79,7 @@ from .prefix_state import prefix_state_logits
 from .reference_loop import ReferenceLoop
 from .runtime_options import RUNTIME_OPTION_NAMES, ParRuntimeOptions
 from .split_adapter import adapter_e_half, adapter_halves, adapter_input
+from .streaming import StateStream, StreamAnswer
 from .token_mixing import causal_depthwise_mix
 from .window_path import WindowLoop
 
@@ -249,6 +251,13 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
     def from_qwen2(cls, *args, **kwargs) -> ParLoopedQwenForStateTracking:
         """Alias of `from_pretrained_parent`, kept under its old name (it takes Llama and GGUF parents too)."""
         return cls.from_pretrained_parent(*args, **kwargs)
+
+    def stream(self, preamble_ids, query_ids, query_positions=None, position_scale=None) -> StateStream:
+        """A live monitor on this model (`streaming.StateStream`): `update(operation_ids)` reads one more event and
+        returns the state after it (`StreamAnswer`), O(1) in the history, equal to `predict` on the whole prompt at
+        forced depth ⌈d / step_size⌉; `state_dict()` / `from_state_dict` stop and resume it. Only `loop_view="local"`
+        with `progress_positions` (or `position_encoding="nope"`); other configs are refused, naming the field."""
+        return StateStream(self, preamble_ids, query_ids, query_positions, position_scale)
 
     # ------------------------------------------------------------------------------------------------- the backend
     def _backend(self, input_ids, attention_mask, query_positions, position_scale, operation_ends=None,
@@ -532,4 +541,4 @@ __all__ = ["ParLoopedQwenPreTrainedModel", "ParLoopedQwenForStateTracking", "Par
            "default_compile_options", "grad_window_iterations", "halt_confirmed", "halt_iteration", "loop_view_mask",
            "operations_read",
            "padded_causal_mask", "par_eager_attention", "progress_shift", "token_segments", "positions_from_mask",
-           "small_block_attention", "state_rms", "stretch_positions"]
+           "small_block_attention", "state_rms", "stretch_positions", "StateStream", "StreamAnswer"]
