@@ -5,7 +5,7 @@ time, and against re-reading the whole prompt with `predict` once the history is
     python benchmarks/bench_streaming.py                       # hidden 64, 1 + 1 + 1 layers, 1,000 events
     python benchmarks/bench_streaming.py --hidden_size 128 --layers 1,2,1 --intermediate_size 256
 
-The PAR model is the records recipe's small one (`state_tracking.recipe.model_size_rule`: hidden 64, MLP 128, 1 + 1 +
+The PAR model is the records recipe's small one (`par_cli.recipe.model_size_rule`: hidden 64, MLP 128, 1 + 1 +
 1 layers, answer feedback; local view, progress positions, bidirectional queries), with random weights: speed does
 not depend on them. An event is one token (the recipe reads one token per operation); the prompt is <bos>, the events,
 then `--queries` query tokens, each read. The LSTM (hidden `--lstm_hidden`) does per event what a recurrent monitor

@@ -1,4 +1,4 @@
-"""Time the recipe's whole-state check (`state_tracking.recipe.whole_state_check`) on the same number of operations
+"""Time the recipe's whole-state check (`par_cli.recipe.whole_state_check`) on the same number of operations
 cut two ways: few long records and many short ones. Linear in the operations read, the two take about the same time
 (issue 70.12: before, 1,000 records of ~2,000 operations took 20 CPU s against 3.7 s for 20,000 of ~100).
 
@@ -11,7 +11,7 @@ import time
 import numpy as np
 from datasets import Dataset
 
-from state_tracking.recipe import whole_state_check
+from par_cli.recipe import whole_state_check
 
 parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
 parser.add_argument("--operations", type=int, default=2_000_000)

@@ -32,6 +32,9 @@ import sys
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from par_cli.cli import require_checkpoint, require_task, run_cli
+from par_cli.flag_modes import check_flags, given_flags
+from par_cli.flag_values import true_or_false
 from state_tracking import (
     GROUP_TASK_NAMES,
     RENDERINGS,
@@ -44,7 +47,6 @@ from state_tracking import (
     progress_profile,
     save_results,
 )
-from state_tracking.cli import require_checkpoint, require_task, run_cli
 from state_tracking.evaluation import (
     ATTN_IMPLEMENTATIONS,
     MODES,
@@ -53,8 +55,6 @@ from state_tracking.evaluation import (
     default_workers,
     repo_relative,
 )
-from state_tracking.flag_modes import check_flags, given_flags
-from state_tracking.flag_values import true_or_false
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -39,8 +39,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from modeling_par.record_format import RECORDS, RecordFormat, load_prompt_format  # noqa: E402
+from par_cli.cli import require_checkpoint, run_cli  # noqa: E402
 from state_tracking import StateTrackingCollator  # noqa: E402
-from state_tracking.cli import require_checkpoint, run_cli  # noqa: E402
 from state_tracking.tasks import RESERVED_WORDS, load_task  # noqa: E402
 
 PLOT_MAX_STATES = 12

@@ -32,10 +32,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from par_cli.cli import require_task, run_cli  # noqa: E402
+from par_cli.flag_values import true_or_false  # noqa: E402
 from state_tracking import GROUP_TASK_NAMES, build_dataset, build_tokenizer  # noqa: E402
-from state_tracking.cli import require_task, run_cli  # noqa: E402
 from state_tracking.evaluation import draw_test_problems  # noqa: E402
-from state_tracking.flag_values import true_or_false  # noqa: E402
 from state_tracking.records import EXTENSIONS, task_records  # noqa: E402
 
 

@@ -35,9 +35,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 from modeling_par import ParLoopedQwenForStateTracking  # noqa: E402
 from modeling_par.record_format import load_prompt_format  # noqa: E402
+from par_cli.cli import require_file, run_cli  # noqa: E402
+from par_cli.flag_values import true_or_false  # noqa: E402
 from scripts.sync_remote_code import write_remote_code  # noqa: E402
-from state_tracking.cli import require_file, run_cli  # noqa: E402
-from state_tracking.flag_values import true_or_false  # noqa: E402
 
 CARD_TEMPLATE = REPO_ROOT / "hub_card.md"
 EXTRA_FILES = ("state_tracking_task.json",)

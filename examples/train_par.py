@@ -17,8 +17,8 @@ Every field of `ModelArguments`, `TaskArguments`, `DataArguments` and `ParTraini
 included) is a flag; `--self_distillation` switches to label-free prefix self-distillation
 (`SelfDistillationArguments`). `main` runs the steps in order: parse, data (with records, the recipe chosen from
 them unless `--recipe off`), model, trainer, train, save, evaluate (and with `--baselines lstm,rpni`, the baselines on
-the same files); each step's work is in the library (`state_tracking.training_data`, `state_tracking.recipe`,
-`trainers.model_setup`, `state_tracking.reports`, `state_tracking.baselines_table`).
+the same files); each step's work is in the library (`par_cli.training_data`, `par_cli.recipe`,
+`trainers.model_setup`, `par_cli.reports`, `par_cli.baselines_table`).
 """
 
 from __future__ import annotations
@@ -35,28 +35,28 @@ from transformers import HfArgumentParser, set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from state_tracking import StateTrackingCollator, build_dataset, model_token_ids, save_task  # noqa: E402
-from state_tracking.baselines_table import check_baselines, parse_baselines, run_baselines  # noqa: E402
-from state_tracking.cli import require_checkpoint, require_task, run_cli  # noqa: E402
-from state_tracking.evaluation import command_line  # noqa: E402
-from state_tracking.flag_modes import check_flags, given_flags  # noqa: E402
-from state_tracking.hf_parser import accept_none  # noqa: E402
-from state_tracking.recipe import RECIPE_MODES, check_recipe, use_recipe  # noqa: E402
-from state_tracking.record_flags import RecordFlags  # noqa: E402
-from state_tracking.records import OPERATION_TOKENS, RecordSplits, record_token_ids  # noqa: E402
-from state_tracking.reports import (  # noqa: E402
+from par_cli.baselines_table import check_baselines, parse_baselines, run_baselines  # noqa: E402
+from par_cli.cli import require_checkpoint, require_task, run_cli  # noqa: E402
+from par_cli.flag_modes import check_flags, given_flags  # noqa: E402
+from par_cli.hf_parser import accept_none  # noqa: E402
+from par_cli.recipe import RECIPE_MODES, check_recipe, use_recipe  # noqa: E402
+from par_cli.record_flags import RecordFlags  # noqa: E402
+from par_cli.reports import (  # noqa: E402
     evaluate_and_report,
     evaluate_records_and_report,
     run_summary,
 )
-from state_tracking.tasks import Task  # noqa: E402
-from state_tracking.training_data import (  # noqa: E402
+from par_cli.training_data import (  # noqa: E402
     build_task,
     prepare_records,
     reencode_records,
     trained_prompt_format,
     training_problems,
 )
+from state_tracking import StateTrackingCollator, build_dataset, model_token_ids, save_task  # noqa: E402
+from state_tracking.evaluation import command_line  # noqa: E402
+from state_tracking.records import OPERATION_TOKENS, RecordSplits, record_token_ids  # noqa: E402
+from state_tracking.tasks import Task  # noqa: E402
 from trainers import (  # noqa: E402
     FreezePreludeCallback,
     ParTrainer,
@@ -238,7 +238,7 @@ class DataArguments(RecordFlags):
 
     recipe: str = field(default="auto", metadata={
         "help": "records: 'auto' chooses the model size, answer feedback, operation tokens, curriculum and Adam's "
-                "beta2 from the training records by rules measured in results/own_data_cpu (state_tracking.recipe; the "
+                "beta2 from the training records by rules measured in results/own_data_cpu (par_cli.recipe; the "
                 "choice and its reasons go to the log and summary.json's \"recipe\"; every flag you give wins); "
                 "'off': the fixed records defaults",
         "choices": list(RECIPE_MODES)})
@@ -247,7 +247,7 @@ class DataArguments(RecordFlags):
         "help": "after PAR, train these baselines on the same records files and print one table beside PAR's "
                 "(accuracy per test length, seconds, RPNI's learned states; summary.json's \"baselines\"): a "
                 "comma-separated list of lstm (examples/baselines/rnn.py's defaults), rpni (automata.py; needs "
-                "AALpy); needs --train_file (state_tracking.baselines_table)"})
+                "AALpy); needs --train_file (par_cli.baselines_table)"})
 
     @property
     def given(self) -> bool:
@@ -424,7 +424,7 @@ class TrainingData:
     token_ids: dict  # model_token_ids / record_token_ids: vocabulary size, pad, answer and halt tokens
     task: Any = None
     records: RecordSplits | None = None
-    recipe: dict | None = None  # records: summary.json's "recipe" (state_tracking.recipe.use_recipe)
+    recipe: dict | None = None  # records: summary.json's "recipe" (par_cli.recipe.use_recipe)
     curriculum: dict | None = None  # summary.json's "curriculum" plan (trainers.step_budget)
 
 

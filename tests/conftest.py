@@ -127,8 +127,8 @@ def scripts_in_process(monkeypatch):
     from pathlib import Path
     from types import SimpleNamespace
 
+    from par_cli.cli import run_cli
     from par_studies import runs
-    from state_tracking.cli import run_cli
 
     repo = Path(__file__).resolve().parents[1]
     calls, threads = [], torch.get_num_threads()

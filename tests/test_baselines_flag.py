@@ -7,8 +7,8 @@ import shlex
 import numpy as np
 import pytest
 
-from state_tracking import baselines_table
-from state_tracking.cli import run_cli
+from par_cli import baselines_table
+from par_cli.cli import run_cli
 from tests.conftest import load_example
 from tests.counter_records import write_counter_csv
 
@@ -92,7 +92,7 @@ def test_a_baseline_that_refuses_the_records_is_its_rows_error(monkeypatch):
         raise ValueError("the records are not deterministic")
 
     monkeypatch.setattr(baselines_table.load_script("automata.py"), "main", refuse)
-    from state_tracking.record_flags import RecordFlags
+    from par_cli.record_flags import RecordFlags
 
     row = baselines_table.run_baseline("rpni", ["--algorithm", "rpni"], "test", RecordFlags(train_file="t.csv"))
     assert row["method"] == "RPNI" and row["error"] == "the records are not deterministic"

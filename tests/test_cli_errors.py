@@ -1,12 +1,12 @@
 """Every command line prints a bad input as one ``error: <message>`` line (and the --debug hint) and exits 2
-(state_tracking.cli.run_cli): a missing file or folder, a folder that is not a checkpoint, a missing GGUF file, a bad
+(par_cli.cli.run_cli): a missing file or folder, a folder that is not a checkpoint, a missing GGUF file, a bad
 task file — each checked where its flag is read, before anything loads, the message naming the flag and the path."""
 
 import json
 
 import pytest
 
-from state_tracking.cli import require_checkpoint, run_cli
+from par_cli.cli import require_checkpoint, run_cli
 from tests.conftest import load_example
 
 

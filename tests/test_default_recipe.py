@@ -1,4 +1,4 @@
-"""The records recipe chosen from the data (`state_tracking.recipe`, issue 51 item 1): the statistics of hand-written
+"""The records recipe chosen from the data (`par_cli.recipe`, issue 51 item 1): the statistics of hand-written
 records, each rule's choice on records built to trigger it, the user's flags winning, the recipe block of summary.json,
 `--recipe off` keeping the fixed defaults, and a bad `--recipe` refused by name."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from datasets import Dataset
 
-from state_tracking.recipe import (
+from par_cli.recipe import (
     MANY_RECORDS,
     MIN_REPEATS,
     MULTI_WORD,
@@ -29,8 +29,8 @@ from state_tracking.recipe import (
     use_recipe,
     whole_state_check,
 )
+from par_cli.training_data import prepare_records
 from state_tracking.records import RecordColumns, read_record_splits
-from state_tracking.training_data import prepare_records
 from tests.conftest import load_example
 
 train_par = load_example("examples/train_par.py")

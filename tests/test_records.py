@@ -484,7 +484,7 @@ def test_operations_that_encode_alike_are_one_error(tmp_path):
     ("evaluate_par", ["--phrasing", "seen", "--fixed-iterations", "2"], r"--phrasing, --fixed_iterations apply"),
 ])
 def test_flags_with_no_effect_on_records_are_refused_by_name(tmp_path, script, argv, message):
-    """One table (state_tracking.flag_modes) says which flags apply to generated problems and which to records, for
+    """One table (par_cli.flag_modes) says which flags apply to generated problems and which to records, for
     train_par.py, evaluate_par.py and rnn.py; a flag that would be ignored is one error naming it."""
     write_csv(tmp_path / "train.csv", turnstile_rows(20, 1, 3, seed=5))
     data = ["--step_states_column", "observed", "--operation_delimiter", ";"]
@@ -498,7 +498,7 @@ def test_flags_with_no_effect_on_records_are_refused_by_name(tmp_path, script, a
 
 
 def test_record_flags_without_records_are_refused_by_name(tmp_path):
-    from state_tracking.flag_modes import FLAG_MODES, check_flags
+    from par_cli.flag_modes import FLAG_MODES, check_flags
 
     for name in ("max_train_samples", "skip_bad_records", "dataset_config_name", "data_name"):
         with pytest.raises(ValueError, match=f"--{name} applies to recorded data only"):

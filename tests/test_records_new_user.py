@@ -163,7 +163,7 @@ def test_the_cards_limits_state_the_checkpoints_own_segmentation_rule():
 @pytest.mark.parametrize("script", ["examples/train_par.py", "examples/evaluate_par.py", "examples/extract_machine.py",
                                     "examples/baselines/rnn.py"])
 def test_clis_print_a_bad_input_as_one_error_line_and_exit_2(tmp_path, capsys, monkeypatch, script):
-    from state_tracking.cli import run_cli
+    from par_cli.cli import run_cli
 
     (tmp_path / "logs").mkdir()
     logs = str(tmp_path / "logs")

@@ -120,7 +120,7 @@ def test_num_train_epochs_sets_the_steps_of_a_records_run_and_contradictions_are
 
 # ------------------------------------------------------------------ 3. --baselines after PAR never loses the run
 def test_baselines_read_a_delimiter_that_looks_like_a_flag_and_a_crash_is_its_row(tmp_path, monkeypatch):
-    from state_tracking import baselines_table
+    from par_cli import baselines_table
 
     monkeypatch.setitem(baselines_table.BASELINES, "lstm",
                         ("LSTM", "rnn.py", ["--cell", "lstm", "--hidden", "16", "--max_steps", "4"]))
@@ -147,8 +147,8 @@ def test_baselines_read_a_delimiter_that_looks_like_a_flag_and_a_crash_is_its_ro
 
 # --------------------------------------------------------------- 10. --no_<flag> counts as the flag given
 def test_a_negated_bool_flag_is_a_flag_given(tmp_path, monkeypatch):
-    from state_tracking import baselines_table
-    from state_tracking.flag_modes import given_flags
+    from par_cli import baselines_table
+    from par_cli.flag_modes import given_flags
 
     assert given_flags(["--no_restore_best_probe", "--no-stop-when-validation-exact", "--max_steps=3"],
                        fields={"restore_best_probe", "stop_when_validation_exact", "max_steps"}) == {
@@ -247,7 +247,7 @@ def test_float_states_read_alike_in_plain_cells_and_in_lists_in_csv_and_in_json_
 
 # ------------------------------------------------------- 8. whole-operation tokens only where the records allow them
 def test_the_recipe_keeps_words_when_an_operation_is_named_like_a_reserved_token(tmp_path):
-    from state_tracking.recipe import RecordStatistics, operation_tokens_rule
+    from par_cli.recipe import RecordStatistics, operation_tokens_rule
 
     rng = np.random.default_rng(0)
     ops = ["Yes", "No", "open the inlet valve slowly", "close the inlet valve at once"]
@@ -368,7 +368,8 @@ def test_a_run_at_chance_says_so_and_stops_when_asked(tmp_path, monkeypatch, cap
 def test_examples_per_step_count_gradient_accumulation_everywhere(tmp_path):
     from types import SimpleNamespace
 
-    from state_tracking.training_data import examples_per_step, training_problems
+    from par_cli.training_data import training_problems
+    from trainers.step_budget import examples_per_step
 
     args = SimpleNamespace(per_device_train_batch_size=8, world_size=1, gradient_accumulation_steps=3, max_steps=10,
                            min_train_depth=1, max_train_depth=4, seed=0)
@@ -381,7 +382,7 @@ def test_examples_per_step_count_gradient_accumulation_everywhere(tmp_path):
 
 
 def test_fields_set_after_parsing_are_validated_again_before_training(tmp_path, monkeypatch):
-    from state_tracking import recipe
+    from par_cli import recipe
 
     original = recipe.apply_recipe
 

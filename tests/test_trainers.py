@@ -988,9 +988,9 @@ def test_step_plan_is_drawn_in_begin_batch_whatever_runs_after_or_before(tmp_pat
 
 
 def test_train_par_curve_carries_every_logged_loss_part(tmp_path):
-    """summary.json's curve (state_tracking.reports.training_curve) keeps every loss part a trainer logs:
+    """summary.json's curve (par_cli.reports.training_curve) keeps every loss part a trainer logs:
     self-distillation's loss_final and loss_distill, ParTrainer's loss_answer and loss_halt, with the logged values."""
-    from state_tracking.reports import training_curve
+    from par_cli.reports import training_curve
 
     distill = PrefixSelfDistillationTrainer(
         model=tiny_model(**LOCAL_VIEW), args=tiny_args(tmp_path / "sd", cls=SelfDistillationArguments, max_steps=3,

@@ -10,8 +10,6 @@ from __future__ import annotations
 import logging
 import math
 
-from state_tracking.training_data import examples_per_step
-
 from .schedules import curriculum_steps_needed
 
 logger = logging.getLogger(__name__)
@@ -21,9 +19,17 @@ PACE_FLAGS = ("curriculum_start_depth", "curriculum_increment", "curriculum_ever
               "curriculum_advance_accuracy")
 
 
+def examples_per_step(train_args, world: int | None = None) -> int:
+    """Training examples one optimizer step reads: per-device batch · processes · gradient accumulation steps (the one
+    count, for the data to build, the samples a run saw and epochs as steps). `world` None: `train_args.world_size`."""
+    world = max(1, train_args.world_size if world is None else world)
+    accumulation = max(1, getattr(train_args, "gradient_accumulation_steps", 1))
+    return train_args.per_device_train_batch_size * world * accumulation
+
+
 def steps_for_epochs(epochs: float, examples: int, per_step: int) -> int:
     """--num_train_epochs as optimizer steps: ⌈epochs · N / per_step⌉, N the training examples, `per_step` the
-    examples one optimizer step reads (`state_tracking.training_data.examples_per_step`)."""
+    examples one optimizer step reads (`examples_per_step`)."""
     if not epochs > 0:
         raise ValueError(f"--num_train_epochs must be > 0; got {epochs!r}.")
     return max(1, math.ceil(epochs * examples / per_step))
@@ -101,6 +107,9 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
                            message, round(100 * CURRICULUM_SHARE))
             plan["adapted"] = {"curriculum_start_depth": None, "curriculum_advance_accuracy": None, "steps_needed": 0}
             a.curriculum_start_depth, a.curriculum_advance_accuracy = None, None
+            fields = getattr(type(a), "__dataclass_fields__", {})
+            if "curriculum_window" in fields:  # a window with no mastery test to read it is refused (validate_par)
+                a.curriculum_window = fields["curriculum_window"].default
             return plan
         every = every if window is not None else 1
     adapted = {"curriculum_increment": increment, "curriculum_every_steps": every}
@@ -149,4 +158,4 @@ def learning_outcome(log_history: list[dict]) -> dict | None:
 
 
 __all__ = ["CURRICULUM_SHARE", "PACE_FLAGS", "curriculum_outcome", "epochs_as_max_steps", "fit_curriculum_to_budget",
-           "learning_outcome", "steps_for_epochs"]
+           "examples_per_step", "learning_outcome", "steps_for_epochs"]

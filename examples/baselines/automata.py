@@ -33,9 +33,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from state_tracking.cli import run_cli  # noqa: E402
+from par_cli.cli import run_cli  # noqa: E402
+from par_cli.record_flags import RecordFlags, add_record_flags, with_record_flags  # noqa: E402
 from state_tracking.evaluation import command_line, repo_relative  # noqa: E402
-from state_tracking.record_flags import RecordFlags, add_record_flags, with_record_flags  # noqa: E402
 from state_tracking.records import ReadOptions, RecordColumns, read_record_splits  # noqa: E402
 
 ALGORITHMS = ("rpni", "gsm")
@@ -48,7 +48,7 @@ def parse_args(argv=None, records: RecordFlags | None = None) -> argparse.Namesp
     parser.add_argument("--algorithm", choices=ALGORITHMS, default="rpni",
                         help="rpni: AALpy's classic RPNI; gsm: generalized state merging (faster)")
     add_record_flags(parser.add_argument_group("recorded data", "the flags and meaning of examples/train_par.py "
-                                               "(state_tracking.record_flags)"))
+                                               "(par_cli.record_flags)"))
     parser.add_argument("--seed", type=int, default=0, help="the validation split's seed")
     parser.add_argument("--results_json", default=None)
     args = with_record_flags(parser.parse_args(argv), records)

@@ -30,10 +30,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from par_cli.flag_values import true_or_false  # noqa: E402
 from state_tracking import get_task, load_task  # noqa: E402
 from state_tracking.cot import build_cot_dataset, build_cot_tokenizer, cot_token_ids, evaluate_cot  # noqa: E402
 from state_tracking.evaluation import repo_relative  # noqa: E402
-from state_tracking.flag_values import true_or_false  # noqa: E402
 
 METHOD = "cot_trl"
 CURVE_KEYS = ("step", "loss", "learning_rate", "grad_norm", "mean_token_accuracy", "entropy", "num_tokens")

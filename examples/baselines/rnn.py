@@ -46,6 +46,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from par_cli.flag_modes import FLAG_MODES, run_cli, true_or_false  # noqa: E402
+from par_cli.record_flags import RECORD_FLAG_NAMES, RecordFlags, add_record_flags, with_record_flags  # noqa: E402
 from state_tracking import (  # noqa: E402
     StateTrackingCollator,
     build_dataset,
@@ -57,8 +59,6 @@ from state_tracking import (  # noqa: E402
 from state_tracking.accuracy import overall_state_accuracy  # noqa: E402
 from state_tracking.data import LABEL_PAD_ID  # noqa: E402
 from state_tracking.evaluation import STOP_BELOW, command_line, draw_test_problems, repo_relative  # noqa: E402
-from state_tracking.flag_modes import FLAG_MODES, run_cli, true_or_false  # noqa: E402
-from state_tracking.record_flags import RECORD_FLAG_NAMES, RecordFlags, add_record_flags, with_record_flags  # noqa: E402
 from state_tracking.records import (  # noqa: E402
     OPERATION_TOKENS,
     RecordColumns,
@@ -76,7 +76,7 @@ LABELS = ("step", "final")
 GENERATED_DEFAULTS = {"task": "swap_s5", "min_train_depth": 1, "max_train_depth": 8, "curriculum_start_depth": 2,
                       "eval_depths": "8,16,32,64,128,256,512", "eval_n": 256}
 # what describes generated data (refused with records) and what needs --train_file / --dataset_name: the table
-# train_par.py and evaluate_par.py share (state_tracking.flag_modes)
+# train_par.py and evaluate_par.py share (par_cli.flag_modes)
 GENERATED_ONLY, RECORD_FLAGS = FLAG_MODES["rnn.py"]
 # the validation probe's defaults with records (train_par.py's: --probe_n, --probe_every_steps, --probe_stop_patience)
 PROBE_DEFAULTS = {"stop_when_validation_exact": True, "probe_n": 256, "probe_every_steps": 250,
@@ -263,7 +263,7 @@ def evaluate_encoded(model, encoded, pad_token_id: int, batch_size: int, quiet: 
 
 def prepare_records(args: argparse.Namespace) -> dict:
     """Read and encode the training records (and the evaluation splits) as train_par.py does
-    (`state_tracking.training_data.prepare_records`), and set the depth range and curriculum start from the lengths
+    (`par_cli.training_data.prepare_records`), and set the depth range and curriculum start from the lengths
     present where not given."""
     columns = RecordColumns(args.operations_column, args.state_column, args.step_states_column,
                             args.initial_state_column, args.operation_delimiter)

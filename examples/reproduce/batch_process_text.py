@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from par_cli.flag_values import true_or_false  # noqa: E402
 from par_studies import (
     HALTING,
     LOCAL,
@@ -46,7 +47,6 @@ from par_studies import (
     save_record,
     train_segment,
 )
-from state_tracking.flag_values import true_or_false  # noqa: E402
 
 TASK_FILE = "examples/tasks/batch_process_phrasings.json"
 OUT = REPO / "results" / "batch_process_text_cpu"

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from par_cli.flag_values import true_or_false  # noqa: E402
 from par_studies import (
     FULL,
     HALTING,
@@ -61,7 +62,6 @@ from par_studies import (
     save_record,
     train_segment,
 )
-from state_tracking.flag_values import true_or_false  # noqa: E402
 
 PAPER = [  # the paper's reported rows (Qwen2.5-0.5B retrofit, train d ≤ 32; its own report, not reproduced)
     ("Transformer (cited from RLT)", "—", "0.85 ± 0.30", "6"),

@@ -40,11 +40,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # the repository's packages without an install
+from par_cli.flag_values import true_or_false  # noqa: E402
 from par_studies import load_train_par  # noqa: E402
 from par_studies.paper_scale.flops import BATCH, SAMPLES  # noqa: E402
 from par_studies.paper_scale.harness import SHAPES, dry_run  # noqa: E402
 from par_studies.paper_scale.report import write_outputs  # noqa: E402
-from state_tracking.flag_values import true_or_false  # noqa: E402
 
 RESULTS = REPO / "results" / "paper_scale_cpu"
 WORK = REPO / "runs" / "paper_retrofit_dry"  # the random Qwen2 folder and scratch outputs (git-ignored)

@@ -77,6 +77,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+from par_cli.flag_modes import true_or_false  # noqa: E402
 from par_studies import (
     LOCAL,
     REPO,
@@ -89,7 +90,6 @@ from par_studies import (
     splice_table,
     train_segment,
 )
-from state_tracking.flag_modes import true_or_false  # noqa: E402
 
 TASK_FILE = "examples/tasks/batch_process_phrasings.json"
 OUT = REPO / "results" / "pretrained_cpu"

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from par_cli.flag_values import true_or_false  # noqa: E402
 from par_studies import (
     FULL,
     REPO,
@@ -41,7 +42,6 @@ from par_studies import (
     thread_env,
 )
 from state_tracking import plot_accuracy_vs_depth
-from state_tracking.flag_values import true_or_false  # noqa: E402
 
 SCALES = {
     # From-scratch Qwen2-architecture models (no pretrained weights can be downloaded here).

@@ -5,7 +5,7 @@
 
 Checkpoints trained before configs carried the record get it here, computed the way `train_par.py` computes it for a
 new run: the checkpoint's recorded training command is parsed by `train_par.py`'s own parser, and
-`state_tracking.training_data.trained_prompt_format` replays the problems and phrasings `build_dataset` drew for it
+`par_cli.training_data.trained_prompt_format` replays the problems and phrasings `build_dataset` drew for it
 (same task, seed, size, depths, start states; `state_tracking.data.trained_phrasings`). Only `config.json`'s
 `prompt_format.trained` changes; the weights, the tokenizer and every other field stay as they are. Every segment of a
 resumed run must have trained on the same data (they share the data flags), and the runs were single-process (world
@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # the repository's packages without an install
-from state_tracking.flag_values import true_or_false  # noqa: E402
+from par_cli.flag_values import true_or_false  # noqa: E402
 
 # checkpoint folder -> the JSON that records its training commands ("train_commands")
 SHIPPED = {
@@ -38,8 +38,8 @@ def training_record(folder: Path, commands: list[str]) -> dict:
     train_par = repo_module("examples.train_par")
 
     from modeling_par.prompt_format import PromptFormat
+    from par_cli.training_data import build_task, trained_prompt_format, training_problems
     from state_tracking import load_task_from_dir
-    from state_tracking.training_data import build_task, trained_prompt_format, training_problems
 
     problems = None
     for command in commands:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from par_cli.flag_values import true_or_false  # noqa: E402
 from par_studies import (
     FULL,
     HALTING,
@@ -48,7 +49,6 @@ from par_studies import (
     splice_table,
 )
 from state_tracking.evaluation import repo_relative
-from state_tracking.flag_values import true_or_false  # noqa: E402
 
 OUT = REPO / "results" / "comparisons_cpu"
 RUN_DIR = REPO / "runs" / "comparisons"

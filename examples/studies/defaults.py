@@ -38,9 +38,9 @@ import platform
 import time
 from pathlib import Path
 
+from par_cli.flag_values import true_or_false  # noqa: E402
 from par_studies import REPO, argv, load_records, mean_sd, run_logged, splice_table
 from state_tracking.evaluation import repo_relative
-from state_tracking.flag_values import true_or_false  # noqa: E402
 
 DATA = REPO / "runs" / "own_data" / "data"
 RUNS = REPO / "runs" / "own_data" / "defaults"

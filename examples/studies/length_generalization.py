@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from par_cli.flag_values import true_or_false  # noqa: E402
 from par_studies import (
     FULL,
     HALTING,
@@ -41,7 +42,6 @@ from par_studies import (
     seeds_cell,
 )
 from state_tracking.evaluation import STOP_BELOW, repo_relative
-from state_tracking.flag_values import true_or_false  # noqa: E402
 
 OUT = REPO / "results" / "length_generalization_cpu"
 RUN_DIR = REPO / "runs" / "length_generalization"

@@ -32,9 +32,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from par_cli.flag_values import true_or_false  # noqa: E402
 from par_studies import REPO, SELF_DISTILL, Row, argv, combine, load_records, mean_sd, rows_by_name, run_logged
 from state_tracking.evaluation import repo_relative
-from state_tracking.flag_values import true_or_false  # noqa: E402
 
 DATA = REPO / "runs" / "own_data" / "data"
 RUNS = REPO / "runs" / "own_data"

@@ -35,6 +35,7 @@ import argparse
 import json
 from pathlib import Path
 
+from par_cli.flag_values import true_or_false  # noqa: E402
 from par_studies import (
     HALTING,
     HOLD_TAIL,
@@ -56,7 +57,6 @@ from par_studies import (
     train_segment,
 )
 from state_tracking.evaluation import repo_relative
-from state_tracking.flag_values import true_or_false  # noqa: E402
 
 OUT = REPO / "results" / "s5_a5_cpu" / "study"
 RUN_DIR = REPO / "runs" / "s5_breakthrough"

@@ -233,8 +233,8 @@ def build_case_model(case: dict):
     import torch
     from transformers import set_seed
 
+    from par_cli.training_data import build_task
     from state_tracking import build_dataset, model_token_ids
-    from state_tracking.training_data import build_task
     from trainers.model_setup import build_model, build_tokenizer_for, use_tokenizer_special_tokens
 
     model_args, task_args, _, train_args, _ = load_train_par().parse_all_args(case["argv"])

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pyarrow.compute as pc
 
-from .records import SCALAR_QUERY, RecordSplits, has_step_states, whole_token_clashes
+from state_tracking.records import SCALAR_QUERY, RecordSplits, has_step_states, whole_token_clashes
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def check_recipe(value) -> None:
     """`--recipe` is one of `RECIPE_MODES`, else one error naming the flag and what it takes."""
     if value not in RECIPE_MODES:
         raise ValueError(f"--recipe must be one of {list(RECIPE_MODES)} (auto: the recipe chosen from the training "
-                         f"records, state_tracking.recipe; off: the fixed records defaults); got {value!r}.")
+                         f"records, par_cli.recipe; off: the fixed records defaults); got {value!r}.")
 
 
 @dataclass(frozen=True)

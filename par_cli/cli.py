@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from .tasks import GROUP_TASK_NAMES, get_task, load_task
+from state_tracking.tasks import GROUP_TASK_NAMES, get_task, load_task
 
 CHECKPOINT_FILE = "config.json"  # what makes a folder a checkpoint (save_pretrained writes it)
 

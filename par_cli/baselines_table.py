@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .evaluation import command_line
+from state_tracking.evaluation import command_line
+
 from .record_flags import RECORD_FLAG_NAMES, RecordFlags, record_flags_of
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "examples" / "baselines"

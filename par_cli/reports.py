@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .diagnostics import plot_progress_profile
-from .evaluation import (
+from state_tracking.diagnostics import plot_progress_profile
+from state_tracking.evaluation import (
     default_workers,
     environment_info,
     evaluate_length_generalization,
@@ -20,8 +20,8 @@ from .evaluation import (
     repo_relative,
     save_results,
 )
-from .records import RecordSplits, evaluate_records, has_step_states, records_progress_profile
-from .training_data import examples_per_step
+from state_tracking.records import RecordSplits, evaluate_records, has_step_states, records_progress_profile
+from trainers.step_budget import examples_per_step
 
 # summary.json's curve: every loss part the trainer logs ("loss" and each "loss_*": loss_answer, loss_halt, loss_final,
 # loss_distill, ...) and these

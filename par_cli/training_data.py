@@ -10,11 +10,9 @@ from __future__ import annotations
 import logging
 
 from modeling_par import ParLoopedQwenConfig
-
-from .data import trained_phrasings
-from .flag_modes import check_flags
-from .prompts import prompt_format_of
-from .records import (
+from state_tracking.data import trained_phrasings
+from state_tracking.prompts import prompt_format_of
+from state_tracking.records import (
     ReadOptions,
     RecordColumns,
     RecordSplits,
@@ -23,21 +21,16 @@ from .records import (
     read_record_splits,
     reencode_record_splits,
 )
-from .tasks import get_task, load_task
+from state_tracking.tasks import get_task, load_task
+from trainers.step_budget import examples_per_step
+
+from .flag_modes import check_flags
 
 logger = logging.getLogger(__name__)
 
 
 def build_task(task_args):
     return load_task(task_args.task_file) if task_args.task_file else get_task(task_args.task)
-
-
-def examples_per_step(train_args, world: int | None = None) -> int:
-    """Training examples one optimizer step reads: per-device batch · processes · gradient accumulation steps (the one
-    count, for the data to build, the samples a run saw and epochs as steps). `world` None: `train_args.world_size`."""
-    world = max(1, train_args.world_size if world is None else world)
-    accumulation = max(1, getattr(train_args, "gradient_accumulation_steps", 1))
-    return train_args.per_device_train_batch_size * world * accumulation
 
 
 def training_problems(task_args, train_args, world: int = 1) -> dict:
@@ -163,5 +156,5 @@ def training_mode(records: RecordSplits, self_distillation: bool) -> str:
             "results/own_data_cpu/README.md; --self_distillation true for the other)")
 
 
-__all__ = ["build_task", "examples_per_step", "merge_trained", "prepare_records", "read_options", "reencode_records",
+__all__ = ["build_task", "merge_trained", "prepare_records", "read_options", "reencode_records",
            "trained_prompt_format", "training_mode", "training_problems"]
