@@ -89,8 +89,8 @@ class ModelArguments:
     init_from_parent: str | None = field(default=None, metadata={
         "aliases": ["--init_from_qwen2", "--init-from-qwen2"],
         "help": "retrofit this pretrained causal LM (a folder or Hub id): a Qwen2, or a Llama-architecture one "
-                "converted exactly into Qwen2 (modeling_par.parents); a GGUF file in the folder with --gguf_file. "
-                "--init_from_qwen2 is its old name, kept as an alias"})
+                "converted exactly into Qwen2 (modeling_par.parent_conversion); a GGUF file in the folder with "
+                "--gguf_file. --init_from_qwen2 is its old name, kept as an alias"})
     gguf_file: str | None = field(default=None, metadata={
         "help": "with --init_from_parent FOLDER: the GGUF file in it to load (dequantized to fp32; needs the gguf "
                 "package: pip install -e '.[pretrained]')"})

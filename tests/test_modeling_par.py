@@ -88,10 +88,10 @@ PARENTS_ON_FIRST_RETROFIT = """
     seen = []
     model = make_model()
     model.predict(torch.randint(1, VOCAB, (2, 6)), num_iterations=3)
-    seen.append(f"parents after inference: {'modeling_par.parents' in sys.modules}")
+    seen.append(f"parents after inference: {'modeling_par.parent_conversion' in sys.modules}")
     ParLoopedQwenForStateTracking.from_pretrained_parent(Qwen2ForCausalLM(tiny_qwen2_config()), 2, 2, 2,
                                                          answer_token_ids=ANSWER_IDS)
-    seen.append(f"parents after a retrofit: {'modeling_par.parents' in sys.modules}")
+    seen.append(f"parents after a retrofit: {'modeling_par.parent_conversion' in sys.modules}")
     print(json.dumps(seen))
 """
 
@@ -104,13 +104,13 @@ def parents_on_first_retrofit(folder):
 
 
 def test_the_parent_conversion_is_imported_only_by_a_retrofit(fresh_process):
-    """`modeling_par` builds and runs a model without importing `modeling_par.parents`; `from_pretrained_parent`
-    imports it on first use (by importlib, which transformers' remote-code scanner does not follow). In the fresh
-    process (`fresh_process`), where the package is imported for the first time."""
+    """`modeling_par` builds and runs a model without importing `modeling_par.parent_conversion`;
+    `from_pretrained_parent` imports it on first use (by importlib, which transformers' remote-code scanner does not
+    follow). In the fresh process (`fresh_process`), where the package is imported for the first time."""
     from transformers.dynamic_module_utils import get_relative_import_files
 
     remote_code = get_relative_import_files(REPO / "modeling_par" / "modeling_par.py")
-    assert "parents.py" not in {Path(f).name for f in remote_code}
+    assert "parent_conversion.py" not in {Path(f).name for f in remote_code}
     job = fresh_process_result(fresh_process, "parents_on_first_retrofit")
     assert job["output"] == ["parents after inference: False", "parents after a retrofit: True"]
 

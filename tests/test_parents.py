@@ -1,6 +1,6 @@
-"""Parents beyond Qwen2: a Llama-architecture causal LM converted exactly into Qwen2 (modeling_par.parents), the
-retrofit of one at R = 1, a truncated parent, the configs Qwen2 cannot express, freezing the prelude, and the real
-SmolLM2 weights when a machine has them."""
+"""Parents beyond Qwen2: a Llama-architecture causal LM converted exactly into Qwen2
+(modeling_par.parent_conversion), the retrofit of one at R = 1, a truncated parent, the configs Qwen2 cannot express,
+freezing the prelude, and the real SmolLM2 weights when a machine has them."""
 
 from pathlib import Path
 
@@ -9,7 +9,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2ForCausalLM
 
 from modeling_par import ParLoopedQwenForStateTracking
-from modeling_par.parents import check_llama_config, first_layers, load_parent, qwen2_from_llama
+from modeling_par.parent_conversion import check_llama_config, first_layers, load_parent, qwen2_from_llama
 from tests.conftest import ANSWER_IDS, HALT_IDS, VOCAB
 from tests.test_modeling_par import candidate_logits, random_batch
 

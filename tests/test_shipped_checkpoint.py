@@ -111,7 +111,7 @@ REMOTE_RUN = """
 
     class NoParents(importlib.abc.MetaPathFinder):  # the parent conversion must not load on the inference path
         def find_spec(self, name, path, target=None):
-            if name.rsplit(".", 1)[-1] == "parents":
+            if name.rsplit(".", 1)[-1] == "parent_conversion":
                 raise ImportError("blocked: " + name)
 
     sys.meta_path.insert(0, NoParents())
@@ -150,21 +150,22 @@ REMOTE_RUN = """
     fast_paths = {name: max(float((a - r).abs().max()) for a, r in zip(got, reference))
                   for name, got in (("fast", fast), ("compiled", compiled))}
     print(json.dumps({"answers": answers, "fast_paths": fast_paths,
-                      "parents_loaded": sorted(m for m in sys.modules if m.rsplit(".", 1)[-1] == "parents")}))
+                      "parents_loaded": sorted(m for m in sys.modules if m.rsplit(".", 1)[-1] == "parent_conversion")}))
 """
 
 
 @fresh_process_job("shipped_remote", order=2)  # the last blocked job: compile_core leaves dynamo's caches
 def shipped_remote_cases(folder):
-    """A copy of the shipped folder that had held a stale parents.py (the generator removes it), loaded in the
-    package-blocked part of `fresh_process` (a fresh module cache; here also any module named `parents` blocked),
+    """A copy of the shipped folder that had held a stale parent_conversion.py (the generator removes it), loaded in the
+    package-blocked part of `fresh_process` (a fresh module cache; here also any module named `parent_conversion`
+    blocked),
     which reports what both tests below check: its answers on a batch (`answers`, forced and halting) and its fast
     paths against the reference (`fast_paths`). Rows of the fast-path batch: d = 3 (less than one block of 4) and
     d = 7 (a block and a part) end at different iterations; with two depths every compiled part stays within dynamo's
     recompile limit (a third depth sent one part back to eager)."""
     folder = folder / "par-swap-s5-small-no-parents"
     shutil.copytree(CHECKPOINT, folder)
-    shutil.copyfile(CHECKPOINT.parents[1] / "modeling_par" / "parents.py", folder / "parents.py")
+    shutil.copyfile(CHECKPOINT.parents[1] / "modeling_par" / "parent_conversion.py", folder / "parent_conversion.py")
     removed = write_remote_code(folder)
     tokenizer, task = AutoTokenizer.from_pretrained(CHECKPOINT, trust_remote_code=True), load_task_from_dir(CHECKPOINT)
     input_ids, kw = encode(task, tokenizer, task.sample_ops(np.random.default_rng(3), 4, 8))
@@ -186,15 +187,16 @@ def remote(fresh_process):
 
 
 def test_shipped_checkpoint_loads_and_answers_without_the_parent_conversion(shipped, remote):
-    """A copy of the shipped folder holding a stale parents.py: the generator removes it (inference never imports the
-    conversion), and the folder alone (package blocked, any module named `parents` blocked, a fresh module cache)
+    """A copy of the shipped folder holding a stale parent_conversion.py: the generator removes it (inference never
+    imports the conversion), and the folder alone (package blocked, any module named `parent_conversion` blocked, a
+    fresh module cache)
     loads with trust_remote_code and answers as the package's model does, forced and halting."""
-    assert "parents.py" not in REMOTE_CODE and remote["removed"] == ["removed parents.py"]
+    assert "parent_conversion.py" not in REMOTE_CODE and remote["removed"] == ["removed parent_conversion.py"]
     assert sorted(p.name for p in remote["folder"].glob("*.py")) == REMOTE_CODE
     model, _, _ = shipped
     input_ids, kw, got = remote["input_ids"], remote["kw"], remote["got"]
     assert got["parents_loaded"] == []  # nor did the fast paths below, nor any check before them in that process
-    assert not list(remote["modules"].rglob("parents.py"))  # transformers copied no conversion to its cache
+    assert not list(remote["modules"].rglob("parent_conversion.py"))  # transformers copied no conversion to its cache
     with torch.no_grad():
         forced = model.predict(input_ids, num_iterations=9, **kw).answer_logits
         halting = model.predict(input_ids, halting=True, max_iterations=24, **kw)

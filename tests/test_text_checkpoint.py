@@ -28,7 +28,7 @@ def test_text_checkpoint_holds_exactly_the_remote_code():
     """The folder holds the generator's list and nothing else: not the parent conversion, which inference never
     imports."""
     assert sorted(p.name for p in CHECKPOINT.glob("*.py")) == REMOTE_CODE
-    assert "pipeline_par.py" in REMOTE_CODE and "parents.py" not in REMOTE_CODE
+    assert "pipeline_par.py" in REMOTE_CODE and "parent_conversion.py" not in REMOTE_CODE
 
 
 # The fresh package-blocked process (`fresh_process`) answers both tests' cases (the pipeline is loaded once).

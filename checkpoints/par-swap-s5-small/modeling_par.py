@@ -21,7 +21,7 @@ to it. Beside it, imported relatively (remote code: a checkpoint needs only torc
 `par_attention.py` ("par_eager"), `compile_support.py` (`compile_core`), `prompt_format.py` (raw text →
 `operation_ends`; `sentences.py`, the sentence rule), `pipeline_par.py` (the `state-tracking` pipeline) and
 `streaming.py` (`stream`, a live monitor: one event at a time, O(1) per event under the local view). Not
-`parents.py`, the parent conversion: only `from_pretrained_parent` loads it, so no checkpoint carries it.
+`parent_conversion.py`, the parent conversion: only `from_pretrained_parent` loads it, so no checkpoint carries it.
 """
 
 from __future__ import annotations
@@ -240,11 +240,11 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
 
         `dtype` (a `torch.dtype`, its name such as "bfloat16", or "auto": as saved) is the new model's; default the
         parent's. A model passed in is only read: its weights are copied, never cast or cut. `par_kwargs` go to
-        `ParLoopedQwenConfig`. Needs the installed package: the conversion (`parents.retrofit`) is imported here only,
-        by importlib, which transformers' remote-code scanner does not follow, so no checkpoint carries it.
+        `ParLoopedQwenConfig`. Needs the installed package: the conversion (`parent_conversion.retrofit`) is imported
+        here only, by importlib, which transformers' remote-code scanner does not follow, so no checkpoint carries it.
         """
-        parents = importlib.import_module(".parents", __package__)
-        return parents.retrofit(cls, model_or_path, prelude_layers, core_layers, coda_layers, answer_token_ids,
+        conversion = importlib.import_module(".parent_conversion", __package__)
+        return conversion.retrofit(cls, model_or_path, prelude_layers, core_layers, coda_layers, answer_token_ids,
                                 halt_token_ids, dtype=dtype, gguf_file=gguf_file, truncate=truncate, **par_kwargs)
 
     @classmethod
