@@ -408,12 +408,14 @@ def rows_table(records: list[dict]) -> str:
                      f"{'yes' if r['in_range_reached'] else 'no'} | {r['train_max_depth']} | "
                      + " | ".join(pct(a) for a in acc) + " | " + (" / ".join(pct(a) for a in inter) or "–") + " |")
     lines += ["", "Progress profiles (accuracy % of iteration k = 1, 2, … against z_k; padding control: d_train "
-              "operations then \"skip.\", scored against z_min(k, d_train)):", "",
-              "| row | seed | kind | d | k = 1, 2, … |", "|---|---|---|---|---|"]
+              "operations then \"skip.\", scored against z_min(k, d_train); wavefront (`*_dense` rows): the state "
+              "head at operation j's last token after R = d against z_j, j = 1, 2, …):", "",
+              "| row | seed | kind | d | k (or j) = 1, 2, … |", "|---|---|---|---|---|"]
     for r in records:
-        for kind in ("profile", "padding_control", "profile_interpolated"):
+        for kind, key in (("profile", "profile"), ("padding_control", "profile"), ("profile_interpolated", "profile"),
+                          ("wavefront", "wavefront")):
             if r.get(kind):
-                for d, row in zip(r[kind]["depths"], r[kind]["profile"]):
+                for d, row in zip(r[kind]["depths"], r[kind][key]):
                     lines.append(f"| {r['row']} | {r['seed']} | {kind} | {d} | "
                                  + " ".join(f"{100 * a:.0f}" for a in row) + " |")
     return "\n".join(lines)
