@@ -139,7 +139,8 @@ def baselines_table(split: str, rows: list[dict]) -> str:
 
 def run_baselines(data_args, task_args, train_args, given: set, results: dict, summary: dict) -> dict:
     """`--baselines`: after PAR, each baseline on the same records, then one table (printed) beside PAR's row;
-    returns summary.json's "baselines": the split, the table's rows and the table."""
+    returns summary.json's "baselines": the split, the table's rows, the table and PAR's time over each baseline's
+    (`time_ratios`)."""
     names = parse_baselines(data_args.baselines)
     split = "test" if "test" in results else "validation"
     if split not in results:
@@ -153,8 +154,19 @@ def run_baselines(data_args, task_args, train_args, given: set, results: dict, s
                              Path(train_args.output_dir))
         rows.append(run_baseline(name, argv, split, record_flags_of(data_args)))
     table = baselines_table(split, rows)
+    ratios = time_ratios(rows)
     print(table, flush=True)
-    return {"split": split, "rows": rows, "table": table}
+    for method, ratio in ratios.items():
+        print(f"PAR's training took {ratio:.2f}x the time of {method}'s", flush=True)
+    return {"split": split, "rows": rows, "table": table, "par_time_ratio": ratios}
 
 
-__all__ = ["BASELINES", "baselines_table", "check_baselines", "parse_baselines", "run_baselines"]
+def time_ratios(rows: list[dict]) -> dict[str, float]:
+    """PAR's training seconds over each baseline's that trained (not failed): {method: t_PAR / t_method}. PAR's time
+    runs from reading the records to the end of training, the LSTM's is its training loop, RPNI's its state merging."""
+    par = rows[0]["train_seconds"]
+    return {row["method"]: round(par / row["train_seconds"], 2) for row in rows[1:]
+            if "error" not in row and row.get("train_seconds")}
+
+
+__all__ = ["BASELINES", "baselines_table", "check_baselines", "parse_baselines", "run_baselines", "time_ratios"]

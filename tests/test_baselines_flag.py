@@ -77,6 +77,8 @@ def test_baselines_train_on_the_same_files_after_par_and_print_one_table(files, 
     assert lstm_args.operation_tokens == "words" and lstm_args.hidden == 16 and lstm_args.max_steps == 20
     assert load_example("examples/baselines/automata.py").parse_args(
         shlex.split(rpni["command"])[2:]).algorithm == "rpni"
+    assert table["par_time_ratio"] == {m: round(par["train_seconds"] / r["train_seconds"], 2)
+                                       for m, r in (("LSTM", lstm), ("RPNI", rpni))}
     saved = json.loads((out / "summary.json").read_text())
     assert saved["baselines"]["table"] == table["table"]
     assert json.loads((out / "baseline_lstm.json").read_text())["seed"] == 3
