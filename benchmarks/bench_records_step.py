@@ -9,6 +9,12 @@ steps), FLOPs per step
 matrix products), and the achieved GFLOP/s.
 
     python benchmarks/bench_records_step.py [--lengths 8,16] [--repeats 20] [--out results/own_data_cpu/step_cost.json]
+    python benchmarks/bench_records_step.py --profile [--lengths 16]   # where a step's time goes, per model
+
+`--profile`: each model's step once more under `torch.profiler`, its self CPU time grouped (`op_category`): matrix
+products, attention, elementwise and normalization, the optimizer, autograd bookkeeping, and everything else (Python
+and dispatch: the step's wall time minus the ops' self time, the profiler's own overhead included, so an upper
+bound). The figures are shares of one step.
 
 The records are `examples/studies/own_data.py --make_data`'s register3 final-states file (written if missing).
 """
@@ -83,6 +89,40 @@ def step_function(kind: str, model, batch: dict, depth: int):
     return step
 
 
+CATEGORIES = (  # (category, substrings of an op's name), the first match wins
+    ("attention", ("attention", "softmax", "bmm", "baddbmm")),
+    ("matrix products", ("addmm", "mm", "matmul", "linear", "lstm", "gru", "rnn")),
+    ("optimizer", ("adam", "_foreach", "lerp", "addcdiv", "addcmul")),
+    ("autograd bookkeeping", ("backward", "accumulategrad", "autograd", "zero_", "fill_")),
+    ("elementwise / norm", ("mul", "add", "div", "sub", "pow", "rsqrt", "mean", "silu", "sigmoid", "tanh", "exp",
+                            "neg", "cat", "where", "gather", "scatter", "index", "cos", "sin", "norm", "clamp")),
+)
+
+
+def op_category(name: str) -> str:
+    """The category of a profiled op by its name (`CATEGORIES`), "other ops" if none matches."""
+    lowered = name.lower()
+    return next((category for category, keys in CATEGORIES if any(k in lowered for k in keys)), "other ops")
+
+
+def profile_step(step) -> dict:
+    """One step under torch.profiler: seconds per category of the ops' self CPU time, and the rest of the step's wall
+    time as "python and dispatch"."""
+    from torch.profiler import ProfilerActivity, profile
+
+    started = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    wall = time.perf_counter() - started
+    spent: dict[str, float] = {}
+    for event in prof.key_averages():
+        spent[op_category(event.key)] = spent.get(op_category(event.key), 0.0) + event.self_cpu_time_total / 1e6
+    ops = sum(spent.values())
+    spent["python and dispatch (wall - ops)"] = max(0.0, wall - ops)
+    return {"wall_seconds": round(wall, 5), "share": {k: round(v / wall, 3) for k, v in
+                                                      sorted(spent.items(), key=lambda item: -item[1])}}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -90,6 +130,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--profile", action="store_true", help="where a step's time goes (torch.profiler), per model")
     args = parser.parse_args(argv)
     import numpy as np
     import torch
@@ -141,10 +182,13 @@ def main(argv=None) -> dict:
             rows.append({"model": name, "parameters": parameters, "depth": depth, "seconds_per_step": round(seconds, 5),
                          "gflops_per_step": round(flops / 1e9, 3), "flops_counted_by": source,
                          "gflops_per_second": round(flops / seconds / 1e9, 1)})
+            if args.profile:
+                rows[-1]["profile"] = profile_step(step)
             print(json.dumps(rows[-1]), flush=True)
     result = {"command": "python benchmarks/bench_records_step.py " + " ".join(argv or sys.argv[1:]),
+              "profile_categories": [c for c, _ in CATEGORIES] if args.profile else None,
               "batch_size": args.batch_size, "repeats": args.repeats, "threads": 1, "rows": rows,
-              "torch": torch.__version__,
+              "torch": torch.__version__, "load": os.environ.get("PAR_LOAD", "as the machine was"),
               "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.processor()})",
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if args.out:
