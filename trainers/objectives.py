@@ -40,34 +40,36 @@ def additive_hold_iterations(depth: int, step_size: int, rng: np.random.Generato
     return int(min(iterations_for_depth(depth, step_size) + rng.integers(0, max_extra + 1), max_iterations))
 
 
-def progress_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations, step_size: int) -> torch.Tensor:
-    """PAR targets: iteration k reads z_min(c·k, d) = step_labels[b, min(c·k, d_b)].
-
-    step_labels (B, D+1, Q), depth (B,), iterations (K,) of k ≥ 1 -> (K, B, Q)
-    """
+def steps_reached(depth: torch.Tensor, iterations, step_size: int) -> torch.Tensor:
+    """The operations read by iteration k: min(c·k, d_b) for each iteration k ≥ 1 and sample b.  (B,), (K,) -> (K, B)"""
     if isinstance(step_size, bool) or not isinstance(step_size, int) or step_size < 1:
         raise ValueError(f"step_size must be an integer ≥ 1; got {step_size!r}.")
     k = torch.as_tensor(iterations, dtype=torch.long, device=depth.device)
     if k.dim() != 1 or (k < 1).any():
         raise ValueError(f"iterations must be a 1-d sequence of iteration numbers ≥ 1; got {k.tolist()}.")
-    steps = torch.minimum(step_size * k[:, None], depth[None, :])  # (K, B)
+    return torch.minimum(step_size * k[:, None], depth[None, :])
+
+
+def progress_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations, step_size: int) -> torch.Tensor:
+    """PAR targets: iteration k reads z_min(c·k, d) = step_labels[b, min(c·k, d_b)] (`steps_reached`).
+
+    step_labels (B, D+1, Q), depth (B,), iterations (K,) of k ≥ 1 -> (K, B, Q)
+    """
+    steps = steps_reached(depth, iterations, step_size)  # (K, B)
     batch_index = torch.arange(step_labels.shape[0], device=depth.device)[None, :].expand_as(steps)
     return step_labels[batch_index, steps]
 
 
 def prefix_state_targets(step_labels: torch.Tensor, depth: torch.Tensor, iterations, step_size: int) -> torch.Tensor:
     """Dense prefix targets (the wavefront): at iteration k the last token of operation j reads z_j when
-    j ≤ min(c·k, d), and nothing (UNRECORDED) otherwise — an operation's state, once reached, stays at its token.
+    j ≤ min(c·k, d) (`steps_reached`), and nothing (UNRECORDED) otherwise — an operation's state, once reached, stays
+    at its token.
 
     step_labels (B, D+1, Q), depth (B,), iterations (K,) of k ≥ 1 -> (K, B, D, Q) over operations j = 1..D"""
-    k = torch.as_tensor(iterations, dtype=torch.long, device=depth.device)
-    if isinstance(step_size, bool) or not isinstance(step_size, int) or step_size < 1:
-        raise ValueError(f"step_size must be an integer ≥ 1; got {step_size!r}.")
-    if k.dim() != 1 or (k < 1).any():
-        raise ValueError(f"iterations must be a 1-d sequence of iteration numbers ≥ 1; got {k.tolist()}.")
+    steps = steps_reached(depth, iterations, step_size)  # (K, B)
     ops = torch.arange(1, step_labels.shape[1], device=depth.device)  # j = 1..D
-    reached = ops[None, None, :] <= torch.minimum(step_size * k[:, None], depth[None, :])[..., None]  # (K, B, D)
-    targets = step_labels[:, 1:][None].expand(k.shape[0], -1, -1, -1)
+    reached = ops[None, None, :] <= steps[..., None]  # (K, B, D)
+    targets = step_labels[:, 1:][None].expand(steps.shape[0], -1, -1, -1)
     return torch.where(reached[..., None], targets, torch.full_like(targets, UNRECORDED))
 
 

@@ -529,7 +529,7 @@ class ParTrainer(Trainer):
             loss = loss + self.args.halting_loss_weight * loss_halt
             self._log_value("loss_halt", loss_halt.item())
         if self.args.prefix_state_weight > 0:
-            loss_prefix = self.prefix_state_loss(model, inputs, out, iterations)
+            loss_prefix = self.prefix_state_loss(inputs, out, iterations)
             loss = loss + self.args.prefix_state_weight * loss_prefix
             self._log_value("loss_prefix_state", loss_prefix.item())
         if self.args.phrasing_alignment_weight > 0:
@@ -551,16 +551,15 @@ class ParTrainer(Trainer):
             self.observe_final_accuracy(d, accuracy[-1].item())
         return (loss, out) if return_outputs else loss
 
-    def prefix_state_loss(self, model, inputs, out, iterations: torch.Tensor) -> torch.Tensor:
+    def prefix_state_loss(self, inputs, out, iterations: torch.Tensor) -> torch.Tensor:
         """Σ_k mean CE of the state head at each operation's last token against `prefix_state_targets` (the
         supervised iterations k of the window; operations not yet reached at k, or past d, carry no loss)."""
         if inputs.get("operation_ends") is None:
             raise ValueError("prefix_state_weight > 0 needs batches with operation_ends (a generated task's or a "
                              "records file's dataset).")
-        unwrapped = self.accelerator.unwrap_model(model) if hasattr(self, "accelerator") else model
         ends = inputs["operation_ends"][:, 1:]  # (B, D): operation j's last token
         states = torch.stack([out.loop_states[k - 1] for k in iterations.tolist()])  # (K, B, T, H)
-        logits = unwrapped.state_logits(states.flatten(0, 1), ends.repeat(len(states), 1))
+        logits = self.model.state_logits(states.flatten(0, 1), ends.repeat(len(states), 1))
         logits = logits.unflatten(0, states.shape[:2])  # (K, B, D, Q, C)
         targets = prefix_state_targets(inputs["step_labels"][:, : ends.shape[1] + 1], inputs["depth"], iterations,
                                        self.model.config.step_size)
