@@ -220,6 +220,23 @@ def _split_off(train: LoadedRecords, percentage: float, seed: int) -> tuple[Load
     return train, validation
 
 
+def _tokenizer_for(record_format: RecordFormat, operation_tokens: str, columns: RecordColumns):
+    """The records' tokenizer (`build_record_tokenizer`), checked to keep distinct operations apart."""
+    tokenizer = build_record_tokenizer(record_format, operation_tokens)
+    check_distinct_encodings(record_format, tokenizer, columns)
+    return tokenizer
+
+
+def _encode_split(loaded: LoadedRecords, record_format: RecordFormat, tokenizer, skip_bad_records: bool,
+                  options: ReadOptions, held_out: bool = False) -> tuple[Dataset, list]:
+    """One split encoded (`encode_records`) and its skipped records. A validation split cut from the training file
+    (`held_out`) may hold an operation or label only it has: dropped and counted, never an error (its reading skipped
+    nothing of its own: the training file's skips are the train split's)."""
+    encoded, bad = encode_records(loaded, record_format, tokenizer, held_out or skip_bad_records, options.num_proc,
+                                  not options.overwrite_cache)
+    return encoded, bad if held_out else loaded.skipped + bad
+
+
 def reencode_record_splits(records: RecordSplits, operation_tokens: str, skip_bad_records: bool = False,
                            options: ReadOptions = ReadOptions()) -> RecordSplits:
     """The same records with another reading of an operation (`build_record_tokenizer`'s `operation_tokens`): only the
@@ -229,18 +246,14 @@ def reencode_record_splits(records: RecordSplits, operation_tokens: str, skip_ba
     started = time.time()
     check_operation_tokens(operation_tokens)
     record_format = records.record_format
-    tokenizer = build_record_tokenizer(record_format, operation_tokens)
-    check_distinct_encodings(record_format, tokenizer, records.train.columns)
-    load_cache = not options.overwrite_cache
-    encoded, bad = encode_records(records.train, record_format, tokenizer, skip_bad_records, options.num_proc,
-                                  load_cache)
-    skipped, splits = {"train": records.train.skipped + bad}, {}
+    tokenizer = _tokenizer_for(record_format, operation_tokens, records.train.columns)
+    skipped, splits = {}, {}
+    encoded, skipped["train"] = _encode_split(records.train, record_format, tokenizer, skip_bad_records, options)
     cut = records.validation_from.startswith("--validation_split_percentage")
     for split, (loaded, _) in records.splits.items():
-        held_out = split == "validation" and cut
-        split_encoded, bad = encode_records(loaded, record_format, tokenizer, held_out or skip_bad_records,
-                                            options.num_proc, load_cache)
-        splits[split], skipped[split] = (loaded, split_encoded), (bad if held_out else loaded.skipped + bad)
+        split_encoded, skipped[split] = _encode_split(loaded, record_format, tokenizer, skip_bad_records, options,
+                                                      held_out=split == "validation" and cut)
+        splits[split] = (loaded, split_encoded)
     return replace(records, encoded=encoded, tokenizer=tokenizer, splits=splits, skipped=skipped,
                    seconds=records.seconds + time.time() - started)
 
@@ -289,16 +302,13 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
         validation_from = "--validation_file" if validation_file else f"{dataset_name}'s validation split"
     name = name or (file_stem(train.sources[0]) if train_file else dataset_name)
     record_format = discover_format(train, name=name.replace("/", "_"))
-    tokenizer = build_record_tokenizer(record_format, operation_tokens)
-    check_distinct_encodings(record_format, tokenizer, train.columns)
-    load_cache = not options.overwrite_cache
-    encoded, bad = encode_records(train, record_format, tokenizer, skip_bad_records, options.num_proc, load_cache)
-    skipped = {"train": train.skipped + bad}
-    splits = {}
+    tokenizer = _tokenizer_for(record_format, operation_tokens, train.columns)
+    skipped, splits = {}, {}
+    encoded, skipped["train"] = _encode_split(train, record_format, tokenizer, skip_bad_records, options)
     if held_out is not None:
-        # held-out training records may hold an operation or label only they have: dropped and counted, never an error
-        split_encoded, bad = encode_records(held_out, record_format, tokenizer, True, options.num_proc, load_cache)
-        splits["validation"], skipped["validation"] = (held_out, split_encoded), bad
+        split_encoded, skipped["validation"] = _encode_split(held_out, record_format, tokenizer, skip_bad_records,
+                                                             options, held_out=True)
+        splits["validation"] = (held_out, split_encoded)
     for split, files in (("validation", validation_file), ("test", test_file)):
         if split in splits or (files is None and split not in hub_splits):
             continue
@@ -307,10 +317,8 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
                                    skip_bad_records=skip_bad_records, options=options,
                                    max_records=max_eval_samples if split == "validation" else None,
                                    flag=f"--{split}_file", max_records_flag="--max_eval_samples")
-        split_encoded, bad = encode_records(loaded, record_format, tokenizer, skip_bad_records, options.num_proc,
-                                            load_cache)
+        split_encoded, skipped[split] = _encode_split(loaded, record_format, tokenizer, skip_bad_records, options)
         splits[split] = (loaded, split_encoded)
-        skipped[split] = loaded.skipped + bad
     records = RecordSplits(train, encoded, record_format, tokenizer, splits, skipped, time.time() - started,
                            notes=notes, validation_from=validation_from)
     if records.stop_rule_off:
