@@ -9,7 +9,8 @@ for them to parse again (a value such as ``->`` reads as a flag there).
 from __future__ import annotations
 
 import argparse
-from dataclasses import MISSING, dataclass, field, fields
+import typing
+from dataclasses import dataclass, field, fields
 
 from .flag_values import true_or_false
 
@@ -46,9 +47,12 @@ class RecordFlags:
 
 
 RECORD_FLAG_NAMES = tuple(f.name for f in fields(RecordFlags))
-_TYPES = {"train_file": str, "validation_file": str, "test_file": str, "dataset_name": str, "dataset_config_name": str,
-          "operations_column": str, "state_column": str, "step_states_column": str, "initial_state_column": str,
-          "operation_delimiter": str, "max_train_samples": int, "validation_split_percentage": float}
+
+
+def _value_type(name: str) -> type:
+    """The type a flag's value parses to: its annotation without the None (`str | None` -> str)."""
+    hint = typing.get_type_hints(RecordFlags)[name]
+    return next(t for t in typing.get_args(hint) if t is not type(None)) if typing.get_args(hint) else hint
 
 
 def add_record_flags(parser, names=RECORD_FLAG_NAMES) -> None:
@@ -57,12 +61,12 @@ def add_record_flags(parser, names=RECORD_FLAG_NAMES) -> None:
     by_name = {f.name: f for f in fields(RecordFlags)}
     for name in names:
         f = by_name[name]
-        default = f.default if f.default is not MISSING else None
-        help_ = f"{f.metadata['help']} (default: {default})"
-        if f.type in (bool, "bool"):
+        help_ = f"{f.metadata['help']} (default: {f.default})"
+        kind = _value_type(name)
+        if kind is bool:
             parser.add_argument(f"--{name}", type=true_or_false, nargs="?", const=True, default=None, help=help_)
         else:
-            parser.add_argument(f"--{name}", type=_TYPES[name], default=None, help=help_)
+            parser.add_argument(f"--{name}", type=kind, default=None, help=help_)
 
 
 def record_flags_of(source) -> RecordFlags:

@@ -47,7 +47,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from par_cli.flag_modes import FLAG_MODES, run_cli, true_or_false  # noqa: E402
-from par_cli.record_flags import RECORD_FLAG_NAMES, RecordFlags, add_record_flags, with_record_flags  # noqa: E402
+from par_cli.record_flags import RecordFlags, add_record_flags, with_record_flags  # noqa: E402
 from state_tracking import (  # noqa: E402
     StateTrackingCollator,
     build_dataset,
@@ -130,11 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--results_json", default=None)
     data = parser.add_argument_group("recorded data", "train and score on records from files instead of a task "
                                      "(the flags and meaning of examples/train_par.py; state_tracking.records)")
-    add_record_flags(data, [n for n in RECORD_FLAG_NAMES if n != "validation_split_percentage"])
+    add_record_flags(data)
     data.add_argument("--operation_tokens", default=None, choices=OPERATION_TOKENS,
                       help="how an operation is read, as train_par.py: 'words' (default: its words, one token each) "
                            "or 'whole' (one token per distinct operation)")
-    add_record_flags(data, ["validation_split_percentage"])
     data.add_argument("--stop_when_validation_exact", type=true_or_false, nargs="?", const=True, default=None,
                       help="probe the validation split (its --probe_n longest records) every --probe_every_steps steps "
                            "and stop once the last --probe_stop_patience probes were all exact, as train_par.py does "
