@@ -68,6 +68,7 @@ from trainers import (  # noqa: E402
     require_complete_checkpoint,
     teardown_distributed,
 )
+from trainers.callbacks import learning_outcome  # noqa: E402
 from trainers.model_setup import (  # noqa: E402
     AUTO_COMPILE_MIN_STEPS,
     build_model,
@@ -76,12 +77,7 @@ from trainers.model_setup import (  # noqa: E402
     eager_if_compile_fails,
     use_tokenizer_special_tokens,
 )
-from trainers.step_budget import (  # noqa: E402
-    curriculum_outcome,
-    epochs_as_max_steps,
-    fit_curriculum_to_budget,
-    learning_outcome,  # noqa: E402
-)
+from trainers.step_budget import curriculum_outcome, epochs_as_max_steps, fit_curriculum_to_budget  # noqa: E402
 
 
 @dataclass

@@ -81,7 +81,6 @@ class PromptFormatError(ValueError):
     wrong; never answered)."""
 
 
-_norm = collapse_whitespace  # the one whitespace rule (`sentences.py`)
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,7 @@ class PromptFormat:
             for template in templates:
                 accepted |= {key(template.replace(CANDIDATE, c)) for c in self.candidates}
             preamble.append(accepted)
-        queries = [{_norm(words) for words in alternatives} for alternatives in self.queries]
+        queries = [{collapse_whitespace(words) for words in alternatives} for alternatives in self.queries]
         object.__setattr__(self, "_lookup", {"op": op_of, "preamble": preamble, "query": queries,
                                             "delimiter": re.compile(self.delimiter) if self.delimiter else None})
         # the format's own sentences, shaped like the training record: what a new wording's nearest is drawn from when
@@ -150,20 +149,20 @@ class PromptFormat:
             "op": {name: {key(u): u for u in units} for name, units in self.operations.items()},
             "preamble": [{key(t.replace(CANDIDATE, c)): t.replace(CANDIDATE, c) for t in templates
                           for c in self.candidates} for templates in self.preamble],
-            "query": [{_norm(w): w for w in words} for words in self.queries]}
+            "query": [{collapse_whitespace(w): w for w in words} for words in self.queries]}
         if self.trained is not None:
             object.__setattr__(self, "trained", self._checked_trained(self.trained))
             trained = self.trained
             self._lookup["trained"] = {
                 "op": {name: {key(u): u for u in units} for name, units in trained["operations"].items()},
                 "preamble": [{key(u): u for u in units} for units in trained["preamble"]],
-                "query": [{_norm(w): w for w in words} for words in trained["queries"]]}
+                "query": [{collapse_whitespace(w): w for w in words} for words in trained["queries"]]}
 
     def _key(self, unit: str) -> str:
         """What a unit is compared by: whitespace runs collapsed; under a delimiter, a closing '.' or '!' is optional
         (log lines often have none); between sentence ends, a sentence in quotes reads as itself, and a unit without
         an end (a line of its own) as the statement it writes ("swap 1 3" as "swap 1 3.")."""
-        text = _norm(unit)
+        text = collapse_whitespace(unit)
         if self.delimiter is not None:
             return text.rstrip(".!").rstrip() if not text.endswith(QUESTION_MARK) else text
         if self.rendering == "text":
@@ -187,10 +186,11 @@ class PromptFormat:
             fail("operations", "a non-empty mapping op name -> list of accepted sentences", self.operations)
         seen = {}
         for name, units in self.operations.items():
-            if not isinstance(units, tuple) or not units or not all(isinstance(u, str) and _norm(u) for u in units):
+            if not isinstance(units, tuple) or not units or not all(
+                    isinstance(u, str) and collapse_whitespace(u) for u in units):
                 fail(f"operations[{name!r}]", "a non-empty list of non-empty strings", units)
             for unit in units:
-                other = seen.setdefault(_norm(unit), name)
+                other = seen.setdefault(collapse_whitespace(unit), name)
                 if other != name:
                     fail(f"operations[{name!r}]", f"sentences no other operation uses ({other!r} uses {unit!r})", units)
         if self.rendering == "text":
@@ -198,7 +198,7 @@ class PromptFormat:
                 fail("queries", f"one list of question words per query ({len(self.query_names)})", self.queries)
             for alternatives in (*self.preamble, *self.queries):
                 if not isinstance(alternatives, tuple) or not alternatives or not all(
-                        isinstance(a, str) and _norm(a) for a in alternatives):
+                        isinstance(a, str) and collapse_whitespace(a) for a in alternatives):
                     fail("preamble / queries", "non-empty lists of non-empty strings", alternatives)
             if not self.preamble:
                 fail("preamble", "at least one preamble sentence (the text rendering always states the start)",
@@ -491,7 +491,7 @@ class PromptFormat:
         units += [(f"question {j + 1}", len(spans) - q + j, record["query"][j]) for j in range(q)]
         untrained = []
         for unit, i, known in units:
-            text = _norm(texts[i][:-1]) if unit.startswith("question") else texts[i]
+            text = collapse_whitespace(texts[i][:-1]) if unit.startswith("question") else texts[i]
             if i in new or (self.trained is not None and text not in known):
                 untrained.append(self._untrained(unit, prompt[slice(*spans[i])], known))
         return tuple(untrained)

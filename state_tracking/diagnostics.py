@@ -60,6 +60,14 @@ def padded_operations(task: Task, rng: np.random.Generator, n: int, real_depth: 
     return ops
 
 
+def collated_batches(encoded: dict, collate, n: int, batch_size: int, device):
+    """(start, batch) over `n` encoded problems (`encode_batch`'s columns), `batch_size` at a time, collated and on
+    `device`."""
+    for start in range(0, n, batch_size):
+        batch = collate({key: column[start : start + batch_size] for key, column in encoded.items()})
+        yield start, {key: value.to(device) for key, value in batch.items()}
+
+
 def iteration_readouts(model: Any, tokenizer: Any, task: Task, ops: np.ndarray, initial: np.ndarray | None,
                        num_iterations: int, rendering: str = "symbolic", batch_size: int = 256,
                        device: str | torch.device | None = None, phrasing: str = "canonical",
@@ -76,9 +84,7 @@ def iteration_readouts(model: Any, tokenizer: Any, task: Task, ops: np.ndarray, 
     encoded = encode_batch(task, tokenizer, rendering, ops, initial, phrasing, rng)
     reads = list(range(1, num_iterations + 1))
     answers = []
-    for start in range(0, len(ops), batch_size):
-        batch = collate({key: column[start : start + batch_size] for key, column in encoded.items()})
-        batch = {key: value.to(device) for key, value in batch.items()}
+    for _, batch in collated_batches(encoded, collate, len(ops), batch_size, device):
         kwargs = dict(attention_mask=batch["attention_mask"], query_positions=batch["query_positions"],
                       num_iterations=num_iterations, readout_iterations=reads)
         if takes_operation_ends:
@@ -114,9 +120,7 @@ def wavefront_profile(model: Any, tokenizer: Any, task: Task, depths: Sequence[i
         states = task.prefix_states(ops, None)  # (n, d + 1, Q)
         encoded = encode_batch(task, tokenizer, rendering, ops, None)
         right = np.zeros(depth)
-        for start in range(0, len(ops), batch_size):
-            batch = collate({key: column[start : start + batch_size] for key, column in encoded.items()})
-            batch = {key: value.to(device) for key, value in batch.items()}
+        for start, batch in collated_batches(encoded, collate, len(ops), batch_size, device):
             with torch.inference_mode():
                 out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
                             query_positions=batch["query_positions"], num_iterations=math.ceil(depth / c),

@@ -160,13 +160,15 @@ def _run_threaded(fn, items: list) -> list:
 
 
 def check_evaluation_arguments(model, task: Task, depths, n_per_depth, mode, batch_size, rendering, train_max_depth,
-                               step_size, workers, fixed_iterations, phrasing, interpolate_positions) -> int:
-    """One `ValueError` naming the first bad argument of `evaluate_length_generalization`; returns the step size c."""
+                               step_size, workers, fixed_iterations, phrasing,
+                               interpolate_positions) -> tuple[list[int], int]:
+    """One `ValueError` naming the first bad argument of `evaluate_length_generalization`; returns the checked depths
+    (`check_test_depths`) and the step size c."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
     check_rendering(rendering)
     task.phrasing_options(phrasing)  # checks the name
-    check_test_depths(depths)
+    depths = check_test_depths(depths)
     for name, value in (("n_per_depth", n_per_depth), ("batch_size", batch_size), ("workers", workers)):
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -180,7 +182,7 @@ def check_evaluation_arguments(model, task: Task, depths, n_per_depth, mode, bat
     step_size = int(model.config.step_size if step_size is None else step_size)
     if step_size < 1:
         raise ValueError(f"step_size must be >= 1, got {step_size}")
-    return step_size
+    return depths, step_size
 
 
 def model_matches_tokenizer(model, tokenizer, task: Task) -> dict:
@@ -266,10 +268,9 @@ def evaluate_length_generalization(
         ``extrapolation_factor`` (None without ``train_max_depth``), and everything needed to rerun:
         task spec, n, seed, mode, rendering, model config, tokenizer, versions, date and machine.
     """
-    step_size = check_evaluation_arguments(model, task, depths, n_per_depth, mode, batch_size, rendering,
-                                           train_max_depth, step_size, workers, fixed_iterations, phrasing,
-                                           interpolate_positions)
-    depths = check_test_depths(depths)
+    depths, step_size = check_evaluation_arguments(model, task, depths, n_per_depth, mode, batch_size, rendering,
+                                                   train_max_depth, step_size, workers, fixed_iterations, phrasing,
+                                                   interpolate_positions)
     token_ids = model_matches_tokenizer(model, tokenizer, task)
     device = torch.device(device) if device is not None else model.device
     collate = StateTrackingCollator(token_ids["pad_token_id"], padding_side="right")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import math
 import os
 import time
@@ -24,6 +25,8 @@ from state_tracking.records import longest_records
 
 from .distributed import distributed_running
 from .schedules import curriculum_done
+
+logger = logging.getLogger(__name__)
 
 
 def any_rank(flag: bool, device) -> bool:
@@ -380,6 +383,25 @@ def majority_accuracy(states: np.ndarray) -> float:
     """The overall state accuracy of answering every record with their most common state: (n, Q) -> share."""
     _, counts = np.unique(states.reshape(len(states), -1), axis=0, return_counts=True)
     return float(counts.max() / len(states)) if len(states) else 0.0
+
+
+def learning_outcome(log_history: list[dict]) -> dict | None:
+    """summary.json's "learning": the majority answer's accuracy on the probed validation records beside the last
+    probe, whether the run ended at chance (its last probe no better), and the step a learned-nothing stop
+    (`--stop_when_learning_nothing_after`) ended it at; a warning when it ended at chance. None without probes."""
+    probes = [row for row in log_history if "probe_majority" in row]
+    if not probes:
+        return None
+    last = probes[-1]
+    at_chance = last["probe_accuracy"] <= last["probe_majority"]
+    stopped = next((row["step"] for row in log_history if "probe_at_chance_stop" in row), None)
+    if at_chance:
+        logger.warning("this run learned nothing measurable: its last validation probe (step %d) is %.4f, no better "
+                       "than answering every probed record with their most common final state (%.4f).%s",
+                       last["step"], last["probe_accuracy"], last["probe_majority"],
+                       " It was stopped for that (--stop_when_learning_nothing_after)." if stopped is not None else "")
+    return {"majority_accuracy": last["probe_majority"], "last_probe": last["probe_accuracy"],
+            "last_probe_step": last["step"], "at_chance": at_chance, "stopped_at_chance": stopped}
 
 
 class RecordsProbeCallback(ProbeCallback):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 
-from .schedules import curriculum_steps_needed
+from .schedules import curriculum_steps_needed, fixed_pace_levels
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
         logger.warning("%s: less than a quarter of the budget trains at every length.", message)
         return plan
     every, increment = a.curriculum_every_steps, a.curriculum_increment
-    growths = needed(increment, 1)  # the fixed pace's number of growths
+    growths = len(fixed_pace_levels(a.curriculum_start_depth, increment, a.max_train_depth)) - 1
     if window is None and share // growths >= 1:
         every = min(every, share // growths)
     else:
@@ -138,24 +138,5 @@ def curriculum_outcome(plan: dict | None, cap_at, steps: int) -> dict | None:
     return outcome
 
 
-def learning_outcome(log_history: list[dict]) -> dict | None:
-    """summary.json's "learning": the majority answer's accuracy on the probed validation records beside the last
-    probe, whether the run ended at chance (its last probe no better), and the step a learned-nothing stop
-    (`--stop_when_learning_nothing_after`) ended it at; a warning when it ended at chance. None without probes."""
-    probes = [row for row in log_history if "probe_majority" in row]
-    if not probes:
-        return None
-    last = probes[-1]
-    at_chance = last["probe_accuracy"] <= last["probe_majority"]
-    stopped = next((row["step"] for row in log_history if "probe_at_chance_stop" in row), None)
-    if at_chance:
-        logger.warning("this run learned nothing measurable: its last validation probe (step %d) is %.4f, no better "
-                       "than answering every probed record with their most common final state (%.4f).%s",
-                       last["step"], last["probe_accuracy"], last["probe_majority"],
-                       " It was stopped for that (--stop_when_learning_nothing_after)." if stopped is not None else "")
-    return {"majority_accuracy": last["probe_majority"], "last_probe": last["probe_accuracy"],
-            "last_probe_step": last["step"], "at_chance": at_chance, "stopped_at_chance": stopped}
-
-
 __all__ = ["CURRICULUM_SHARE", "PACE_FLAGS", "curriculum_outcome", "epochs_as_max_steps", "fit_curriculum_to_budget",
-           "examples_per_step", "learning_outcome", "steps_for_epochs"]
+           "examples_per_step", "steps_for_epochs"]
