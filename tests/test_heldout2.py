@@ -7,10 +7,22 @@ import json
 
 import pytest
 
+from par_studies import save_record
+from par_studies.pretrained_smollm2 import (
+    curves,
+    diagnostics,
+    evaluation,
+    export,
+    heldout,
+    report,
+    rows,
+    runner,
+    training,
+)
 from tests.conftest import load_example
 
 train_par = load_example("examples/train_par.py")
-study = load_example("examples/reproduce/pretrained_smollm2.py")
+study = load_example("examples/reproduce/pretrained_smollm2.py")  # the script: its command line (main)
 
 
 @pytest.fixture(scope="module")
@@ -51,24 +63,24 @@ def heldout2_on_the_tiny_run(run, tmp_path, monkeypatch) -> None:
     """--heldout2 pointed at the tiny run (every seed), a record with a first-set accuracy, d = 2 and 3, 6 prompts."""
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"evaluation": {"held_out": {"accuracy": [0.5, 0.25]}}}))
-    monkeypatch.setattr(study, "run_path", lambda row, seed: run)
-    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
-    monkeypatch.setattr(study, "HELDOUT2_OUT", tmp_path / "heldout2.json")
-    monkeypatch.setattr(study, "DEPTHS", [2, 3])
-    monkeypatch.setattr(study, "N", 6)
+    monkeypatch.setattr(heldout, "run_path", lambda row, seed: run)
+    monkeypatch.setattr(heldout, "record_path", lambda row, seed: record)
+    monkeypatch.setattr(heldout, "HELDOUT2_OUT", tmp_path / "heldout2.json")
+    monkeypatch.setattr(heldout, "DEPTHS", [2, 3])
+    monkeypatch.setattr(heldout, "N", 6)
 
 
 def test_heldout2_reads_the_rows_seeds_once(tiny_run, tmp_path, monkeypatch):
     """The second set's wordings, which the run's training never held; a second read is refused."""
     heldout2_on_the_tiny_run(tiny_run, tmp_path, monkeypatch)
-    out = study.heldout2("retrofit_frozen_emb", [0])
+    out = heldout.heldout2("retrofit_frozen_emb", [0])
     saved = json.loads((tmp_path / "heldout2.json").read_text())
     assert saved["row"] == "retrofit_frozen_emb" and saved["task_file"].endswith("batch_process_heldout2.json")
     assert saved["per_seed"]["0"]["depths"][0] == 2 and set(saved["mean"]) == {"2", "3"}
     assert all(0.0 <= a <= 1.0 for a in saved["per_seed"]["0"]["accuracy"])
     assert saved["first_held_out_set"] == {"0": [0.5, 0.25]} and out["n_per_depth"] == 6
     with pytest.raises(SystemExit, match="read once"):
-        study.heldout2("retrofit_frozen_emb", [0])
+        heldout.heldout2("retrofit_frozen_emb", [0])
 
 
 def test_heldout2_seeds_tested_apart_write_no_record_and_are_read_back(tiny_run, tmp_path, monkeypatch):
@@ -76,7 +88,7 @@ def test_heldout2_seeds_tested_apart_write_no_record_and_are_read_back(tiny_run,
     reads that test back instead of running it again."""
     (tiny_run / "eval_heldout2.json").unlink(missing_ok=True)
     heldout2_on_the_tiny_run(tiny_run, tmp_path, monkeypatch)
-    assert study.heldout2("retrofit_frozen_emb", [0], write_record=False) is None
+    assert heldout.heldout2("retrofit_frozen_emb", [0], write_record=False) is None
     assert not (tmp_path / "heldout2.json").exists()
     cached = json.loads((tiny_run / "eval_heldout2.json").read_text())
     assert cached["grid"] == [2, 3] and cached["n_per_depth"] == 6
@@ -84,20 +96,20 @@ def test_heldout2_seeds_tested_apart_write_no_record_and_are_read_back(tiny_run,
     def no_second_test(*args, **kwargs):
         raise AssertionError("the kept test was evaluated again")
 
-    monkeypatch.setattr(study, "evaluate_phrasing", no_second_test)
-    out = study.heldout2("retrofit_frozen_emb", [0])
+    monkeypatch.setattr(heldout, "evaluate_phrasing", no_second_test)
+    out = heldout.heldout2("retrofit_frozen_emb", [0])
     assert out["per_seed"]["0"] == cached["evaluation"]
     assert json.loads((tmp_path / "heldout2.json").read_text())["per_seed"]["0"] == cached["evaluation"]
-    monkeypatch.setattr(study, "N", 7)  # another grid or prompt count is not the kept test
+    monkeypatch.setattr(heldout, "N", 7)  # another grid or prompt count is not the kept test
     (tmp_path / "heldout2.json").unlink()
     with pytest.raises(AssertionError, match="evaluated again"):
-        study.heldout2("retrofit_frozen_emb", [0])
+        heldout.heldout2("retrofit_frozen_emb", [0])
 
 
 def test_a_phrasing_evaluated_apart_is_read_back_not_evaluated_again(tiny_run, monkeypatch):
     for cache in tiny_run.glob("eval_*.json"):
         cache.unlink()
-    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(evaluation, "run_path", lambda row, seed: tiny_run)
     import state_tracking
 
     calls = []
@@ -109,26 +121,26 @@ def test_a_phrasing_evaluated_apart_is_read_back_not_evaluated_again(tiny_run, m
 
     monkeypatch.setattr(state_tracking, "evaluate_until_failed", counted)
     segments = [{"command": "python examples/train_par.py", "wall_seconds": 1.0, "status": "finished"}]
-    apart = study.evaluate("retrofit_frozen_emb", 0, segments, [2, 3], 4, ["held_out"])
+    apart = evaluation.evaluate("retrofit_frozen_emb", 0, segments, [2, 3], 4, ["held_out"])
     assert calls == ["held_out"] and (tiny_run / "eval_held_out.json").is_file()
-    whole = study.evaluate("retrofit_frozen_emb", 0, segments, [2, 3], 4, ["seen", "held_out"])
+    whole = evaluation.evaluate("retrofit_frozen_emb", 0, segments, [2, 3], 4, ["seen", "held_out"])
     assert calls == ["held_out", "seen"]  # held_out read from its file
     assert whole["evaluation"]["held_out"] == apart["evaluation"]["held_out"]
-    study.evaluate("retrofit_frozen_emb", 0, segments, [2], 4, ["held_out"])  # another grid: evaluated again
+    evaluation.evaluate("retrofit_frozen_emb", 0, segments, [2], 4, ["held_out"])  # another grid: evaluated again
     assert calls == ["held_out", "seen", "held_out"]
 
 
 def test_an_export_names_the_parent_its_row_was_cut_from():
-    assert study.parent_of("qwen_frozen_emb") == ("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, "
+    assert export.parent_of("qwen_frozen_emb") == ("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, "
                                                   "its first layers as 3 + 3 + 3, embeddings frozen)")
-    assert study.parent_of("retrofit_full") == ("smollm2", "SmolLM2-135M-Instruct (Q4_1 GGUF, its first layers as "
+    assert export.parent_of("retrofit_full") == ("smollm2", "SmolLM2-135M-Instruct (Q4_1 GGUF, its first layers as "
                                                 "3 + 3 + 3)")
     # a two-stage row was cut from its first stage's parent
-    assert study.parent_of("qwen_stage2_frozen_prelude") == (
+    assert export.parent_of("qwen_stage2_frozen_prelude") == (
         "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, its first layers as 3 + 3 + 3, embeddings "
         "frozen); then a second stage with the prelude and embeddings frozen")
-    assert study.steps_text({"steps": 200, "stage1": {"steps": 300}}) == "300 + 200 steps (two stages)"
-    assert study.steps_text({"steps": 700}) == "700 steps"
+    assert export.steps_text({"steps": 200, "stage1": {"steps": 300}}) == "300 + 200 steps (two stages)"
+    assert export.steps_text({"steps": 700}) == "700 steps"
 
 
 def test_profile_reads_every_iteration_of_a_trained_row_in_each_phrasing(tiny_run, tmp_path, monkeypatch):
@@ -141,11 +153,11 @@ def test_profile_reads_every_iteration_of_a_trained_row_in_each_phrasing(tiny_ru
 
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"row": "retrofit_frozen_emb"}))
-    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
-    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
-    monkeypatch.setattr(study, "PROFILE_DEPTH", 3)
-    monkeypatch.setattr(study, "PROFILE_N", 5)
-    out = study.profile_row("retrofit_frozen_emb", 0)
+    monkeypatch.setattr(diagnostics, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(diagnostics, "record_path", lambda row, seed: record)
+    monkeypatch.setattr(diagnostics, "PROFILE_DEPTH", 3)
+    monkeypatch.setattr(diagnostics, "PROFILE_N", 5)
+    out = diagnostics.profile_row("retrofit_frozen_emb", 0)
     saved = json.loads(record.read_text())
     assert saved["profile_command"] == ("python examples/reproduce/pretrained_smollm2.py --profile retrofit_frozen_emb "
                                         "--seed 0")
@@ -180,10 +192,10 @@ def test_the_profile_of_an_augmented_row_reads_the_studys_own_wordings(tiny_run,
     monkeypatch.setattr(par_studies, "load_run", lambda folder, depth: (*load_run(tiny_run, depth)[:2], augmented))
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"row": "qwen_stage2_determiners"}))
-    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
-    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
-    monkeypatch.setattr(study, "PROFILE_DEPTH", 2)
-    monkeypatch.setattr(study, "PROFILE_N", 2)
+    monkeypatch.setattr(diagnostics, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(diagnostics, "record_path", lambda row, seed: record)
+    monkeypatch.setattr(diagnostics, "PROFILE_DEPTH", 2)
+    monkeypatch.setattr(diagnostics, "PROFILE_N", 2)
     seen_tasks = []
 
     def spy(model, tokenizer, task, *args, **kwargs):
@@ -191,8 +203,8 @@ def test_the_profile_of_an_augmented_row_reads_the_studys_own_wordings(tiny_run,
         return {"profile": [[1.0, 1.0]], "first_failure": [None]}
 
     monkeypatch.setattr(state_tracking, "progress_profile", spy)
-    study.profile_row("qwen_stage2_determiners", 0)
-    original = load_task(study.REPO / study.TASK_FILE)
+    diagnostics.profile_row("qwen_stage2_determiners", 0)
+    original = load_task(rows.REPO / rows.TASK_FILE)
     assert len(seen_tasks) == 2 and all(t.text == original.text for t in seen_tasks)
     assert augmented.text != original.text
 
@@ -260,11 +272,11 @@ def test_interpolation_toward_the_parent_moves_every_pretrained_weight_and_keeps
     with pytest.raises(ValueError, match=f"the initial weights lack {name}"):
         interpolate_from_init(model, {k: v for k, v in initial.items() if k != name}, 0.5)
 
-    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
-    monkeypatch.setattr(study, "row_flags", lambda row: flags)
-    monkeypatch.setattr(study, "INTERPOLATION_OUT", tmp_path / "interpolation")
-    monkeypatch.setattr(study, "DEPTHS", [2, 3])
-    record = study.interpolate("retrofit_frozen_emb", 0, [1.0, 0.5], n=6)
+    monkeypatch.setattr(curves, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(curves, "row_flags", lambda row: flags)
+    monkeypatch.setattr(curves, "INTERPOLATION_OUT", tmp_path / "interpolation")
+    monkeypatch.setattr(curves, "DEPTHS", [2, 3])
+    record = curves.interpolate("retrofit_frozen_emb", 0, [1.0, 0.5], n=6)
     saved = json.loads((tmp_path / "interpolation" / "retrofit_frozen_emb_s0.json").read_text())
     assert saved["points"] == record["points"] and [p["alpha"] for p in saved["points"]] == [1.0, 0.5]
     model.load_state_dict(tuned)
@@ -272,7 +284,7 @@ def test_interpolation_toward_the_parent_moves_every_pretrained_weight_and_keeps
                                    rendering="text", phrasing="held_out", train_max_depth=8, progress=False)
     assert saved["points"][0]["held_out"]["accuracy"] == direct["accuracy"]
     assert saved["commands"][0].endswith("--alphas 1.0,0.5 --interpolation_n 6")
-    more = study.interpolate("retrofit_frozen_emb", 0, [0.25, 0.5], n=6)  # a second screen adds its alphas
+    more = curves.interpolate("retrofit_frozen_emb", 0, [0.25, 0.5], n=6)  # a second screen adds its alphas
     assert [p["alpha"] for p in more["points"]] == [1.0, 0.5, 0.25] and len(more["commands"]) == 2
     assert more["points"][0] == saved["points"][0]
     with pytest.raises(SystemExit):
@@ -289,9 +301,9 @@ def test_probe_curve_keeps_the_probes_and_a_probe_changes_no_weight(tiny_run, tm
     train_par.main(argv({**tiny_flags(tiny_run.parent / "llama"), "--output_dir": str(probed), "--probe_depth": "3",
                          "--probe_n": "4", "--probe_every_steps": "1", "--probe_phrasing": "held_out"}))
     folders = {"qwen_probe_500": probed, "qwen_frozen_emb_500": tiny_run}
-    monkeypatch.setattr(study, "run_path", lambda row, seed: folders[row])
-    monkeypatch.setattr(study, "PROBE_CURVES_OUT", tmp_path / "curves")
-    record = study.probe_curve("qwen_probe_500", 0, compare_to="qwen_frozen_emb_500")
+    monkeypatch.setattr(curves, "run_path", lambda row, seed: folders[row])
+    monkeypatch.setattr(curves, "PROBE_CURVES_OUT", tmp_path / "curves")
+    record = curves.probe_curve("qwen_probe_500", 0, compare_to="qwen_frozen_emb_500")
     saved = json.loads((tmp_path / "curves" / "qwen_probe_500_s0.json").read_text())
     summary = json.loads((probed / "summary.json").read_text())
     assert saved["probe"] == record["probe"] and [p["step"] for p in saved["probe"]] == [0, 1, 2]
@@ -302,9 +314,9 @@ def test_probe_curve_keeps_the_probes_and_a_probe_changes_no_weight(tiny_run, tm
     assert saved["command"].endswith("--probe_curve qwen_probe_500 --seed 0 --compare_to qwen_frozen_emb_500")
     summary["curve"] = [{"step": 1, "curriculum_max_depth": 2.0}, {"step": 2, "curriculum_max_depth": 3.0}]
     (probed / "summary.json").write_text(json.dumps(summary))  # a mastery curriculum's log: d_max at each probe
-    assert [p["curriculum_max_depth"] for p in study.probe_curve("qwen_probe_500", 0)["probe"]] == [None, 2, 3]
+    assert [p["curriculum_max_depth"] for p in curves.probe_curve("qwen_probe_500", 0)["probe"]] == [None, 2, 3]
     with pytest.raises(SystemExit, match="logged no probe"):
-        study.probe_curve("qwen_frozen_emb_500", 0)
+        curves.probe_curve("qwen_frozen_emb_500", 0)
 
 
 def test_sentences_reads_each_wording_alone_and_names_what_it_was_read_as(tiny_run, tmp_path, monkeypatch):
@@ -317,9 +329,9 @@ def test_sentences_reads_each_wording_alone_and_names_what_it_was_read_as(tiny_r
 
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"row": "x"}))
-    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
-    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
-    out = study.diagnose_sentences("retrofit_frozen_emb", 0)["sentences"]
+    monkeypatch.setattr(diagnostics, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(diagnostics, "record_path", lambda row, seed: record)
+    out = diagnostics.diagnose_sentences("retrofit_frozen_emb", 0)["sentences"]
     task = load_task("examples/tasks/batch_process_phrasings.json")
     spec = json.loads(open("examples/tasks/batch_process_phrasings.json").read())
     assert len(out) == sum(len(v) for v in spec["text"]["operations"].values())
@@ -330,7 +342,7 @@ def test_sentences_reads_each_wording_alone_and_names_what_it_was_read_as(tiny_r
         answers = [names.index(a) for a in s["answers"]]
         truth = [int(task.transitions[o][state]) for state in range(len(names))]
         assert s["accuracy"] == np.mean([a == t for a, t in zip(answers, truth)])
-        assert s["read_as"] == study.read_as(answers, task.transitions, task.op_names)
+        assert s["read_as"] == diagnostics.read_as(answers, task.transitions, task.op_names)
     assert json.loads(record.read_text())["sentences"] == out
 
 
@@ -338,10 +350,11 @@ def test_read_as_names_the_operations_the_answers_fit():
     import numpy as np
 
     transitions = np.array([[1, 1, 2], [0, 2, 2], [0, 1, 2]])  # op a, op b, identity
-    assert study.read_as([1, 1, 2], transitions, ["a", "b", "id"]) == ["a"]
-    assert study.read_as([0, 1, 2], transitions, ["a", "b", "id"]) == ["id"]
-    assert study.read_as([0, 2, 0], transitions, ["a", "b", "id"]) == ["b"]  # 2 of 3 agree with b, 1 with id and a
-    assert study.read_as([2, 0, 0], transitions, ["a", "b", "id"]) == ["a", "b", "id"]  # none agrees at all
+    assert diagnostics.read_as([1, 1, 2], transitions, ["a", "b", "id"]) == ["a"]
+    assert diagnostics.read_as([0, 1, 2], transitions, ["a", "b", "id"]) == ["id"]
+    # 2 of 3 agree with b, 1 with id and a
+    assert diagnostics.read_as([0, 2, 0], transitions, ["a", "b", "id"]) == ["b"]
+    assert diagnostics.read_as([2, 0, 0], transitions, ["a", "b", "id"]) == ["a", "b", "id"]  # none agrees at all
 
 
 def test_a_two_stage_row_trains_its_first_stage_first_and_starts_from_it(tmp_path, monkeypatch):
@@ -355,16 +368,16 @@ def test_a_two_stage_row_trains_its_first_stage_first_and_starts_from_it(tmp_pat
         (folder / "summary.json").write_text("{}")
         return []
 
-    monkeypatch.setattr(study, "RUN_DIR", tmp_path)
-    monkeypatch.setattr(study, "REPO", tmp_path.parent)
-    monkeypatch.setattr(study, "train_segment", fake_segment)
-    monkeypatch.setattr(study, "parent_folder", lambda name="smollm2-135m": f"some/{name}")
-    study.train("qwen_stage2_frozen_prelude", 3)
-    study.train("qwen_stage2_all", 3)
+    monkeypatch.setattr(training, "RUN_DIR", tmp_path)
+    monkeypatch.setattr(training, "REPO", tmp_path.parent)
+    monkeypatch.setattr(training, "train_segment", fake_segment)
+    monkeypatch.setattr(training, "parent_folder", lambda name="smollm2-135m": f"some/{name}")
+    training.train("qwen_stage2_frozen_prelude", 3)
+    training.train("qwen_stage2_all", 3)
     stage1 = f"{tmp_path.name}/qwen_frozen_emb_s3"
     assert calls == [("qwen_frozen_emb", 3, None), ("qwen_stage2_frozen_prelude", 3, stage1),
                      ("qwen_stage2_all", 3, stage1)]
-    flags = study.row_flags("qwen_stage2_frozen_prelude", 3)
+    flags = training.row_flags("qwen_stage2_frozen_prelude", 3)
     assert flags["--freeze_prelude"] == "true" and "--init_from_qwen2" not in flags
     assert flags["--curriculum_start_depth"] == "8" and flags["--probe_phrasing"] == "held_out"
 
@@ -378,11 +391,11 @@ def test_the_sentences_table_shows_each_held_out_wording_and_what_a_misread_one_
                   "accuracy": 5 / 6, "read_as": ["level_ok", "temp_ok", "reset"]},
                  {"operation": "reset", "wording": "A reset is issued.", "held_out": True, "accuracy": 1.0,
                   "read_as": ["reset"]}]
-    lines = study.sentences_table([{"row": "r", "seed": 2, "sentences": sentences}])
+    lines = report.sentences_table([{"row": "r", "seed": 2, "sentences": sentences}])
     assert lines[3] == ("| row | seed | “An abort is issued.” | “The operator starts the batch.” | "
                         "“A reset is issued.” |")
     assert lines[-1] == "| r | 2 | 50 (alarm) | 83 (3 operations fit) | 100 |"
-    assert study.sentences_table([]) == []
+    assert report.sentences_table([]) == []
 
 
 def test_a_two_stage_record_counts_what_its_first_stage_cost(tmp_path, monkeypatch):
@@ -394,9 +407,9 @@ def test_a_two_stage_record_counts_what_its_first_stage_cost(tmp_path, monkeypat
          "wall_seconds": 900.0, "status": "interrupted"},
         {"command": "python examples/train_par.py --max_steps 300 --resume_from_checkpoint c", "peak_rss_gb": 7.5,
          "trained_seconds_before": 800.0, "wall_seconds": 2500.5, "status": "finished"}]))
-    monkeypatch.setattr(study, "RUN_DIR", tmp_path)
-    monkeypatch.setattr(study, "scrub", lambda text: text)
-    stage1 = study.stage1_of("qwen_stage2_all", 1)
+    monkeypatch.setattr(training, "RUN_DIR", tmp_path)
+    monkeypatch.setattr(runner, "scrub", lambda text: text)
+    stage1 = runner.stage1_of("qwen_stage2_all", 1)
     assert stage1 == {"row": "qwen_frozen_emb", "steps": 300, "train_seconds": 3300.5, "peak_rss_gb": 7.5,
                       "train_commands": ["python examples/train_par.py --max_steps 300",
                                          "python examples/train_par.py --max_steps 300 --resume_from_checkpoint c"]}
@@ -407,9 +420,9 @@ def test_random_start_tests_both_phrasings_from_random_start_states(tiny_run, tm
 
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"row": "x"}))
-    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
-    monkeypatch.setattr(study, "record_path", lambda row, seed: record)
-    monkeypatch.setattr(study, "DEPTHS", [2, 3])
+    monkeypatch.setattr(diagnostics, "run_path", lambda row, seed: tiny_run)
+    monkeypatch.setattr(diagnostics, "record_path", lambda row, seed: record)
+    monkeypatch.setattr(diagnostics, "DEPTHS", [2, 3])
     calls = []
     real = state_tracking.evaluate_until_failed
 
@@ -418,11 +431,11 @@ def test_random_start_tests_both_phrasings_from_random_start_states(tiny_run, tm
         return real(*args, **kwargs)
 
     monkeypatch.setattr(state_tracking, "evaluate_until_failed", spy)
-    out = study.random_start("retrofit_frozen_emb", 0, n=5)
+    out = diagnostics.random_start("retrofit_frozen_emb", 0, n=5)
     assert calls == [("seen", True, 5), ("held_out", True, 5)]
     saved = json.loads(record.read_text())
     assert saved["random_start"] == out and out["depths"] == [2, 3]
-    assert all(len(out[p]["accuracy"]) == 2 and all(0 <= a <= 1 for a in out[p]["accuracy"]) for p in study.PHRASINGS)
+    assert all(len(out[p]["accuracy"]) == 2 and all(0 <= a <= 1 for a in out[p]["accuracy"]) for p in rows.PHRASINGS)
     assert saved["random_start_command"].endswith("--random_start retrofit_frozen_emb --seed 0")
 
 
@@ -437,8 +450,8 @@ def test_trainable_count_reads_the_prelude_and_the_head_tying_from_the_checkpoin
     save_file(weights, str(tmp_path / "model.safetensors"))
     for tied, expected_emb, expected_prelude in ((False, 20 + 12 + 5, 20 + 6 + 5), (True, 12 + 5, 6 + 5)):
         (tmp_path / "config.json").write_text(json.dumps({"prelude_layers": 2, "tie_word_embeddings": tied}))
-        assert study.trainable_count(tmp_path, "pilot_qwen_frozen_emb") == expected_emb
-        assert study.trainable_count(tmp_path, "qwen_stage2_frozen_prelude") == expected_prelude
+        assert evaluation.trainable_count(tmp_path, "pilot_qwen_frozen_emb") == expected_emb
+        assert evaluation.trainable_count(tmp_path, "qwen_stage2_frozen_prelude") == expected_prelude
 
 
 def recipe_record(seed: int, seen: list[float], held: list[float], n: int = 1024) -> dict:
@@ -453,7 +466,7 @@ def recipe_record(seed: int, seen: list[float], held: list[float], n: int = 1024
 def test_the_recipe_summary_averages_the_seeds_and_states_whether_the_goal_is_met():
     records = [recipe_record(2, [1.0, 0.99], [0.97, 0.96]), recipe_record(0, [1.0, 0.995], [0.95, 0.96]),
                recipe_record(1, [0.99, 0.995], [0.96, 0.95])]
-    summary = study.recipe_summary(records)
+    summary = report.recipe_summary(records)
     assert summary["seeds"] == [0, 1, 2] and summary["n_per_depth"] == 1024
     held8 = summary["accuracy"]["held_out"]["8"]
     assert held8["per_seed"] == [0.95, 0.96, 0.97]
@@ -464,22 +477,22 @@ def test_the_recipe_summary_averages_the_seeds_and_states_whether_the_goal_is_me
                                      "trained_1x_at_least_99": True}
     # trained 8x under 99% on average, held out 8x under 95% (however good at d = 8), or fewer than three seeds: not met
     low = [recipe_record(s, [0.98, 0.9], [0.97, 0.96]) for s in range(3)]
-    assert study.recipe_summary(low)["goal_met"] is False
-    assert study.recipe_summary(low)["goal_parts"] == {"held_out_8x_at_least_95": True,
+    assert report.recipe_summary(low)["goal_met"] is False
+    assert report.recipe_summary(low)["goal_parts"] == {"held_out_8x_at_least_95": True,
                                                        "trained_8x_at_least_99": False,
                                                        "trained_1x_at_least_99": False}
     in_range = [recipe_record(s, [0.995, 0.97], [0.99, 0.96]) for s in range(3)]  # trained 99% at d = 8, not at 8x
-    assert study.recipe_summary(in_range)["goal_met"] is False
-    assert study.recipe_summary(in_range)["goal_parts"] == {"held_out_8x_at_least_95": True,
+    assert report.recipe_summary(in_range)["goal_met"] is False
+    assert report.recipe_summary(in_range)["goal_parts"] == {"held_out_8x_at_least_95": True,
                                                             "trained_8x_at_least_99": False,
                                                             "trained_1x_at_least_99": True}
     far = [recipe_record(s, [1.0, 0.99], [0.99, 0.94]) for s in range(3)]
-    assert study.recipe_summary(far)["goal_met"] is False
-    assert study.recipe_summary(records[:2])["goal_met"] is False
+    assert report.recipe_summary(far)["goal_met"] is False
+    assert report.recipe_summary(records[:2])["goal_met"] is False
 
 
 def test_the_rows_table_says_how_many_prompts_each_row_was_tested_on():
-    table = study.rows_table([recipe_record(0, [1.0, 0.98], [0.99, 0.98], n=256),
+    table = report.rows_table([recipe_record(0, [1.0, 0.98], [0.99, 0.98], n=256),
                               recipe_record(1, [1.0, 0.98], [0.99, 0.98])])
     lines = table.splitlines()
     assert "| prompts |" in lines[0]
@@ -488,7 +501,7 @@ def test_the_rows_table_says_how_many_prompts_each_row_was_tested_on():
     # a first stage screened alone (held-out wordings at d = 8 only) gets its own table, not a row of dashes
     stage1 = dict(recipe_record(1, [], [0.957], n=256), row="qwen_determiners", steps=300, train_seconds=3508.0,
                   seconds_per_step=11.69, evaluation={"held_out": {"depths": [8], "accuracy": [0.957]}})
-    lines = study.rows_table([recipe_record(0, [1.0, 0.98], [0.99, 0.98]), stage1]).splitlines()
+    lines = report.rows_table([recipe_record(0, [1.0, 0.98], [0.99, 0.98]), stage1]).splitlines()
     assert len([line for line in lines if line.startswith("| qwen_determiners")]) == 1
     assert "| qwen_determiners | 1 | 300 | 3508 | 11.69 | 256 | 95.70 |" in lines
 
@@ -500,24 +513,24 @@ def test_the_chosen_recipe_exports_with_its_measured_accuracy_and_answers_from_i
     refusing held-out wordings by default."""
     record = recipe_record(0, [1.0, 0.5], [0.96, 0.5], n=256)
     record.update(steps=2, samples_seen=8, curve=None, stage1={"steps": 3, "train_seconds": 1.0})
-    monkeypatch.setattr(study, "OUT", tmp_path / "out")
-    monkeypatch.setattr(study, "run_path", lambda row, seed: tiny_run)
-    study.save_record(record, study.record_path(study.CHOSEN, 0))
+    monkeypatch.setattr(training, "OUT", tmp_path / "out")
+    monkeypatch.setattr(export, "run_path", lambda row, seed: tiny_run)
+    save_record(record, training.record_path(rows.CHOSEN, 0))
     # the record has no d = 2: nothing is quoted that was not measured, and nothing is written
     with pytest.raises(SystemExit, match="no held-out accuracy at d = 2"):
-        study.export(study.CHOSEN, 0, target=tmp_path / "ckpt", depth=2, n=4)
+        export.export(rows.CHOSEN, 0, target=tmp_path / "ckpt", depth=2, n=4)
     assert not (tmp_path / "ckpt").exists()
     for phrasing in ("seen", "held_out"):
         record["evaluation"][phrasing]["depths"] = [2, 64]
-    study.save_record(record, study.record_path(study.CHOSEN, 0))
-    target = study.export(study.CHOSEN, 0, target=tmp_path / "ckpt", depth=2, n=4)
+    save_record(record, training.record_path(rows.CHOSEN, 0))
+    target = export.export(rows.CHOSEN, 0, target=tmp_path / "ckpt", depth=2, n=4)
     config = json.loads((target / "config.json").read_text())
     quoted = config["prompt_format"]["trained"]["untrained_accuracy"]
     assert quoted == {"accuracy": 0.96, "depth": 2, "n": 256,
-                      "source": f"results/pretrained_cpu/runs/{study.CHOSEN}_s0.json"}
+                      "source": f"results/pretrained_cpu/runs/{rows.CHOSEN}_s0.json"}
     card = (target / "README.md").read_text()
     assert "256 fresh prompts per depth" in card and "3 + 2 steps (two stages)" in card
-    check = json.loads(study.record_path(study.CHOSEN, 0).read_text())["pipeline_check"]
+    check = json.loads(training.record_path(rows.CHOSEN, 0).read_text())["pipeline_check"]
     for phrasing in ("seen", "held_out"):
         assert check["by_phrasing"][phrasing]["n"] == 4
     assert check["by_phrasing"]["held_out"]["refused_by_default"] is True
@@ -529,14 +542,14 @@ def test_a_rerun_test_keeps_the_diagnostics_and_the_earlier_test_of_the_same_mod
                random_start={"seen": 1})
     new = recipe_record(0, [1.0, 0.99], [0.98, 0.97])
     new.update(train_commands=["python examples/train_par.py a"])
-    merged = study.carry_over(old, new)
+    merged = runner.carry_over(old, new)
     assert merged["n_per_depth"] == 1024 and merged["evaluation"] == new["evaluation"]
     assert merged["sentences"] == [{"wording": "w"}] and merged["random_start"] == {"seen": 1}
     assert merged["earlier_tests"] == [{"n_per_depth": 256, "evaluation": old["evaluation"]}]
     # the same test again adds nothing; another training replaces the record whole
-    assert "earlier_tests" not in study.carry_over(new, dict(new))
+    assert "earlier_tests" not in runner.carry_over(new, dict(new))
     other = dict(new, train_commands=["python examples/train_par.py b"])
-    assert study.carry_over(old, other) == other
+    assert runner.carry_over(old, other) == other
 
 
 def test_rows_trained_on_augmented_wordings_are_tested_on_the_original_files_prompts():
@@ -548,12 +561,12 @@ def test_rows_trained_on_augmented_wordings_are_tested_on_the_original_files_pro
     from state_tracking import load_task
     from state_tracking.prompts import text_prompt
 
-    augmented = [name for name, row in study.ROWS.items() if row.flags.get("--task_file") in study.AUGMENTED]
+    augmented = [name for name, row in rows.ROWS.items() if row.flags.get("--task_file") in rows.AUGMENTED]
     assert {"retrofit_determiners", "qwen_stage2_determiners", "qwen_stage2_deletions"} <= set(augmented)
-    original = load_task(study.REPO / study.TASK_FILE)
-    for path in study.AUGMENTED:
-        trained = load_task(study.REPO / path)
-        tested = study.test_task("row", trained)
+    original = load_task(rows.REPO / rows.TASK_FILE)
+    for path in rows.AUGMENTED:
+        trained = load_task(rows.REPO / path)
+        tested = evaluation.test_task("row", trained)
         assert tested.phrasing_options("seen") == original.phrasing_options("seen")
         assert tested.phrasing_options("seen") != trained.phrasing_options("seen")
         ops = np.arange(trained.num_ops)
@@ -561,7 +574,7 @@ def test_rows_trained_on_augmented_wordings_are_tested_on_the_original_files_pro
                 == text_prompt(original, ops, phrasing="held_out", rng=np.random.default_rng(0)))
     other = load_task("examples/tasks/register3.json")
     with pytest.raises(SystemExit, match="another machine"):
-        study.test_task("row", other)
+        evaluation.test_task("row", other)
 
 
 def test_the_second_held_out_set_is_attached_to_the_recipe_it_tested(tmp_path):
@@ -571,13 +584,13 @@ def test_the_second_held_out_set_is_attached_to_the_recipe_it_tested(tmp_path):
                                            "1": {"depths": [8, 64], "accuracy": [0.8, 0.7], "seconds": 1.0}}}
     path = tmp_path / "heldout2.json"
     recipes = {"qwen_stage2_frozen_prelude": {"goal_met": False}, "other": {}}
-    study.attach_second_held_out_set(recipes, path)  # not read yet: nothing attached
+    report.attach_second_held_out_set(recipes, path)  # not read yet: nothing attached
     assert recipes == {"qwen_stage2_frozen_prelude": {"goal_met": False}, "other": {}}
     path.write_text(json.dumps(second))
-    study.attach_second_held_out_set(recipes, path)
+    report.attach_second_held_out_set(recipes, path)
     attached = recipes["qwen_stage2_frozen_prelude"]["second_held_out_set"]
     assert attached["mean"] == {"8": 0.9, "64": 0.8} and attached["per_seed"] == {"0": [1.0, 0.9], "1": [0.8, 0.7]}
     assert "second_held_out_set" not in recipes["other"]
     recipes = {"other": {}}  # a set read on a recipe no longer summarised is attached to none
-    study.attach_second_held_out_set(recipes, path)
+    report.attach_second_held_out_set(recipes, path)
     assert recipes == {"other": {}}

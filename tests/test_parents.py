@@ -197,30 +197,30 @@ def test_pretrained_study_rows_parse_and_hold_out_one_slot_at_a_time(monkeypatch
     import numpy as np
 
     from par_studies import argv
+    from par_studies.pretrained_smollm2 import diagnostics, rows, training
     from state_tracking import load_task
     from state_tracking.prompts import text_prompt
     from tests.conftest import load_example
     from trainers.model_setup import resolve_view
 
-    study = load_example("examples/reproduce/pretrained_smollm2.py")
     train_par = load_example("examples/train_par.py")
-    monkeypatch.setattr(study, "parent_folder", lambda name="smollm2-135m": f"some/{name}")  # nothing fetched
-    for name in study.ROWS:
-        model_args, task_args, train_args = train_par.parse_args(argv(study.row_flags(name)) + ["--output_dir", "x"])
+    monkeypatch.setattr(training, "parent_folder", lambda name="smollm2-135m": f"some/{name}")  # nothing fetched
+    for name in rows.ROWS:
+        model_args, task_args, train_args = train_par.parse_args(argv(training.row_flags(name)) + ["--output_dir", "x"])
         retrofit = model_args.init_from_parent is not None
-        two_stage = study.ROWS[name].init_from is not None  # fine-tunes its stage-1 row's folder instead
+        two_stage = rows.ROWS[name].init_from is not None  # fine-tunes its stage-1 row's folder instead
         assert retrofit == (name != "scratch" and not two_stage) and task_args.rendering == "text"
         assert two_stage == (model_args.init_from_par is not None)
         assert not retrofit or (model_args.truncate_parent and model_args.gguf_file.endswith(".gguf"))
         assert resolve_view(model_args)["loop_view"] == "local"
-    full = load_task(REPO / study.TASK_FILE)
+    full = load_task(REPO / rows.TASK_FILE)
     _, held_ops, held_queries = full.phrasing_options("held_out")
     _, seen_ops, seen_queries = full.phrasing_options("seen")
     rng = np.random.default_rng(0)
-    prompt = text_prompt(study.slot_task("operations"), np.arange(8), None, "held_out", rng)[0]
+    prompt = text_prompt(diagnostics.slot_task("operations"), np.arange(8), None, "held_out", rng)[0]
     assert all(options[0] in prompt for options in held_ops) and "At this point" not in prompt
     assert any(q in prompt for q in seen_queries[0]) and not prompt.startswith("Initially")
-    prompt = text_prompt(study.slot_task("question"), np.arange(8), None, "held_out", rng)[0]
+    prompt = text_prompt(diagnostics.slot_task("question"), np.arange(8), None, "held_out", rng)[0]
     assert prompt.endswith(held_queries[0][0] + " ?") and not any(options[0] in prompt for options in held_ops)
 
 
@@ -304,12 +304,13 @@ def test_pretrained_study_docstring_names_its_rows_and_only_those():
     `retrofit_frozen` row that does not exist)."""
     import re
 
+    from par_studies.pretrained_smollm2.rows import ROWS
     from tests.conftest import load_example
 
     study = load_example("examples/reproduce/pretrained_smollm2.py")
     described = set(re.findall(r"`([a-z][a-z0-9_]*)`", study.__doc__.split("Rows:", 1)[1]))
-    assert described == set(study.ROWS)
-    assert set(re.findall(r"--row (\S+)", study.__doc__)) <= set(study.ROWS)
+    assert described == set(ROWS)
+    assert set(re.findall(r"--row (\S+)", study.__doc__)) <= set(ROWS)
 
 
 def test_freeze_prelude_from_step_keeps_the_prelude_of_step_n_and_trains_the_core_on(tmp_path):
