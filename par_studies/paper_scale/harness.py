@@ -19,12 +19,22 @@ import shlex
 import subprocess
 import sys
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 
 from ..runs import REPO, load_train_par
 from .flops import PAPER_SPLIT, QWEN25, analytic_flops, extrapolate, grad_layer_passes, part_flops
+from .measure import (
+    SavedTensorBytes,
+    available_memory,
+    current_rss,
+    optimizer_state_bytes,
+    parameter_counts,
+    peak_rss,
+    register_cpu_flash_attention,
+    reset_peak_rss,
+    tensor_bytes,
+)
 
 # ------------------------------------------------------------------------------------------------------ shapes
 COMMON_QWEN2 = dict(rope_theta=1_000_000.0, max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu",
@@ -88,130 +98,6 @@ def make_parent(folder: Path, shape: str, seed: int = 0) -> dict:
             "saved_dtype": "bfloat16", "seconds": round(time.time() - started, 1)}
 
 
-# ------------------------------------------------------------------------------------------------ measurements
-def _register_cpu_flash_attention() -> None:
-    """torch's FLOP counter knows the CUDA sdpa kernels; on a CPU sdpa runs `_scaled_dot_product_flash_attention_for
-    _cpu`, which it would count as 0. The same formula as the others: 4·b·h·s_q·s_k·d forward (QKᵀ and AV, the full
-    square whatever the causal mask, as torch counts every sdpa kernel), twice that backward (dQ, dK, dV, dP)."""
-    import torch
-    from torch.utils import flop_counter
-
-    aten = torch.ops.aten
-    forward = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    backward = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-    if forward is None or forward in flop_counter.flop_registry or forward.default in flop_counter.flop_registry:
-        return  # not in this torch, or registered already (by torch or an earlier call)
-
-    def fwd(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-        b, h, s_q, d = query_shape
-        return 4 * b * h * s_q * key_shape[2] * d
-
-    def bwd(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-        b, h, s_q, d = query_shape
-        return 8 * b * h * s_q * key_shape[2] * d
-
-    flop_counter.register_flop_formula(forward)(fwd)
-    if backward is not None:
-        flop_counter.register_flop_formula(backward)(bwd)
-
-
-def peak_rss() -> int:
-    """Peak resident memory of this process (VmHWM), bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return -1
-
-
-def current_rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return -1
-
-
-def reset_peak_rss() -> bool:
-    """Reset VmHWM to the current RSS (Linux: `5` to /proc/self/clear_refs); False where that is not allowed."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def available_memory() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return -1
-
-
-class SavedTensorBytes:
-    """Bytes autograd holds for backward at the end of the context (activations): the storages of the tensors saved
-    inside it that are still alive when it closes (a graph branch freed during the forward, e.g. an unused output's,
-    releases its saves), each storage counted once, parameters (and views of them) left out. Deterministic for a
-    given graph, unlike RSS."""
-
-    def __init__(self, model):
-        import torch
-
-        self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        self.saved: list[tuple] = []
-        self.total = 0
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda x: x)
-
-    def _pack(self, tensor):
-        try:
-            storage = tensor.untyped_storage()
-            if storage.data_ptr() not in self.params:
-                self.saved.append((weakref.ref(tensor), storage.data_ptr(), storage.nbytes()))
-        except (RuntimeError, NotImplementedError, TypeError):  # e.g. sparse or wrapper tensors: not counted
-            pass
-        return tensor
-
-    def __enter__(self):
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        alive = {ptr: nbytes for ref, ptr, nbytes in self.saved if ref() is not None}
-        self.total = sum(alive.values())
-        self.saved = []
-        return self._hooks.__exit__(*exc)
-
-
-def tensor_bytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-
-def optimizer_state_bytes(optimizer) -> int:
-    import torch
-
-    return sum(v.numel() * v.element_size() for state in optimizer.state.values() for v in state.values()
-               if isinstance(v, torch.Tensor))
-
-
-def parameter_counts(model, split) -> dict:
-    P, C, _ = split
-    counts = {"total": 0, "embedding": 0, "prelude": 0, "core": 0, "coda": 0, "adapter": 0, "other": 0}
-    seen = set()
-    for name, p in model.named_parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        counts["total"] += p.numel()
-        if "embed_tokens" in name or "lm_head" in name:
-            counts["embedding"] += p.numel()
-        elif "adapter" in name:
-            counts["adapter"] += p.numel()
-        elif ".layers." in name:
-            index = int(name.split(".layers.")[1].split(".")[0])
-            counts["prelude" if index < P else "core" if index < P + C else "coda"] += p.numel()
-        else:
-            counts["other"] += p.numel()
-    return counts
-
-
 def case_overrides(case: dict) -> list[str]:
     """The flags a dry-run case gives over the preset's command: batch 1, the case's depth and window, fp32 (bf16
     autocast where the case says), a scratch output folder, the case's split."""
@@ -250,19 +136,10 @@ def build_case_model(case: dict):
     return train_args, tokenizer, token_ids, dataset, model
 
 
-def run_train_case(case: dict) -> dict:
-    """Optimizer steps at depth d (R = d, the forced depth: the hold schedule's tail X = 0) through ParTrainer.
-
-    The first step is counted (FlopCounterMode, through its backward); the others are timed and their memory
-    measured without the counter: its module tracker keeps tensors of checkpoint_core's recomputation alive until it
-    exits (pytorch PR 139214), which would add them to the memory, and its dispatch costs time."""
-    from torch.utils.flop_counter import FlopCounterMode
-    from transformers import TrainerCallback
-
-    from state_tracking import StateTrackingCollator
-    from trainers import ParTrainer
-
-    _register_cpu_flash_attention()
+def loaded_train_case(case: dict) -> tuple:
+    """A train case's model built (`build_case_model`), then the peak memory reset: (train_args, tokenizer, token_ids,
+    dataset, model, the record's first fields: parameters by part and their bytes, what loading cost, the attention
+    implementation, the prompts' tokens)."""
     started = time.time()
     train_args, tokenizer, token_ids, dataset, model = build_case_model(case)
     load_seconds = time.time() - started
@@ -275,9 +152,13 @@ def run_train_case(case: dict) -> dict:
               "load_seconds": round(load_seconds, 1), "load_peak_rss_bytes": load_peak, "peak_reset": reset,
               "attn_implementation": model.config._attn_implementation,
               "tokens": [len(row) for row in dataset["input_ids"]]}
-    steps: list[dict] = []
-    counter = FlopCounterMode(display=False)
-    counted: dict = {}  # the counted step's per-module FLOPs
+    return train_args, tokenizer, token_ids, dataset, model, record
+
+
+def dry_run_trainer(steps: list[dict], counter):
+    """ParTrainer at the forced depth, noting on the step being measured (`steps[-1]`) its R and readouts, the
+    prompt's tokens, the bytes autograd saves, the forward's seconds and, on the counted step, its FLOPs so far."""
+    from trainers import ParTrainer
 
     class DryRunTrainer(ParTrainer):
         def num_iterations(self, depth):  # forced depth: R = ⌈d/c⌉ (the hold tail's X = 0)
@@ -296,6 +177,14 @@ def run_train_case(case: dict) -> dict:
             row.update(saved_activation_bytes=saved.total, forward_seconds=time.perf_counter() - row["t0"],
                        forward_flops=counter.get_total_flops() if row["counted"] else None)
             return result
+
+    return DryRunTrainer
+
+
+def step_measure(steps: list[dict], counter, counted: dict, model, split):
+    """The callback that appends each step's measurements to `steps` (and the counted step's per-module FLOPs to
+    `counted`)."""
+    from transformers import TrainerCallback
 
     class Measure(TrainerCallback):
         """Per step: time, the peak resident memory of each phase — forward + backward (VmHWM from the step's start
@@ -316,7 +205,7 @@ def run_train_case(case: dict) -> dict:
             row["peak_rss_forward_backward_bytes"] = peak_rss()
             if row["counted"]:  # forward and backward are done: AdamW and the clipping have no matmul to count
                 row["flops"] = counter.get_total_flops()
-                counted.update(part_flops(counter.get_flop_counts(), case["split"]))
+                counted.update(part_flops(counter.get_flop_counts(), split))
                 counter.__exit__(None, None, None)
             gc.collect()
             reset_peak_rss()
@@ -330,15 +219,17 @@ def run_train_case(case: dict) -> dict:
             row["seconds"] = time.perf_counter() - row.pop("t0")
             row["backward_seconds"] = row["seconds"] - row["forward_seconds"]
 
-    collator = StateTrackingCollator(pad_token_id=token_ids["pad_token_id"])
-    trainer = DryRunTrainer(model=model, args=train_args, train_dataset=dataset, data_collator=collator,
-                            processing_class=tokenizer, callbacks=[Measure()])
-    trainer.train()
+    return Measure()
+
+
+def train_record(record: dict, steps: list[dict], counted: dict, trainer, model, split) -> dict:
+    """The train case's record completed from its measured steps: the optimizer and its groups, each step's analytic
+    FLOPs beside the counted ones, the last step's peak memory, the seconds per step."""
     optimizer = trainer.optimizer
     groups = [{"lr": g.get("initial_lr", g["lr"]), "weight_decay": g["weight_decay"],
                "parameters": sum(p.numel() for p in g["params"])} for g in optimizer.param_groups]
     for step in steps:
-        step["analytic_flops"] = analytic_flops(model.config.to_dict(), case["split"], step["tokens"], step["R"],
+        step["analytic_flops"] = analytic_flops(model.config.to_dict(), split, step["tokens"], step["R"],
                                                 reads=step["readouts"], window=model.config.grad_window, train=True,
                                                 checkpoint_core=model.config.checkpoint_core)
     last = steps[-1]
@@ -351,6 +242,29 @@ def run_train_case(case: dict) -> dict:
     return record
 
 
+def run_train_case(case: dict) -> dict:
+    """Optimizer steps at depth d (R = d, the forced depth: the hold schedule's tail X = 0) through ParTrainer.
+
+    The first step is counted (FlopCounterMode, through its backward); the others are timed and their memory
+    measured without the counter: its module tracker keeps tensors of checkpoint_core's recomputation alive until it
+    exits (pytorch PR 139214), which would add them to the memory, and its dispatch costs time."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from state_tracking import StateTrackingCollator
+
+    register_cpu_flash_attention()
+    train_args, tokenizer, token_ids, dataset, model, record = loaded_train_case(case)
+    steps: list[dict] = []
+    counter = FlopCounterMode(display=False)
+    counted: dict = {}  # the counted step's per-module FLOPs
+    collator = StateTrackingCollator(pad_token_id=token_ids["pad_token_id"])
+    trainer = dry_run_trainer(steps, counter)(
+        model=model, args=train_args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer,
+        callbacks=[step_measure(steps, counter, counted, model, case["split"])])
+    trainer.train()
+    return train_record(record, steps, counted, trainer, model, case["split"])
+
+
 def run_eval_case(case: dict) -> dict:
     """Forced-depth forwards (`model.predict`, no grad) of one depth-d prompt at each R of `case["iterations"]`: time
     per stage (prelude, each core iteration, readout) from forward hooks, FLOPs per stage from FlopCounterMode."""
@@ -358,7 +272,7 @@ def run_eval_case(case: dict) -> dict:
 
     from state_tracking import StateTrackingCollator
 
-    _register_cpu_flash_attention()
+    register_cpu_flash_attention()
     started = time.time()
     _, tokenizer, token_ids, dataset, model = build_case_model(dict(case, steps=1))
     load_seconds = time.time() - started
