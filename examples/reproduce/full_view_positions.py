@@ -21,7 +21,10 @@ is the package's from-scratch recipe (hidden 128, prelude 1 + core 2 + coda 1, t
   operations are read), the iteration-count half;
 - `*_dense`: the same with dense prefix targets (`--prefix_state_weight 1`, FPRM's deep supervision in PAR's form):
   a state head reads, at iteration k, z_j at the last token of every operation j ≤ k (the wavefront), so the loop
-  can compute each operation's state at its own tokens instead of counting iterations to find operation k.
+  can compute each operation's state at its own tokens instead of counting iterations to find operation k;
+  `*_dense_light`: the same at weight 0.1 (weight 1 kept `pose_dense` out of its range);
+- `pose_conv`: PoSE and the causal convolution together (the convolution reaches the previous operation's tokens, the
+  wavefront's one hop, without a position).
 
 Test: 1,024 fresh prompts per depth at 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid after two depths under
 2%), and for rotary rows the same with test-time position interpolation (positions × d_train / d, 256 prompts); the
@@ -100,9 +103,12 @@ SCHEMES = {
     "nope": ({"--position_encoding": "nope"}, "nope", None),
     "nope_conv": ({"--position_encoding": "nope", "--core_conv_kernel": "4"}, "nope + causal conv (4)", None),
     "conv": ({"--core_conv_kernel": "4"}, "rope + causal conv (4)", None),  # keeps a parent's rotary
+    "pose_conv": ({"--pose_max_positions": POSITION_RANGE, "--core_conv_kernel": "4"}, "rope + PoSE + causal conv (4)",
+                  None),
 }
 HOLD = hold_tail(extra=8, grad_window=16)
 DENSE = {"--prefix_state_weight": "1"}
+DENSE_LIGHT = {"--prefix_state_weight": "0.1"}  # the wavefront as a side objective that leaves the query's loss room
 PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose")
 
 
@@ -125,6 +131,8 @@ def declare_rows() -> dict[str, Row]:
                            budget=BUDGET))
         rows.append(Row.of(f"{name}_dense", f"scratch, full view, {name}, dense prefix targets", FULL, SCRATCH, flags,
                            DENSE, budget=BUDGET))
+        rows.append(Row.of(f"{name}_dense_light", f"scratch, full view, {name}, dense prefix targets at weight 0.1",
+                           FULL, SCRATCH, flags, DENSE_LIGHT, budget=BUDGET))
     for init in ("smollm2", "random"):
         for name in PARENT_SCHEMES:
             rows.append(Row.of(f"{init}_{name}", f"SmolLM2 1+2+1 {'pretrained' if init == 'smollm2' else 'random'}, "
@@ -146,7 +154,7 @@ def train_max_depth(row: str) -> int:
 def scheme_of(row: str) -> str:
     init = init_of(row)
     name = row if init == "scratch" else row.removeprefix(init + "_")
-    return name.removesuffix("_d16").removesuffix("_hold").removesuffix("_dense")
+    return name.removesuffix("_d16").removesuffix("_hold").removesuffix("_dense_light").removesuffix("_dense")
 
 
 def test_depths(row: str) -> list[int]:
@@ -227,7 +235,7 @@ def evaluate(row: str, seed: int, segments: list[dict]) -> dict:
                 in_range_reached=summary.get("probe_stopped_at") is not None or (
                     len(probes) >= 2 and min(probes[-2:]) >= 0.99),
                 positions=positions, stretch=stretch, hold=row.endswith("_hold") or "_hold_" in row,
-                dense_prefix_targets=row.endswith("_dense"),
+                dense_prefix_targets=row.endswith(("_dense", "_dense_light")),
                 train_max_depth=d_train, evaluation=evaluation, interpolated=interpolated, **profiles,
                 parameters=sum(p.numel() for p in model.parameters()), peak_rss_gb=peak_rss_gb(segments))
 
