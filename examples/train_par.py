@@ -29,7 +29,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from transformers import HfArgumentParser, set_seed
 
@@ -40,6 +39,7 @@ from par_cli.cli import require_checkpoint, require_task, run_cli  # noqa: E402
 from par_cli.flag_modes import check_flags, given_flags  # noqa: E402
 from par_cli.hf_parser import accept_none  # noqa: E402
 from par_cli.recipe import RECIPE_MODES, check_recipe, use_recipe  # noqa: E402
+from par_cli.recipe_race import RACE_STEPS, race_recipe  # noqa: E402
 from par_cli.record_flags import RecordFlags  # noqa: E402
 from par_cli.reports import (  # noqa: E402
     evaluate_and_report,
@@ -47,15 +47,17 @@ from par_cli.reports import (  # noqa: E402
     run_summary,
 )
 from par_cli.training_data import (  # noqa: E402
+    PROBE_SETTINGS,
+    TrainingData,
     build_task,
     prepare_records,
-    reencode_records,
+    records_data,
     trained_prompt_format,
     training_problems,
 )
 from state_tracking import StateTrackingCollator, build_dataset, model_token_ids, save_task  # noqa: E402
 from state_tracking.evaluation import command_line  # noqa: E402
-from state_tracking.records import OPERATION_TOKENS, RecordSplits, record_token_ids  # noqa: E402
+from state_tracking.records import OPERATION_TOKENS  # noqa: E402
 from state_tracking.tasks import Task  # noqa: E402
 from trainers import (  # noqa: E402
     FreezePreludeCallback,
@@ -236,8 +238,13 @@ class DataArguments(RecordFlags):
         "help": "records: 'auto' chooses the model size, answer feedback, operation tokens, curriculum and Adam's "
                 "beta2 from the training records by rules measured in results/own_data_cpu (par_cli.recipe; the "
                 "choice and its reasons go to the log and summary.json's \"recipe\"; every flag you give wins); "
-                "'off': the fixed records defaults",
+                "'off': the fixed records defaults; 'race': the rules' recipe, it with answer feedback flipped and "
+                "the fixed defaults each train the run's first --race_steps steps, the better half twice as far, "
+                "and the last one standing resumes to the end (par_cli.recipe_race; summary.json's \"recipe\".race)",
         "choices": list(RECIPE_MODES)})
+    race_steps: int = field(default=RACE_STEPS, metadata={
+        "help": "--recipe race: optimizer steps each candidate trains in the race's first round (each later round "
+                "doubles them for the better half)"})
 
     baselines: str | None = field(default=None, metadata={
         "help": "after PAR, train these baselines on the same records files and print one table beside PAR's "
@@ -366,10 +373,6 @@ def derived_defaults(given: set[str], values: dict) -> dict:
     return {name: value for name, value in defaults.items() if name not in given}
 
 
-# the probe's settings: with --probe_depth they set the task probe; with records, the first three set the validation
-# probe (the other two are refused there by check_flags)
-PROBE_SETTINGS = ("probe_n", "probe_every_steps", "probe_stop_patience", "probe_seed", "probe_stop_accuracy",
-                  "probe_phrasing")
 # the records' flags, which need --train_file or --dataset_name
 RECORD_FLAGS = ("validation_file", "test_file", "operations_column", "state_column", "step_states_column",
                 "initial_state_column", "operation_delimiter")
@@ -410,36 +413,14 @@ def check_arguments(model_args: ModelArguments, task_args: TaskArguments, data_a
                          "--probe_stop_patience set the validation probe).")
 
 
-@dataclass
-class TrainingData:
-    """What the data step hands on: generated problems of a `task`, or `records` read from files."""
-
-    tokenizer: Any
-    dataset: Any  # the encoded training examples
-    prompt_format: Any  # PromptFormat (generated) or RecordFormat (records): written into the checkpoint's config
-    token_ids: dict  # model_token_ids / record_token_ids: vocabulary size, pad, answer and halt tokens
-    task: Any = None
-    records: RecordSplits | None = None
-    recipe: dict | None = None  # records: summary.json's "recipe" (par_cli.recipe.use_recipe)
-    curriculum: dict | None = None  # summary.json's "curriculum" plan (trainers.step_budget)
-
-
 def load_data(model_args: ModelArguments, task_args: TaskArguments, data_args: DataArguments, train_args,
               given: set) -> TrainingData:
     """Step 2: the records of --train_file / --dataset_name, with the recipe chosen from them (--recipe auto; encoded
     again, not read again, if it reads operations otherwise), or problems generated from the task."""
     if data_args.given:
-        read_with = data_args.operation_tokens
         records = prepare_records(data_args, model_args, task_args, train_args, given)
         recipe = use_recipe(records, given, model_args, task_args, data_args, train_args)
-        if data_args.operation_tokens != read_with:  # encoded again with the chosen tokens, not read again
-            records = reencode_records(records, data_args)
-        use_validation_probe(records, data_args, train_args, given)
-        epochs_as_max_steps(train_args, len(records.encoded), given, "training records")
-        lengths = [d for d in records.lengths.tolist() if train_args.min_train_depth <= d <= train_args.max_train_depth]
-        return TrainingData(records.tokenizer, records.encoded, records.record_format,
-                            record_token_ids(records.tokenizer, records.record_format), records=records, recipe=recipe,
-                            curriculum=fit_curriculum_to_budget(train_args, lengths, given))
+        return records_data(records, given, model_args, task_args, data_args, train_args, recipe)
     if any(getattr(data_args, name) is not None for name in RECORD_FLAGS):
         raise ValueError("the record flags (--validation_file, --test_file, --*_column, --operation_delimiter) "
                          "need --train_file or --dataset_name.")
@@ -455,39 +436,6 @@ def load_data(model_args: ModelArguments, task_args: TaskArguments, data_args: D
                         model_token_ids(tokenizer, task), task=task, curriculum=curriculum)
 
 
-def use_validation_probe(records: RecordSplits, data_args: DataArguments, train_args, given: set) -> None:
-    """The validation probe of a records run (`RecordsProbeCallback`). Without a validation split there is none: the
-    flags that set it are refused by name (they would change nothing). With --restore_best_probe the Trainer's
-    best-model machinery follows the probe's metric (`metric_for_best_model`, `load_best_model_at_end`; see
-    `trainers.ProbeCallback`): the best probe's checkpoint is saved, and loaded back when training ends."""
-    if "validation" not in records.splits:
-        named = [f"--{name}" for name in ("stop_when_validation_exact", "restore_best_probe",
-                                          "stop_when_learning_nothing_after")
-                 if name in given and getattr(data_args, name)]
-        named += [f"--{name}" for name in PROBE_SETTINGS[:3] if name in given]
-        if named:
-            one = len(named) == 1
-            raise ValueError(
-                f"{', '.join(named)} {'sets' if one else 'set'} the validation probe, and the records have no "
-                f"validation split to probe (no --validation_file, and --validation_split_percentage "
-                f"{data_args.validation_split_percentage:g} holds none out): give a --validation_file or a "
-                f"--validation_split_percentage above 0, or leave {'it' if one else 'them'} out.")
-        return
-    if data_args.restore_best_probe and records.stop_rule_off:
-        why = records.stop_rule_off.split(":")[0]  # "the validation split (…) holds n records, fewer than N"
-        if "restore_best_probe" in given:
-            raise ValueError(f"--restore_best_probe keeps the weights of the best validation probe, and {why}: too few "
-                             "to choose weights by. Give a larger validation split (--validation_file or "
-                             "--validation_split_percentage), or --restore_best_probe false.")
-        data_args.restore_best_probe = False
-        records.notes.append(f"--restore_best_probe is off: {why}, too few to choose weights by (the run keeps its "
-                             "final weights)")
-        logger.warning("records: %s", records.notes[-1])
-    if data_args.restore_best_probe:
-        train_args.metric_for_best_model, train_args.greater_is_better = RecordsProbeCallback.metric, True
-        train_args.load_best_model_at_end = True
-
-
 def load_model(data: TrainingData, model_args: ModelArguments, train_args):
     """Step 3: the model (`trainers.model_setup.build_model`), seeded by --seed (the from-scratch initialisation and a
     retrofit's adapter), with what its checkpoint needs to read raw text (the state-tracking pipeline) and whether it
@@ -501,9 +449,10 @@ def load_model(data: TrainingData, model_args: ModelArguments, train_args):
     return model
 
 
-def build_trainer(model, data: TrainingData, task_args: TaskArguments, data_args: DataArguments, train_args):
+def build_trainer(model, data: TrainingData, task_args: TaskArguments, data_args: DataArguments, train_args,
+                  model_args: ModelArguments):
     """Step 4: the Trainer (`ParTrainer`, or `PrefixSelfDistillationTrainer` with --self_distillation) and its probes:
-    the task probe of --probe_depth, or the validation probe of a records run."""
+    the task probe of --probe_depth, or the validation probe of a records run; --freeze_prelude_from_step's callback."""
     common = dict(model=model, args=train_args, train_dataset=data.dataset, processing_class=data.tokenizer,
                   data_collator=StateTrackingCollator(pad_token_id=data.token_ids["pad_token_id"]))
     if task_args.self_distillation:
@@ -528,6 +477,8 @@ def build_trainer(model, data: TrainingData, task_args: TaskArguments, data_args
             stop_accuracy=1.0 if data_args.stop_when_validation_exact and not records.stop_rule_off else None,
             stop_patience=task_args.probe_stop_patience, curriculum_cap=trainer.curriculum_cap,
             stop_at_chance_after=data_args.stop_when_learning_nothing_after))
+    if model_args.freeze_prelude_from_step is not None:
+        trainer.add_callback(FreezePreludeCallback(model_args.freeze_prelude_from_step))
     return trainer
 
 
@@ -561,14 +512,18 @@ def main(argv=None):
     model_args, task_args, data_args, train_args, given = parse_all_args(argv)  # 1. parse
     check_arguments(model_args, task_args, data_args, train_args, given)
     output_dir = Path(train_args.output_dir)
-    started = time.time()
-    data = load_data(model_args, task_args, data_args, train_args, given)  # 2. data
+    started, resume = time.time(), train_args.resume_from_checkpoint
+    if data_args.given and data_args.recipe == "race":  # 2. data, each candidate recipe raced on it (2-5)
+        model_args, data_args, train_args, data, resume = race_recipe(
+            prepare_records(data_args, model_args, task_args, train_args, given), given, model_args, task_args,
+            data_args, train_args, prepare=lambda r, m, d, t: records_data(r, given, m, task_args, d, t),
+            build=lambda data, m, d, t: build_trainer(load_model(data, m, t), data, task_args, d, t, m))
+    else:
+        data = load_data(model_args, task_args, data_args, train_args, given)  # 2. data
     train_args.validate_par()  # what the records, the recipe and the budget set after parsing, checked again
     model = load_model(data, model_args, train_args)  # 3. model
-    trainer = build_trainer(model, data, task_args, data_args, train_args)  # 4. trainer
-    if model_args.freeze_prelude_from_step is not None:
-        trainer.add_callback(FreezePreludeCallback(model_args.freeze_prelude_from_step))
-    trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)  # 5. train
+    trainer = build_trainer(model, data, task_args, data_args, train_args, model_args)  # 4. trainer
+    trainer.train(resume_from_checkpoint=resume)  # 5. train
     train_seconds = time.time() - started
     if not trainer.is_world_process_zero():
         teardown_distributed([trainer])  # waits for rank 0's save and evaluation (trainers/distributed.py)

@@ -26,7 +26,7 @@ from state_tracking.records import SCALAR_QUERY, RecordSplits, has_step_states, 
 
 logger = logging.getLogger(__name__)
 
-RECIPE_MODES = ("auto", "off")
+RECIPE_MODES = ("auto", "off", "race")
 README = "results/own_data_cpu/README.md"
 
 # thresholds of the rules (each rule's docstring says which are measured and which are judgement calls)
@@ -42,7 +42,8 @@ def check_recipe(value) -> None:
     """`--recipe` is one of `RECIPE_MODES`, else one error naming the flag and what it takes."""
     if value not in RECIPE_MODES:
         raise ValueError(f"--recipe must be one of {list(RECIPE_MODES)} (auto: the recipe chosen from the training "
-                         f"records, par_cli.recipe; off: the fixed records defaults); got {value!r}.")
+                         f"records, par_cli.recipe; off: the fixed records defaults; race: candidates the rules order, "
+                         f"measured on the validation split, par_cli.recipe_race); got {value!r}.")
 
 
 @dataclass(frozen=True)
@@ -361,19 +362,28 @@ ALSO_DROPPED_BY = {"curriculum": ("curriculum_start_depth", "curriculum_incremen
                                   "num_attention_heads", "num_key_value_heads")}
 
 
+def overridden_flags(recipe: Recipe, given: set) -> list[str]:
+    """The recipe's flags the user's win over: every flag of a rule the user gave a flag of (or one of
+    `ALSO_DROPPED_BY` that rule), sorted; a rule's flags go together."""
+    return sorted(flag for rule, flags in recipe.rule_flags.items()
+                  if given & (set(flags) | set(ALSO_DROPPED_BY.get(rule, ()))) for flag in flags)
+
+
+def effective_flags(recipe: Recipe | None, given: set) -> dict:
+    """What a recipe sets once the user's flags win (None: the fixed defaults, nothing)."""
+    if recipe is None:
+        return {}
+    dropped = set(overridden_flags(recipe, given))
+    return {flag: value for flag, value in recipe.chosen.items() if flag not in dropped}
+
+
 def apply_recipe(recipe: Recipe, given: set, *arguments) -> list[str]:
-    """Set the recipe's flags on the argument objects that have them (train_par.py's dataclasses), except every flag
-    of a rule the user gave a flag of (or one of `ALSO_DROPPED_BY` that rule): the user's flags win, and a rule's
-    flags go together. Returns the flags not set, sorted."""
-    overridden = []
-    for rule, flags in recipe.rule_flags.items():
-        if given & (set(flags) | set(ALSO_DROPPED_BY.get(rule, ()))):
-            overridden += flags
-            continue
-        for flag in flags:
-            target = next(a for a in arguments if hasattr(a, flag))
-            setattr(target, flag, recipe.chosen[flag])
-    return sorted(overridden)
+    """Set the recipe's flags on the argument objects that have them (train_par.py's dataclasses), except the flags
+    the user's win over (`overridden_flags`). Returns those flags, sorted."""
+    for flag, value in effective_flags(recipe, given).items():
+        target = next(a for a in arguments if hasattr(a, flag))
+        setattr(target, flag, value)
+    return overridden_flags(recipe, given)
 
 
 def recipe_summary(recipe: Recipe | None, statistics: RecordStatistics | None, overridden: list[str]) -> dict:
@@ -421,6 +431,6 @@ def recipe_log(summary: dict) -> str:
 
 
 __all__ = ["RECIPE_MODES", "Recipe", "RecordStatistics", "apply_recipe", "check_recipe", "choose_recipe",
-           "compile_rule", "curriculum_rule", "feedback_rule", "model_size_rule", "operation_tokens_rule",
-           "optimizer_rule", "record_statistics", "recipe_log", "recipe_notes", "recipe_summary",
-           "regularization_rule", "use_recipe", "whole_state_check"]
+           "compile_rule", "curriculum_rule", "effective_flags", "feedback_rule", "model_size_rule",
+           "operation_tokens_rule", "optimizer_rule", "overridden_flags", "record_statistics", "recipe_log",
+           "recipe_notes", "recipe_summary", "regularization_rule", "use_recipe", "whole_state_check"]

@@ -7,7 +7,10 @@ files; and the record of the sentences the generated data used (the checkpoint's
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from dataclasses import dataclass
+from typing import Any
 
 from modeling_par import ParLoopedQwenConfig
 from state_tracking.data import trained_phrasings
@@ -19,10 +22,12 @@ from state_tracking.records import (
     check_record_lengths,
     has_step_states,
     read_record_splits,
+    record_token_ids,
     reencode_record_splits,
 )
 from state_tracking.tasks import get_task, load_task
-from trainers.step_budget import examples_per_step
+from trainers.callbacks import RecordsProbeCallback
+from trainers.step_budget import epochs_as_max_steps, examples_per_step, fit_curriculum_to_budget
 
 from .flag_modes import check_flags
 
@@ -156,5 +161,76 @@ def training_mode(records: RecordSplits, self_distillation: bool) -> str:
             "results/own_data_cpu/README.md; --self_distillation true for the other)")
 
 
-__all__ = ["build_task", "merge_trained", "prepare_records", "read_options", "reencode_records",
-           "trained_prompt_format", "training_mode", "training_problems"]
+# the probe's settings: with --probe_depth they set the task probe; with records, the first three set the validation
+# probe (the other two are refused there by check_flags)
+PROBE_SETTINGS = ("probe_n", "probe_every_steps", "probe_stop_patience", "probe_seed", "probe_stop_accuracy",
+                  "probe_phrasing")
+
+
+@dataclass
+class TrainingData:
+    """What the data step hands on: generated problems of a `task`, or `records` read from files."""
+
+    tokenizer: Any
+    dataset: Any  # the encoded training examples
+    prompt_format: Any  # PromptFormat (generated) or RecordFormat (records): written into the checkpoint's config
+    token_ids: dict  # model_token_ids / record_token_ids: vocabulary size, pad, answer and halt tokens
+    task: Any = None
+    records: RecordSplits | None = None
+    recipe: dict | None = None  # records: summary.json's "recipe" (par_cli.recipe.use_recipe)
+    curriculum: dict | None = None  # summary.json's "curriculum" plan (trainers.step_budget)
+
+
+def records_data(records: RecordSplits, given: set, model_args, task_args, data_args, train_args,
+                 recipe: dict | None = None) -> TrainingData:
+    """The TrainingData of records read once (`prepare_records`) under arguments a recipe has set: encoded again (not
+    read again) if the recipe reads operations otherwise, with the validation probe and the curriculum fitted to the
+    budget; `records` itself is left as it was (the recipe race prepares it once per candidate)."""
+    if data_args.operation_tokens != records.operation_tokens:
+        records = reencode_records(records, data_args)
+    else:
+        records = dataclasses.replace(records, notes=list(records.notes))
+    use_validation_probe(records, data_args, train_args, given)
+    epochs_as_max_steps(train_args, len(records.encoded), given, "training records")
+    lengths = [d for d in records.lengths.tolist() if train_args.min_train_depth <= d <= train_args.max_train_depth]
+    return TrainingData(records.tokenizer, records.encoded, records.record_format,
+                        record_token_ids(records.tokenizer, records.record_format), records=records, recipe=recipe,
+                        curriculum=fit_curriculum_to_budget(train_args, lengths, given))
+
+
+def use_validation_probe(records: RecordSplits, data_args, train_args, given: set) -> None:
+    """The validation probe of a records run (`RecordsProbeCallback`). Without a validation split there is none: the
+    flags that set it are refused by name (they would change nothing). With --restore_best_probe the Trainer's
+    best-model machinery follows the probe's metric (`metric_for_best_model`, `load_best_model_at_end`; see
+    `trainers.ProbeCallback`): the best probe's checkpoint is saved, and loaded back when training ends."""
+    if "validation" not in records.splits:
+        named = [f"--{name}" for name in ("stop_when_validation_exact", "restore_best_probe",
+                                          "stop_when_learning_nothing_after")
+                 if name in given and getattr(data_args, name)]
+        named += [f"--{name}" for name in PROBE_SETTINGS[:3] if name in given]
+        if named:
+            one = len(named) == 1
+            raise ValueError(
+                f"{', '.join(named)} {'sets' if one else 'set'} the validation probe, and the records have no "
+                f"validation split to probe (no --validation_file, and --validation_split_percentage "
+                f"{data_args.validation_split_percentage:g} holds none out): give a --validation_file or a "
+                f"--validation_split_percentage above 0, or leave {'it' if one else 'them'} out.")
+        return
+    if data_args.restore_best_probe and records.stop_rule_off:
+        why = records.stop_rule_off.split(":")[0]  # "the validation split (…) holds n records, fewer than N"
+        if "restore_best_probe" in given:
+            raise ValueError(f"--restore_best_probe keeps the weights of the best validation probe, and {why}: too few "
+                             "to choose weights by. Give a larger validation split (--validation_file or "
+                             "--validation_split_percentage), or --restore_best_probe false.")
+        data_args.restore_best_probe = False
+        records.notes.append(f"--restore_best_probe is off: {why}, too few to choose weights by (the run keeps its "
+                             "final weights)")
+        logger.warning("records: %s", records.notes[-1])
+    if data_args.restore_best_probe:
+        train_args.metric_for_best_model, train_args.greater_is_better = RecordsProbeCallback.metric, True
+        train_args.load_best_model_at_end = True
+
+
+__all__ = ["PROBE_SETTINGS", "TrainingData", "build_task", "merge_trained", "prepare_records", "read_options",
+           "records_data", "reencode_records", "trained_prompt_format", "training_mode", "training_problems",
+           "use_validation_probe"]

@@ -342,7 +342,7 @@ def test_recipe_off_keeps_the_fixed_defaults(tmp_path):
 
 
 def test_a_bad_recipe_value_is_one_error_naming_the_flag(tmp_path, capsys):
-    with pytest.raises(ValueError, match=r"--recipe must be one of \['auto', 'off'\].*got 'sometimes'"):
+    with pytest.raises(ValueError, match=r"--recipe must be one of \['auto', 'off', 'race'\].*got 'sometimes'"):
         check_recipe("sometimes")
     path = write_jsonl(tmp_path / "counter.jsonl", counter_records(50))
     with pytest.raises(SystemExit) as stop:

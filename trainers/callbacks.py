@@ -426,13 +426,7 @@ class RecordsProbeCallback(ProbeCallback):
             raise ValueError("RecordsProbeCallback: the split to probe holds no record.")
         part = longest_records(encoded, n)
         self.split, self.n = split, len(part)
-        depth = np.asarray(part["depth"], dtype=np.int64)
-        labels = part["step_labels"]
-        columns = {k: part[k] for k in ("input_ids", "query_positions", "operation_ends")}
-        # (rows, their columns, their final states) per length: one forced depth per batch
-        self.groups = [(d, {k: [v[i] for i in np.flatnonzero(depth == d)] for k, v in columns.items()},
-                        np.array([labels[i][d] for i in np.flatnonzero(depth == d)], dtype=np.int64))
-                       for d in np.unique(depth)]
+        self.groups = records_by_length(part)
         self.collate = StateTrackingCollator(pad_token_id, padding_side="right")
         self.majority = majority_accuracy(np.concatenate([targets for _, _, targets in self.groups]))
 
@@ -465,22 +459,38 @@ class RecordsProbeCallback(ProbeCallback):
 
     def evaluate(self, model) -> float:
         """The probed records' overall state accuracy under `model` (left in the mode it came in)."""
-        was_training = model.training
-        model.eval()
-        right = 0
-        try:
-            for depth, columns, targets in self.groups:
-                num_iterations = math.ceil(int(depth) / model.config.step_size)
-                answers = []
-                for start in range(0, len(targets), self.batch_size):
-                    batch = self.collate({k: v[start:start + self.batch_size] for k, v in columns.items()})
-                    batch = {k: v.to(model.device) for k, v in batch.items()}
-                    with torch.no_grad():
-                        answers.append(model.predict(
-                            batch["input_ids"], attention_mask=batch["attention_mask"],
-                            query_positions=batch["query_positions"], operation_ends=batch["operation_ends"],
-                            num_iterations=num_iterations).answers.cpu().numpy())
-                right += int((np.concatenate(answers) == targets).all(-1).sum())
-        finally:
-            model.train(was_training)
-        return right / self.n
+        answers, targets = final_answers(model, self.groups, self.collate, self.batch_size)
+        return int((answers == targets).all(-1).sum()) / self.n
+
+
+def records_by_length(part) -> list[tuple[int, dict, np.ndarray]]:
+    """An encoded split's records grouped by length (one forced depth per batch): (length, their input columns, their
+    final states), lengths ascending."""
+    depth = np.asarray(part["depth"], dtype=np.int64)
+    labels = part["step_labels"]
+    columns = {k: part[k] for k in ("input_ids", "query_positions", "operation_ends")}
+    return [(int(d), {k: [v[i] for i in np.flatnonzero(depth == d)] for k, v in columns.items()},
+             np.array([labels[i][d] for i in np.flatnonzero(depth == d)], dtype=np.int64))
+            for d in np.unique(depth)]
+
+
+def final_answers(model, groups: list, collate, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """`model`'s final answers (forced R = ⌈d / c⌉ per record) to the records of `groups` (`records_by_length`) and
+    their final states, both (records, queries) in the groups' order; the model is left in the mode it came in."""
+    was_training = model.training
+    model.eval()
+    answers = []
+    try:
+        for depth, columns, targets in groups:
+            num_iterations = math.ceil(int(depth) / model.config.step_size)
+            for start in range(0, len(targets), batch_size):
+                batch = collate({k: v[start:start + batch_size] for k, v in columns.items()})
+                batch = {k: v.to(model.device) for k, v in batch.items()}
+                with torch.no_grad():
+                    answers.append(model.predict(
+                        batch["input_ids"], attention_mask=batch["attention_mask"],
+                        query_positions=batch["query_positions"], operation_ends=batch["operation_ends"],
+                        num_iterations=num_iterations).answers.cpu().numpy())
+    finally:
+        model.train(was_training)
+    return np.concatenate(answers), np.concatenate([targets for _, _, targets in groups])

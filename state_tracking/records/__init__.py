@@ -60,6 +60,7 @@ from .splits import (
     load_record_files,
     longest_records,
     read_record_splits,
+    records_across_lengths,
     reencode_record_splits,
     within_reach,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "build_record_tokenizer", "check_delimiter", "check_distinct_encodings", "check_record_lengths",
     "dataset_split_names", "discover_format", "encode_records", "evaluate_records", "find_query_names",
     "has_step_states", "load_record_files", "longest_records", "normalize", "read_file", "read_record_splits",
+    "records_across_lengths",
     "reencode_record_splits",
     "record_token_ids", "reserved_tokens", "whole_token_clashes",
     "records_progress_profile", "resolve_columns", "resolve_files", "task_records", "within_reach",

@@ -127,6 +127,7 @@ class RecordSplits:
     mode: str | None = None  # the training mode a trainer chose for these records, and why
     notes: list = field(default_factory=list)  # what reading decided (a validation split made, ...), for the log
     validation_from: str = ""  # where the validation split came from, as `stop_rule_off` names it
+    operation_tokens: str = "words"  # how the encodings read an operation (`build_record_tokenizer`)
 
     @property
     def stop_rule_off(self) -> str | None:
@@ -165,6 +166,19 @@ def longest_records(encoded: Dataset, n: int) -> Dataset:
     depth = np.asarray(encoded["depth"], dtype=np.int64)
     chosen = np.sort(np.argsort(-depth, kind="stable")[:n])
     return encoded.select(chosen.tolist()).flatten_indices()  # its own table: readers of .data see only these rows
+
+
+def records_across_lengths(encoded: Dataset, n: int) -> Dataset:
+    """`n` records of an encoded split spread evenly over its lengths (every record when it holds no more than `n`):
+    ordered by length, every (len / n)-th, kept in file order. What the recipe race scores: early in training the
+    longest records are wrong under every candidate, and the shorter ones tell the candidates apart."""
+    import numpy as np
+
+    depth = np.asarray(encoded["depth"], dtype=np.int64)
+    order = np.argsort(depth, kind="stable")
+    if len(order) > n:
+        order = order[np.linspace(0, len(order) - 1, n).round().astype(np.int64)]
+    return encoded.select(np.sort(order).tolist()).flatten_indices()
 
 
 def within_reach(split: str, loaded: LoadedRecords, encoded: Dataset, longest: int, why: str,
@@ -255,7 +269,8 @@ def reencode_record_splits(records: RecordSplits, operation_tokens: str, skip_ba
                                                       held_out=split == "validation" and cut)
         splits[split] = (loaded, split_encoded)
     return replace(records, encoded=encoded, tokenizer=tokenizer, splits=splits, skipped=skipped,
-                   seconds=records.seconds + time.time() - started)
+                   seconds=records.seconds + time.time() - started, operation_tokens=operation_tokens,
+                   notes=list(records.notes))
 
 
 def read_record_splits(columns: RecordColumns, train_file=None, validation_file=None, test_file=None,
@@ -320,7 +335,7 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
         split_encoded, skipped[split] = _encode_split(loaded, record_format, tokenizer, skip_bad_records, options)
         splits[split] = (loaded, split_encoded)
     records = RecordSplits(train, encoded, record_format, tokenizer, splits, skipped, time.time() - started,
-                           notes=notes, validation_from=validation_from)
+                           notes=notes, validation_from=validation_from, operation_tokens=operation_tokens)
     if records.stop_rule_off:
         notes.append(records.stop_rule_off)
     return records
