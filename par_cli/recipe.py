@@ -166,6 +166,12 @@ def whole_state_check(dataset, lengths: np.ndarray, limit: int = WHOLE_STATE_CHE
 
 # ---- the rules: each returns (the flags it sets, or {} to keep today's default, and its reason) ----
 
+def few_records_feedback(s: RecordStatistics, feedback: bool) -> bool:
+    """The few-records feedback recipe (row par_final_small_reg_fb) applies: answer feedback and fewer than
+    `MANY_RECORDS` training records. Read by the model size, regularization and curriculum rules alike."""
+    return feedback and s.records < MANY_RECORDS
+
+
 def feedback_rule(s: RecordStatistics) -> tuple[dict, str]:
     """Answer feedback (`--answer_feedback true`) for final-state records whose answer is the whole state
     (`whole_state_check`: a machine on the labels alone explains the records).
@@ -207,7 +213,7 @@ def model_size_rule(s: RecordStatistics, feedback: bool) -> tuple[dict, str]:
     if not feedback:
         return {}, ("default (hidden 128, 1 + 2 + 1 layers): without answer feedback the quarter-size model missed on "
                     f"the variable-swap log (59.77% at 16x) ({README}, Fourth pass, What did not work)")
-    if s.records >= MANY_RECORDS:
+    if not few_records_feedback(s, feedback):
         return {"hidden_size": 64, "intermediate_size": 128, "prelude_layers": 1, "core_layers": 1,
                 "coda_layers": 1}, (
             f"hidden 64, 1 + 1 + 1 layers: {s.records} records (>= {MANY_RECORDS}) with answer feedback; measured "
@@ -224,7 +230,7 @@ def regularization_rule(s: RecordStatistics, feedback: bool) -> tuple[dict, str]
     """With answer feedback below `MANY_RECORDS` records: the gradient through 16 iterations (`--grad_window 16`) and
     weight decay 0.1, the rest of the few-records recipe measured (row par_final_small_reg_fb: register3 at 1,000
     and 4,000 records, 100.00% at 16x, 3 seeds each; README, Third and Fourth pass). Otherwise the defaults."""
-    if feedback and s.records < MANY_RECORDS:
+    if few_records_feedback(s, feedback):
         return {"grad_window": 16, "weight_decay": 0.1}, (
             f"grad window 16, weight decay 0.1: {s.records} records (< {MANY_RECORDS}); the smaller, regularized core "
             "of row par_final_small_reg_fb (register3, 1,000 records: 43.65% -> 64.06% without feedback, 100.00% with "
@@ -241,7 +247,7 @@ def curriculum_rule(s: RecordStatistics, feedback: bool) -> tuple[dict, str]:
     register3 (3 seeds, 241 s against 809 s under the default curriculum) and batch_process (3 seeds), and is part of
     every measured fast recipe (var_swap5, the feedback rows); the fixed pace is the curriculum of row
     par_final_small_reg_fb (register3 at 1,000 records, 100.00%, 3 seeds)."""
-    if feedback and s.records < MANY_RECORDS:
+    if few_records_feedback(s, feedback):
         return {"curriculum_advance_accuracy": None, "curriculum_every_steps": 100}, (
             f"fixed pace (one more length every 100 steps): the curriculum of the few-records feedback recipe, 100.00% "
             f"at 16x on register3 at 1,000 and 4,000 records ({README}, Fourth pass)")
@@ -431,6 +437,6 @@ def recipe_log(summary: dict) -> str:
 
 
 __all__ = ["RECIPE_MODES", "Recipe", "RecordStatistics", "apply_recipe", "check_recipe", "choose_recipe",
-           "compile_rule", "curriculum_rule", "effective_flags", "feedback_rule", "model_size_rule",
-           "operation_tokens_rule", "optimizer_rule", "overridden_flags", "record_statistics", "recipe_log",
-           "recipe_notes", "recipe_summary", "regularization_rule", "use_recipe", "whole_state_check"]
+           "compile_rule", "curriculum_rule", "effective_flags", "feedback_rule", "few_records_feedback",
+           "model_size_rule", "operation_tokens_rule", "optimizer_rule", "overridden_flags", "record_statistics",
+           "recipe_log", "recipe_notes", "recipe_summary", "regularization_rule", "use_recipe", "whole_state_check"]
