@@ -277,17 +277,20 @@ def test_every_study_row_parses_with_the_scheme_and_init_its_name_says(tmp_path,
         scheme = study.scheme_of(name)
         assert model_args.loop_view == "full" and name.startswith(("smollm2_", "random_", scheme))
         assert model_args.position_encoding == ("nope" if scheme.startswith("nope") else "rope")
-        assert model_args.core_conv_kernel == (4 if scheme in ("nope_conv", "conv") else 0)
+        assert model_args.core_conv_kernel == (4 if scheme in ("nope_conv", "conv", "pose_conv") else 0)
         assert train_args.stretch_steps == (train_args.max_steps if scheme == "stretch_all" else
                                             500 if scheme == "stretch_end" else 0)
-        assert (train_args.pose_max_positions is not None) == (scheme == "pose")
+        assert (train_args.pose_max_positions is not None) == (scheme in ("pose", "pose_conv"))
         assert (train_args.random_positions_max is not None) == (scheme == "randomized")
         assert (train_args.depth_schedule == "hold") == ("_hold" in name)
-        assert train_args.prefix_state_weight == (1.0 if name.endswith("_dense") else 0.0)
-        assert train_args.max_train_depth == task_args.probe_depth == (16 if name.endswith("_d16") else 8)
+        assert train_args.prefix_state_weight == (1.0 if name.endswith("_dense") else
+                                                  0.1 if name.endswith("_dense_light") else 0.0)
+        assert train_args.max_train_depth == task_args.probe_depth == (16 if name.endswith("_d16") else
+                                                                       12 if name.endswith("_d12") else 8)
         init = study.init_of(name)
         if init == "scratch":
-            assert model_args.init_from_parent is None and train_args.per_device_train_batch_size == 64
+            assert model_args.init_from_parent is None
+            assert train_args.per_device_train_batch_size == (32 if name.endswith("_d12") else 64)
         else:  # results/pretrained_swap_s5's smollm2_full_pace_3k setting, pretrained or its random twin
             assert model_args.init_from_parent == str(tmp_path / "smollm2") and model_args.truncate_parent
             assert model_args.parent_weights == ("pretrained" if init == "smollm2" else "random")
