@@ -5,6 +5,8 @@ padding, save / load, refusals, and the study's rows."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,8 @@ from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking, cau
 from modeling_par.loop_views import nope_positions
 from modeling_par.prefix_state import prefix_state_logits
 from par_studies import argv
+from state_tracking import load_task
+from state_tracking.prompts import text_prompt
 from tests.conftest import ANSWER_IDS, HALT_IDS, load_example, make_model, tiny_par_config
 from tests.test_modeling_par import candidate_logits, random_batch
 from trainers import ParTrainer, pose_positions
@@ -346,6 +350,20 @@ def test_a_tiny_row_trains_tests_profiles_and_collects(tmp_path, monkeypatch, sc
     assert summary["rows"][1]["accuracy_interpolated"] is not None
     assert "| conv | 0 | 3 |" in (tmp_path / "results" / "README.md").read_text()
     assert (tmp_path / "results" / "profiles.png").is_file()
+    # --export: the row as a Hub folder that serves raw text by remote code alone (checkpoints/par-swap-s5-full)
+    from transformers import pipeline
+
+    shipped = study.export("conv", 0, target=tmp_path / "par-swap-s5-full")
+    card = (shipped / "README.md").read_text()
+    assert "full view" in card and "d ≤ 2" in card and "iterations 1, 2, ... read z_k right" in card
+    assert json.loads((shipped / "training_summary.json").read_text())["steps"] == 3
+    tracker = pipeline("state-tracking", model=str(shipped), trust_remote_code=True)
+    task = load_task("examples/tasks/swap_s5_short.json")
+    prompt, _ = text_prompt(task, np.array([1, 2]))
+    got = tracker(prompt)
+    assert got["depth"] == 2 and got["iterations"] == 2 and set(got["answers"]) == set(task.query_names)
+    with pytest.raises(SystemExit, match="from-scratch row"):
+        study.export("smollm2_pose", 0, target=tmp_path / "x")
 
 
 def test_the_wavefront_profile_reads_the_state_head_at_each_operations_last_token():

@@ -468,6 +468,63 @@ def collect() -> dict:
     return summary
 
 
+def export(row: str, seed: int, target: Path | None = None) -> Path:
+    """--export: ship a trained scratch row as checkpoints/par-swap-s5-full (issue 68 item 5): fp32 weights, remote
+    code, the word-level tokenizer, the task, and a card with this run's accuracy per test depth (n prompts each),
+    its progress profile at 2x and its training curve; training_summary.json beside them. The run's folder must be
+    on this machine (`--row ROW --seed S` trains it)."""
+    import shutil
+
+    from par_studies import repo_module
+    from state_tracking.evaluation import repo_relative
+
+    hub = repo_module("examples.push_to_hub")
+    if init_of(row) != "scratch":
+        raise SystemExit(f"--export ships a from-scratch row; {row} is {init_of(row)}.")
+    record = json.loads(record_path(row, seed).read_text())
+    target = target or REPO / "checkpoints" / "par-swap-s5-full"
+    evaluation, d = record["evaluation"], record["train_max_depth"]
+    rows = {hub.MODE_LABELS["forced"]: evaluation["accuracy"]}
+    profile = record.get("profile") or {}
+    profile = (profile["depths"][0], profile["profile"][0]) if profile.get("depths") else None  # at 2x
+    intro = (f"Row `{row}` (seed {seed}) of `examples/reproduce/full_view_positions.py` (`results/full_view_positions/`"
+             f" in the package repository): {record['label']}. The paper's **full view**: the loop re-reads the whole "
+             f"prompt with causal attention, no operation boundaries given. Trained on swap-S5 text prompts, d ≤ {d}, "
+             f"{record['steps']} steps of 64 ({record['train_seconds']:.0f} s on one CPU thread).\n\nOverall state "
+             f"accuracy (%, all five boxes right) on {evaluation['n_per_depth']} fresh prompts per depth:")
+    card = OUT / "runs" / f"{row}_s{seed}_card.md"
+    card.write_text(hub.results_section(intro, evaluation["grid"], rows, None, record["curve"]))
+    if target.exists():
+        shutil.rmtree(target)
+    try:
+        hub.export_for_hub(
+            run_path(row, seed), target, repo_id="par-swap-s5-full", results=card, rendering="text",
+            learned_halting=False,
+            training_data=(f"swap-S5 word problems in the short text rendering (examples/tasks/swap_s5_short.json), "
+                           f"identity start, depths 1..{d} with a depth curriculum, {record['steps']} steps of 64, "
+                           "from scratch."),
+            limits=("A from-scratch CPU-scale model (hidden 128) of the full view. It extrapolates partly to 2x and "
+                    "not to 4x: the progress profile shows the position solved at 2x and the iteration count failing "
+                    "past about 1.4x the trained iterations (results/full_view_positions/README.md)"
+                    + (f"; at d = {profile[0]} iterations 1, 2, ... read z_k right "
+                       + " / ".join(f"{100 * a:.0f}" for a in profile[1]) + "%" if profile else "") + "."),
+            measured={"depths": evaluation["grid"], "rows": rows, "train_max_depth": d,
+                      "n_sequences": evaluation["n_per_depth"]})
+    finally:
+        card.unlink()
+    summary = {"row": row, "label": record["label"], "seed": seed, "steps": record["steps"],
+               "train_seconds": record["train_seconds"], "max_train_depth": d, "command": record["command"],
+               "train_commands": record["train_commands"], "n_per_depth": evaluation["n_per_depth"],
+               "depths": evaluation["depths"], "accuracy": evaluation["accuracy"],
+               "results": repo_relative(record_path(row, seed)), "curve": record["curve"]}
+    (target / "training_summary.json").write_text(json.dumps(summary, indent=1))
+    size = sum(f.stat().st_size for f in target.iterdir())
+    if size > 16 * 2**20:
+        raise SystemExit(f"the checkpoint is {size / 2**20:.1f} MiB; the shipped one must be ≤ 16 MiB.")
+    print(f"exported {row} seed {seed} to {repo_relative(target)}")
+    return target
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--row", choices=list(ROWS))
@@ -475,6 +532,8 @@ def main(argv=None) -> None:
     parser.add_argument("--collect", action="store_true", help="summary.json, README table and plot from runs/*.json")
     parser.add_argument("--profile_checkpoint", action="store_true",
                         help="with --row: the progress profile of the row's newest checkpoint (a stopped row)")
+    parser.add_argument("--export", action="store_true",
+                        help="with --row: ship the trained row as checkpoints/par-swap-s5-full")
     parser.add_argument("--parent_loss", action="store_true",
                         help="what SmolLM2 loses at R = 1 under each scheme (parent_loss.json)")
     args = parser.parse_args(argv)
@@ -482,7 +541,11 @@ def main(argv=None) -> None:
         parser.error("give --row, --collect or --parent_loss")
     if args.parent_loss:
         parent_loss()
-    if args.profile_checkpoint:
+    if args.export:
+        if not args.row:
+            parser.error("--export needs --row")
+        export(args.row, args.seed)
+    elif args.profile_checkpoint:
         if not args.row:
             parser.error("--profile_checkpoint needs --row")
         profile_checkpoint(args.row, args.seed)
