@@ -62,6 +62,9 @@ def race_candidates(statistics: RecordStatistics, user_feedback: bool | None, se
         flipped = choose_recipe(statistics, not feedback, self_distillation)
         flipped.chosen["answer_feedback"] = not feedback
         flipped.rule_flags["answer_feedback"] = ["answer_feedback"]
+        flipped.reasons["answer_feedback"] = (
+            f"{'off' if feedback else 'on'}: the opposite of the rules' choice, raced against it (the rules said: "
+            f"{rules.reasons['answer_feedback']})")
         candidates.append(Candidate("feedback_off" if feedback else "feedback_on", flipped))
     candidates.append(Candidate("defaults", None))
     kept, seen = [], []

@@ -53,6 +53,8 @@ def test_candidates_come_in_the_rules_order_and_the_users_flags_win(tmp_path):
     assert rules.flags["answer_feedback"] is True and flipped.flags["answer_feedback"] is False
     assert "hidden_size" in rules.flags and "hidden_size" not in flipped.flags  # the rules re-derived without feedback
     assert flipped.flags["adam_beta2"] == 0.95 and defaults.flags == {} and defaults.recipe is None
+    assert flipped.recipe.reasons["answer_feedback"].startswith("off: the opposite of the rules' choice")
+    assert rules.recipe.reasons["answer_feedback"].startswith("on:")  # the rules' own recipe untouched
     # the user's --answer_feedback: no flipped candidate (their flag wins in every candidate)
     given = {"answer_feedback"}
     assert [c.name for c in race_candidates(s, True, False, lambda r: effective_flags(r, given))] == [
