@@ -76,6 +76,9 @@ VARIANTS = {
                  {"--answer_feedback": "true", "--hidden_size": "64", "--intermediate_size": "128",
                   "--prelude_layers": "1", "--core_layers": "1", "--coda_layers": "1", "--operation_tokens": "whole",
                   "--compile_core": "false"}),
+    # issue 71 (0b): the recipe measured on the run's own validation split instead of inferred (par_cli.recipe_race)
+    "race": ("does racing the rules' recipe against its answer-feedback opposite and the fixed defaults (200 steps "
+             "each, successive halving, the winner resumed) pick better than the rules?", {"--recipe": "race"}),
 }
 
 # ---- the elevator log: 4 floors x doors x mode = 16 states, free-text events in three wordings each ----
