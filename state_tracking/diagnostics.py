@@ -133,6 +133,77 @@ def wavefront_profile(model: Any, tokenizer: Any, task: Task, depths: Sequence[i
             "rendering": rendering}
 
 
+def operation_attention(weights: torch.Tensor, query_positions: torch.Tensor,
+                        operation_ends: torch.Tensor) -> torch.Tensor:
+    """The attention mass the query tokens put on each operation's tokens. weights (b, heads, T, T) of one layer at one
+    iteration; query_positions (b, Q); operation_ends (b, d + 1), entry 0 the preamble's last token:
+
+        mass[b, j − 1] = mean over heads h and queries q of Σ_{t_{j−1} < t ≤ t_j} weights[b, h, pos_q, t]   (j = 1..d)
+
+    Returns (b, d)."""
+    rows = torch.arange(weights.shape[0], device=weights.device)[:, None]
+    read = weights.mean(1)[rows, query_positions].mean(1)  # (b, T): the queries' attention, heads and queries averaged
+    cumulative = torch.cat([torch.zeros_like(read[:, :1]), read.cumsum(-1)], dim=-1)  # (b, T + 1)
+    at_end = cumulative.gather(1, operation_ends + 1)  # mass on tokens 0..t_j
+    return at_end[:, 1:] - at_end[:, :-1]
+
+
+def attention_pointer_profile(model: Any, tokenizer: Any, task: Task, depths: Sequence[int], n_per_depth: int = 64,
+                              seed: int = 0, batch_size: int = 64, rendering: str = "text",
+                              device: str | torch.device | None = None) -> dict[str, Any]:
+    """Where the full view's loop looks: at iteration k of a forward with R = ⌈d / c⌉, which operation the query
+    tokens attend to most in each core layer (`operation_attention`),
+
+        on_target[d][layer][k − 1] = mean over problems of 1[ argmax_j mass_k[j] == min(c·k, d) ]
+        pointer[d][layer][k − 1]   = mean over problems of argmax_j mass_k[j]            (operations 1..d)
+        mass[d][layer][k − 1]      = mean over problems of mass_k[min(c·k, d)]
+
+    A loop that finds operation k by its place follows the diagonal (pointer ≈ k); one whose counter drifts past the
+    iterations it trained on falls behind or jumps; a positional failure misses from k = 1. The model runs with eager
+    attention for the call (its setting restored after). Returns ``depths``, ``on_target``, ``pointer``, ``mass``
+    (per depth, per core layer, per iteration) and the settings."""
+    if getattr(model.config, "loop_view", "full") != "full":
+        raise ValueError("attention_pointer_profile reads the full view's attention over the prompt; this model's "
+                         f"loop_view is {model.config.loop_view!r}.")
+    depths = check_test_depths(depths)
+    device = torch.device(device) if device is not None else getattr(model, "device", torch.device("cpu"))
+    collate = StateTrackingCollator(tokenizer.pad_token_id, padding_side="right")
+    c, layers = int(model.config.step_size), len(model.core)
+    caught: list[torch.Tensor] = []
+    hooks = [layer.self_attn.register_forward_hook(lambda module, args, out: caught.append(out[1]))
+             for layer in model.core]
+    before, model.config._attn_implementation = model.config._attn_implementation, "eager"
+    results = {"on_target": [], "pointer": [], "mass": []}
+    model.eval()
+    try:
+        for depth in depths:
+            rng = np.random.default_rng(derive_seed("attention_pointer", seed, depth))
+            ops = task.sample_ops(rng, n_per_depth, depth)
+            encoded = encode_batch(task, tokenizer, rendering, ops, None)
+            R = math.ceil(depth / c)
+            target = np.minimum(c * np.arange(1, R + 1), depth)  # operation k reads (1-based)
+            sums = {key: np.zeros((layers, R)) for key in results}
+            for _, batch in collated_batches(encoded, collate, len(ops), batch_size, device):
+                caught.clear()
+                with torch.inference_mode():
+                    model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                          query_positions=batch["query_positions"], num_iterations=R)
+                for call, weights in enumerate(caught[: layers * R]):  # iteration k runs core layers 0..L-1
+                    layer, k = call % layers, call // layers
+                    mass = operation_attention(weights.float(), batch["query_positions"], batch["operation_ends"])
+                    best = mass.argmax(-1).cpu().numpy() + 1
+                    sums["on_target"][layer, k] += (best == target[k]).sum()
+                    sums["pointer"][layer, k] += best.sum()
+                    sums["mass"][layer, k] += mass[:, target[k] - 1].sum().item()
+            for key in results:
+                results[key].append((sums[key] / len(ops)).round(4).tolist())
+    finally:
+        model.config._attn_implementation = before
+        for hook in hooks:
+            hook.remove()
+    return {"depths": list(depths), **results, "n_per_depth": n_per_depth, "seed": seed, "rendering": rendering}
+
+
 def prefix_state_alignment(answers: np.ndarray, states: np.ndarray) -> dict[str, list]:
     """Which prefix state each iteration reads. answers (n, R, Q): the readouts y_1 … y_R; states (n, d + 1, Q): the
     states z_0 … z_d of the same problems.

@@ -327,6 +327,7 @@ def test_a_tiny_row_trains_tests_profiles_and_collects(tmp_path, monkeypatch, sc
     monkeypatch.setattr(study, "N", 8)
     monkeypatch.setattr(study, "N_INTERPOLATED", 8)
     monkeypatch.setattr(study, "PROFILE_N", 8)
+    monkeypatch.setattr(study, "POINTER_N", 4)
     original = study.row_flags
     tiny = {"--max_steps": "3", "--hidden_size": "16", "--intermediate_size": "32", "--num_attention_heads": "2",
             "--num_key_value_heads": "2", "--probe_n": "4", "--eval_n": "4", "--save_steps": "2",
@@ -340,6 +341,8 @@ def test_a_tiny_row_trains_tests_profiles_and_collects(tmp_path, monkeypatch, sc
         assert "--core_conv_kernel 4" in record["train_commands"][0]
         assert record["profile"]["depths"] == [4, 8] and record["padding_control"]["padding_control_depth"] == 2
         assert (record["interpolated"] is None) == (row == "nope_conv")
+        assert record["attention_pointer"]["depths"] == [2, 4, 8]  # d_train, 2x, 4x
+        assert [len(layers) for layers in record["attention_pointer"]["on_target"]] == [2, 2, 2]  # the core's layers
         assert ("profile_interpolated" in record) == (row == "conv")
     paused = study.profile_checkpoint("conv", 0)  # a stopped row's newest checkpoint, profiled
     assert paused["step"] in (2, 3) and paused["profile"]["depths"] == [1, 2, 4]
@@ -348,7 +351,10 @@ def test_a_tiny_row_trains_tests_profiles_and_collects(tmp_path, monkeypatch, sc
     summary = study.collect()
     assert [r["row"] for r in summary["rows"]] == ["nope_conv", "conv"]  # the study's row order
     assert summary["rows"][1]["accuracy_interpolated"] is not None
-    assert "| conv | 0 | 3 |" in (tmp_path / "results" / "README.md").read_text()
+    readme = (tmp_path / "results" / "README.md").read_text()
+    assert "| conv | 0 | 3 |" in readme and "| conv | 0 | attention on operation k, core layer 2 | 4 |" in readme
+    before = json.loads(study.record_path("conv", 0).read_text())["attention_pointer"]
+    assert study.add_pointer("conv", 0)["attention_pointer"]["on_target"] == before["on_target"]  # --pointer again
     assert (tmp_path / "results" / "profiles.png").is_file()
     # --export: the row as a Hub folder that serves raw text by remote code alone (checkpoints/par-swap-s5-full)
     from transformers import pipeline
@@ -400,3 +406,52 @@ def test_the_wavefront_profile_reads_the_state_head_at_each_operations_last_toke
                              rendering="symbolic")["wavefront"] == [[1.0, 0.0, 1.0, 0.0, 1.0]]
     with pytest.raises(ValueError, match="needs a model with a state head"):
         wavefront_profile(tiny_model(), TOKENIZER, TASK, [3], n_per_depth=2, rendering="symbolic")
+
+
+def test_operation_attention_sums_the_queries_attention_over_each_operations_tokens():
+    from state_tracking.diagnostics import operation_attention
+
+    weights = torch.zeros(1, 2, 8, 8)  # tokens: preamble 0-1 | op 1: 2-3 | op 2: 4-6 | query 7
+    weights[0, 0, 7] = torch.tensor([0.1, 0.1, 0.2, 0.2, 0.1, 0.1, 0.1, 0.1])
+    weights[0, 1, 7] = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.0, 0.0])
+    mass = operation_attention(weights, torch.tensor([[7]]), torch.tensor([[1, 3, 6]]))
+    assert mass[0].tolist() == pytest.approx([0.2, 0.65])  # heads averaged: (0.4 + 0) / 2, (0.3 + 1.0) / 2
+
+
+def test_the_attention_pointer_profile_follows_the_core_layers_at_every_iteration():
+    from state_tracking.diagnostics import attention_pointer_profile, operation_attention
+    from tests.test_trainers import TASK, TOKENIZER, tiny_model
+
+    model = tiny_model(loop_view="full", progress_positions=False, bidirectional_queries=False, core_layers=2).eval()
+    got = attention_pointer_profile(model, TOKENIZER, TASK, [3, 5], n_per_depth=10, seed=1, batch_size=4,
+                                    rendering="symbolic")
+    assert model.config._attn_implementation != "eager"  # restored
+    assert got["depths"] == [3, 5]
+    for depth, on_target, pointer, mass in zip([3, 5], got["on_target"], got["pointer"], got["mass"]):
+        assert len(on_target) == len(pointer) == len(mass) == 2  # two core layers
+        assert all(len(row) == depth for row in on_target + pointer + mass)  # one per iteration
+        assert all(1 <= p <= depth for row in pointer for p in row)
+        assert all(0 <= a <= 1 for row in on_target + mass for a in row)
+    # by hand for depth 3, layer 1, iteration 2: the same problems, the second core layer's second call
+    from state_tracking import StateTrackingCollator, encode_batch
+    from state_tracking.data import derive_seed
+
+    ops = TASK.sample_ops(np.random.default_rng(derive_seed("attention_pointer", 1, 3)), 10, 3)
+    batch = StateTrackingCollator(TOKENIZER.pad_token_id, padding_side="right")(
+        encode_batch(TASK, TOKENIZER, "symbolic", ops, None))
+    caught = []
+    hook = model.core[1].self_attn.register_forward_hook(lambda m, a, out: caught.append(out[1]))
+    model.config._attn_implementation = "eager"
+    try:
+        with torch.inference_mode():
+            model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                  query_positions=batch["query_positions"], num_iterations=3)
+    finally:
+        model.config._attn_implementation = "sdpa"
+        hook.remove()
+    mass = operation_attention(caught[1], batch["query_positions"], batch["operation_ends"])
+    assert got["on_target"][0][1][1] == pytest.approx(float((mass.argmax(-1) + 1 == 2).float().mean()), abs=1e-4)
+    assert got["mass"][0][1][1] == pytest.approx(float(mass[:, 1].mean()), abs=1e-4)
+    with pytest.raises(ValueError, match="full view"):
+        attention_pointer_profile(tiny_model(loop_view="local"), TOKENIZER, TASK, [3], n_per_depth=2,
+                                  rendering="symbolic")

@@ -61,7 +61,7 @@ from par_studies.rows import combine
 TASK_FILE = "examples/tasks/swap_s5_short.json"
 OUT = REPO / "results" / "full_view_positions"
 RUN_DIR = REPO / "runs" / "full_view_positions"
-N, N_INTERPOLATED, PROFILE_N = 1024, 256, 256
+N, N_INTERPOLATED, PROFILE_N, POINTER_N = 1024, 256, 256, 64
 BUDGET = 7200  # a guard only: rows end on their steps or the in-range probe
 POSITION_RANGE = "1024"  # random / PoSE positions: beyond the longest test prompt (d = 64: ~300 tokens; d = 128: ~560)
 
@@ -227,6 +227,7 @@ def evaluate(row: str, seed: int, segments: list[dict]) -> dict:
         profiles["wavefront"] = wavefront_profile(model, tokenizer, task, [d_train, 2 * d_train, 4 * d_train],
                                                   n_per_depth=PROFILE_N, seed=seed, batch_size=64)
         profiles["wavefront"]["seconds"] = round(time.time() - started, 1)
+    profiles["attention_pointer"] = pointer_profile(model, tokenizer, task, d_train, seed)
     if rotary:
         profiles["profile_interpolated"] = progress_profile(model, tokenizer, task, [2 * d_train], seed=seed,
                                                             n_per_depth=PROFILE_N, rendering="text", batch_size=64,
@@ -244,6 +245,28 @@ def evaluate(row: str, seed: int, segments: list[dict]) -> dict:
                 dense_prefix_targets=row.endswith(("_dense", "_dense_light")),
                 train_max_depth=d_train, evaluation=evaluation, interpolated=interpolated, **profiles,
                 parameters=sum(p.numel() for p in model.parameters()), peak_rss_gb=peak_rss_gb(segments))
+
+
+def pointer_profile(model, tokenizer, task, d_train: int, seed: int) -> dict:
+    """Where each iteration looks (`diagnostics.attention_pointer_profile`) at d_train, 2 d_train and 4 d_train."""
+    from state_tracking.diagnostics import attention_pointer_profile
+
+    started = time.time()
+    result = attention_pointer_profile(model, tokenizer, task, [d_train, 2 * d_train, 4 * d_train],
+                                       n_per_depth=POINTER_N, seed=seed, batch_size=32)
+    return {**result, "seconds": round(time.time() - started, 1)}
+
+
+def add_pointer(row: str, seed: int) -> dict:
+    """--pointer: the attention pointer of a finished row (its folder on this machine) added to its record."""
+    import torch
+
+    torch.set_num_threads(1)
+    record = json.loads(record_path(row, seed).read_text())
+    model, tokenizer, task = load_run(run_path(row, seed), 4 * train_max_depth(row))
+    record["attention_pointer"] = pointer_profile(model, tokenizer, task, train_max_depth(row), seed)
+    save_record(record, record_path(row, seed))
+    return record
 
 
 def scrub(text: str) -> str:
@@ -423,7 +446,9 @@ def rows_table(records: list[dict]) -> str:
                      + " | ".join(pct(a) for a in acc) + " | " + (" / ".join(pct(a) for a in inter) or "–") + " |")
     lines += ["", "Progress profiles (accuracy % of iteration k = 1, 2, … against z_k; padding control: d_train "
               "operations then \"skip.\", scored against z_min(k, d_train); wavefront (`*_dense` rows): the state "
-              "head at operation j's last token after R = d against z_j, j = 1, 2, …):", "",
+              "head at operation j's last token after R = d against z_j, j = 1, 2, …; attention on operation k: the "
+              "share of problems whose query tokens attend most to operation k's tokens at iteration k, "
+              "`diagnostics.attention_pointer_profile`):", "",
               "| row | seed | kind | d | k (or j) = 1, 2, … |", "|---|---|---|---|---|"]
     for r in records:
         for kind, key in (("profile", "profile"), ("padding_control", "profile"), ("profile_interpolated", "profile"),
@@ -432,6 +457,11 @@ def rows_table(records: list[dict]) -> str:
                 for d, row in zip(r[kind]["depths"], r[kind][key]):
                     lines.append(f"| {r['row']} | {r['seed']} | {kind} | {d} | "
                                  + " ".join(f"{100 * a:.0f}" for a in row) + " |")
+        pointer = r.get("attention_pointer")
+        for d, layers in zip(pointer["depths"], pointer["on_target"]) if pointer else ():
+            for layer, row in enumerate(layers):  # % of problems whose query attends most to operation k
+                lines.append(f"| {r['row']} | {r['seed']} | attention on operation k, core layer {layer + 1} | {d} | "
+                             + " ".join(f"{100 * a:.0f}" for a in row) + " |")
     return "\n".join(lines)
 
 
@@ -532,6 +562,8 @@ def main(argv=None) -> None:
     parser.add_argument("--collect", action="store_true", help="summary.json, README table and plot from runs/*.json")
     parser.add_argument("--profile_checkpoint", action="store_true",
                         help="with --row: the progress profile of the row's newest checkpoint (a stopped row)")
+    parser.add_argument("--pointer", action="store_true",
+                        help="with --row: add the attention pointer profile to a finished row's record")
     parser.add_argument("--export", action="store_true",
                         help="with --row: ship the trained row as checkpoints/par-swap-s5-full")
     parser.add_argument("--parent_loss", action="store_true",
@@ -541,10 +573,10 @@ def main(argv=None) -> None:
         parser.error("give --row, --collect or --parent_loss")
     if args.parent_loss:
         parent_loss()
-    if args.export:
+    if args.export or args.pointer:
         if not args.row:
-            parser.error("--export needs --row")
-        export(args.row, args.seed)
+            parser.error("--export and --pointer need --row")
+        (export if args.export else add_pointer)(args.row, args.seed)
     elif args.profile_checkpoint:
         if not args.row:
             parser.error("--profile_checkpoint needs --row")
