@@ -365,6 +365,8 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
     for name in TOKENIZER_FILES + EXTRA_FILES:
         if (checkpoint / name).is_file():
             shutil.copy2(checkpoint / name, output_dir / name)
+    if (checkpoint / "reader").is_dir():  # a sentence reader (examples/add_sentence_reader.py) travels with its config
+        shutil.copytree(checkpoint / "reader", output_dir / "reader")
     results_markdown, run = None, None
     if results is None and measured is None:  # a records run folder tells its own results and data
         run = records_run(checkpoint)

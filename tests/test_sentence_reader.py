@@ -280,6 +280,16 @@ def test_bad_arguments_are_refused_by_name(tracker, plain, tmp_path):
         pipeline("state-tracking", model=str(ckpt), trust_remote_code=True)
 
 
+def test_an_export_carries_the_reader(reader_checkpoint, tracker, tmp_path):
+    push_to_hub = load_example("examples/push_to_hub.py")
+    out = push_to_hub.export_for_hub(reader_checkpoint[0], tmp_path / "export", repo_id="me/par-reader")
+    assert json.loads((out / "config.json").read_text())["sentence_reader"] == reader_checkpoint[1]
+    exported = pipeline("state-tracking", model=str(out), trust_remote_code=True)
+    prompts = [prompt(*KNOWN_OPS), prompt(NEW_OP, KNOWN_OPS[1])]
+    assert exported(prompts, answer_unconfident=True, return_readings=True) == tracker(
+        prompts, answer_unconfident=True, return_readings=True)
+
+
 def test_a_stale_known_sentence_list_is_refused(tmp_path):
     ckpt, _ = checkpoint_with_reader(tmp_path, threshold=0.0)
     index = ckpt / "reader" / "known_sentences.json"
