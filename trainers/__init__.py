@@ -1,5 +1,6 @@
 """Trainer subclasses for PAR: the progress-aligned loss, halting, depth schedules, prefix self-distillation."""
 
+from .arguments import ParTrainingArguments
 from .callbacks import (
     FreezePreludeCallback,
     ProbeCallback,
@@ -32,7 +33,6 @@ from .objectives import (
 )
 from .par_trainer import (
     ParTrainer,
-    ParTrainingArguments,
     StepPlan,
     is_adapter_parameter,
     pose_positions,
