@@ -161,9 +161,9 @@ class PrefixSelfDistillationTrainer(ParTrainer):
     def prefix_invariant(self) -> bool:
         """Whether iteration k of the loop computes on a prompt exactly what it computes on that prompt's first c·k
         operations: a restricted view (`loop_view` "local" or "prefix") with progress-coupled positions
-        (tests/test_loop_views.py; for this trainer, tests/test_trainers.py). Then the teacher's readout on the c·k-op
-        prefix at iteration k is its readout at iteration k of one pass over the whole prompt, and `teacher_logits`
-        runs that one pass (O(d) iterations) instead of one run per prefix (O(d²))."""
+        (tests/test_loop_views.py; for this trainer, tests/test_self_distillation.py). Then the teacher's readout on the
+        c·k-op prefix at iteration k is its readout at iteration k of one pass over the whole prompt, and
+        `teacher_logits` runs that one pass (O(d) iterations) instead of one run per prefix (O(d²))."""
         config = self.model.config
         return config.loop_view in ("local", "prefix") and bool(config.progress_positions)
 
