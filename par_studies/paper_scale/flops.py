@@ -5,6 +5,8 @@ H200 hours and memory of the real run at Qwen2.5-0.5B, 1.5B and 7B (`scale_estim
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 # The paper's training budget: "~400k samples in one epoch" at 64 samples per optimizer step (the preset,
 # examples/reproduce/paper_retrofit.py, says how 64 was chosen): 400,000 / 64 = 6,250 steps.
 BATCH, SAMPLES = 64, 400_000
@@ -96,67 +98,89 @@ def extrapolate(results: list[dict], split, shape: dict, tokens: dict) -> dict:
             continue
         case = entry["case"]
         if case["kind"] == "eval" and len(entry["runs"]) >= 2:
-            a, b = entry["runs"][0], entry["runs"][-1]
-            span = b["R"] - a["R"]
-            flops_per_iteration = (b["flops"] - a["flops"]) / span
-            fixed_flops = a["flops"] - a["R"] * flops_per_iteration
-            slope_seconds = (b["seconds"] - a["seconds"]) / span
-            d, tokens = case["depth"], entry["tokens"][0]
-            layer_flops_each = [f for run in entry["runs"] for f in run["iteration_layer_flops"]]
-            layer_seconds_each = [t for run in entry["runs"] for t in run["iteration_seconds"]]
-            adapter = 2 * tokens * shape["hidden_size"] ** 2  # the adapter's s-half, W_s s, outside the core layers
-            # seconds: each iteration's core layers timed on their own by hooks (the difference of two totals is
-            # noisier on a shared machine), scaled by the iteration's FLOPs over its layers' (the adapter's share);
-            # the fixed part (prelude, readout) measured likewise; the totals' slope is kept as a check
-            seconds_per_iteration = (sum(layer_seconds_each) / len(layer_seconds_each)
-                                     * flops_per_iteration / layer_flops_each[0])
-            fixed_seconds = sum(run["prelude_seconds"] + run["readout_seconds"] for run in entry["runs"]) / len(
-                entry["runs"])
-            out["evaluation"][str(d)] = {
-                "tokens": tokens, "measured_R": [r["R"] for r in entry["runs"]],
-                "flops_per_iteration": flops_per_iteration, "flops_fixed": fixed_flops,
-                "seconds_per_iteration": round(seconds_per_iteration, 3), "seconds_fixed": round(fixed_seconds, 3),
-                "seconds_per_iteration_from_totals": round(slope_seconds, 3),
-                "forced_R_equals_d": {"flops": fixed_flops + d * flops_per_iteration,
-                                      "seconds": round(fixed_seconds + d * seconds_per_iteration, 1)},
-                "linearity": {
-                    "iteration_layer_flops_each": layer_flops_each,
-                    "every_iteration_same_flops": len(set(layer_flops_each)) == 1,
-                    "slope_minus_layer_flops": flops_per_iteration - layer_flops_each[0],
-                    "adapter_s_half_flops": adapter,
-                    "slope_is_one_iteration": flops_per_iteration - layer_flops_each[0] == adapter,
-                    "iteration_seconds_each": layer_seconds_each,
-                    "iteration_seconds_spread": round((max(layer_seconds_each) - min(layer_seconds_each))
-                                                      / (sum(layer_seconds_each) / len(layer_seconds_each)), 3),
-                    "analytic_core_iteration": analytic_flops(shape, split, tokens, 1)["core_iteration"],
-                },
-                "status": "extrapolated",
-            }
+            out["evaluation"][str(case["depth"])] = evaluation_at_depth(entry, split, shape)
         if case["kind"] == "train" and case.get("bf16"):
-            fp32 = next((e for e in results if e.get("status") == "measured" and e["case"]["kind"] == "train"
-                         and e["case"]["depth"] == case["depth"] and e["case"]["window"] == case["window"]
-                         and not e["case"].get("bf16") and not e["case"].get("checkpoint_core")), None)
-            if fp32 is not None:
-                out["bf16_autocast"] = {
-                    "depth": case["depth"], "saved_activation_bytes": entry["steps"][-1]["saved_activation_bytes"],
-                    "fp32_saved_activation_bytes": fp32["steps"][-1]["saved_activation_bytes"],
-                    "activation_ratio": entry["steps"][-1]["saved_activation_bytes"]
-                    / fp32["steps"][-1]["saved_activation_bytes"],
-                    "status": "measured (CPU autocast; CUDA autocast's cast lists differ in detail: an estimate "
-                              "for the GPU)"}
+            bf16 = bf16_activation_ratio(entry, results)
+            if bf16 is not None:
+                out["bf16_autocast"] = bf16
             continue
         if case["kind"] == "train" and case.get("window") == 8 and not case.get("checkpoint_core"):
-            d = case["depth"]
-            first, last = entry["steps"][0], entry["steps"][-1]
-            iteration = analytic_flops(shape, split, first["tokens"], 1)["core_iteration"]
-            out["training"][str(d)] = {
-                "tokens": first["tokens"], "flops_forced": first["flops"],
-                "flops_with_mean_tail": first["flops"] + 3.5 * iteration, "tail_iteration_flops": iteration,
-                "timed_step": {"tokens": last["tokens"], "seconds": round(last["seconds"], 2),
-                               "flops_analytic": last["analytic_flops"]["total"]},
-                "status": "counted (forced R = d, first step) + analytic tail; seconds of the last step",
-            }
+            out["training"][str(case["depth"])] = training_with_tail(entry, split, shape)
     return out
+
+
+def evaluation_at_depth(entry: dict, split, shape: dict) -> dict:
+    """A measured evaluation case (two or more R) extrapolated to R = d: the per-iteration FLOPs and seconds, the fixed
+    part, and the linearity checks."""
+    case = entry["case"]
+    a, b = entry["runs"][0], entry["runs"][-1]
+    span = b["R"] - a["R"]
+    flops_per_iteration = (b["flops"] - a["flops"]) / span
+    fixed_flops = a["flops"] - a["R"] * flops_per_iteration
+    slope_seconds = (b["seconds"] - a["seconds"]) / span
+    d, tokens = case["depth"], entry["tokens"][0]
+    layer_flops_each = [f for run in entry["runs"] for f in run["iteration_layer_flops"]]
+    layer_seconds_each = [t for run in entry["runs"] for t in run["iteration_seconds"]]
+    adapter = 2 * tokens * shape["hidden_size"] ** 2  # the adapter's s-half, W_s s, outside the core layers
+    # seconds: each iteration's core layers timed on their own by hooks (the difference of two totals is
+    # noisier on a shared machine), scaled by the iteration's FLOPs over its layers' (the adapter's share);
+    # the fixed part (prelude, readout) measured likewise; the totals' slope is kept as a check
+    seconds_per_iteration = (sum(layer_seconds_each) / len(layer_seconds_each)
+                             * flops_per_iteration / layer_flops_each[0])
+    fixed_seconds = sum(run["prelude_seconds"] + run["readout_seconds"] for run in entry["runs"]) / len(
+        entry["runs"])
+    return {
+        "tokens": tokens, "measured_R": [r["R"] for r in entry["runs"]],
+        "flops_per_iteration": flops_per_iteration, "flops_fixed": fixed_flops,
+        "seconds_per_iteration": round(seconds_per_iteration, 3), "seconds_fixed": round(fixed_seconds, 3),
+        "seconds_per_iteration_from_totals": round(slope_seconds, 3),
+        "forced_R_equals_d": {"flops": fixed_flops + d * flops_per_iteration,
+                              "seconds": round(fixed_seconds + d * seconds_per_iteration, 1)},
+        "linearity": {
+            "iteration_layer_flops_each": layer_flops_each,
+            "every_iteration_same_flops": len(set(layer_flops_each)) == 1,
+            "slope_minus_layer_flops": flops_per_iteration - layer_flops_each[0],
+            "adapter_s_half_flops": adapter,
+            "slope_is_one_iteration": flops_per_iteration - layer_flops_each[0] == adapter,
+            "iteration_seconds_each": layer_seconds_each,
+            "iteration_seconds_spread": round((max(layer_seconds_each) - min(layer_seconds_each))
+                                              / (sum(layer_seconds_each) / len(layer_seconds_each)), 3),
+            "analytic_core_iteration": analytic_flops(shape, split, tokens, 1)["core_iteration"],
+        },
+        "status": "extrapolated",
+    }
+
+
+def bf16_activation_ratio(entry: dict, results: list[dict]) -> dict | None:
+    """A measured bf16-autocast training case against the fp32 case of the same depth and window (None without
+    one): the saved-activation bytes of each and their ratio."""
+    case = entry["case"]
+    fp32 = next((e for e in results if e.get("status") == "measured" and e["case"]["kind"] == "train"
+                 and e["case"]["depth"] == case["depth"] and e["case"]["window"] == case["window"]
+                 and not e["case"].get("bf16") and not e["case"].get("checkpoint_core")), None)
+    if fp32 is None:
+        return None
+    return {
+        "depth": case["depth"], "saved_activation_bytes": entry["steps"][-1]["saved_activation_bytes"],
+        "fp32_saved_activation_bytes": fp32["steps"][-1]["saved_activation_bytes"],
+        "activation_ratio": entry["steps"][-1]["saved_activation_bytes"]
+        / fp32["steps"][-1]["saved_activation_bytes"],
+        "status": "measured (CPU autocast; CUDA autocast's cast lists differ in detail: an estimate "
+                  "for the GPU)"}
+
+
+def training_with_tail(entry: dict, split, shape: dict) -> dict:
+    """A measured window-8 training case: its counted FLOPs at R = d (first step) plus the hold tail's mean 3.5
+    no-grad iterations (analytic), and the timed last step."""
+    first, last = entry["steps"][0], entry["steps"][-1]
+    iteration = analytic_flops(shape, split, first["tokens"], 1)["core_iteration"]
+    return {
+        "tokens": first["tokens"], "flops_forced": first["flops"],
+        "flops_with_mean_tail": first["flops"] + 3.5 * iteration, "tail_iteration_flops": iteration,
+        "timed_step": {"tokens": last["tokens"], "seconds": round(last["seconds"], 2),
+                       "flops_analytic": last["analytic_flops"]["total"]},
+        "status": "counted (forced R = d, first step) + analytic tail; seconds of the last step",
+    }
 
 
 
@@ -218,63 +242,85 @@ def scale_estimates(record: dict) -> dict:
     ratios = {name: e["steps"][0]["flops"] / e["steps"][0]["analytic_flops"]["total"]
               for name, e in measured.items() if e["case"]["kind"] == "train"}
     bf16 = record["extrapolated"].get("bf16_autocast", {}).get("activation_ratio")
-    check = {}
-    ref = measured.get("train d=32 window=8")
-    if ref is not None:
-        step = ref["steps"][-1]
-        passes = grad_layer_passes(tuple(record["shape"]["split"]), 32, 8)
-        per_token_pass = step["saved_activation_bytes"] / (passes * step["tokens"])
-        check = {"measured_bytes_per_token_pass": round(per_token_pass),
-                 "model_bytes_per_token_pass": saved_bytes_per_token_pass(record["shape"]),
-                 "ratio": round(per_token_pass / saved_bytes_per_token_pass(record["shape"]), 3)}
+    check = activation_model_check(measured, record["shape"])
     out = {"tokens_of_depth": {"a": round(a, 2), "b": round(b, 3)}, "counted_over_analytic": ratios,
            "bf16_activation_ratio": bf16, "activation_model_check": check, "peak_flops": H200_BF16_DENSE,
            "mfu_range": list(MFU_RANGE), "backbones": {}}
     for name, shape in QWEN25.items():
-        split = SPLITS[name]
-        per_d = {}
-        for d in range(1, 33):
-            per_d[d] = sum(analytic_flops(shape, split, round(tokens(d)), d + x, reads=train_reads(d, d + x),
-                                          train=True)["total"] for x in range(TAIL + 1)) / (TAIL + 1)
-        train_per_sample = sum(per_d.values()) / len(per_d)
-        train_total = SAMPLES * train_per_sample
-        forced = {L: analytic_flops(shape, split, round(tokens(L)), L)["total"] for L in EVAL_LENGTHS}
-        halting = {L: analytic_flops(shape, split, round(tokens(L)), L + HALT_WINDOW - 1,
-                                     reads=L + HALT_WINDOW - 1)["total"] for L in EVAL_LENGTHS}
-        eval_forced = SEEDS * EVAL_N * sum(forced.values())
-        eval_halting = SEEDS * EVAL_N * sum(halting.values())
-        params = parameter_count(shape)
-        states = 16 * params  # fp32 weights 4 + gradients 4 + AdamW moments 8 bytes per parameter
-        # activations per sample at d = 32 (the tail X keeps the window, so the same bytes): layer passes kept for
-        # backward × tokens × bytes per token-pass, in bf16 autocast by the measured ratio
-        per_sample = (saved_bytes_per_token_pass(shape) * grad_layer_passes(split, 32, 8) * round(tokens(32))
-                      * (bf16 or 1.0))
-        setting, gpus = PLACEMENT[name]
-        states_per_gpu = states / gpus + (2 * params if gpus > 1 else 0)
-        fits = int((USABLE * H200_MEMORY - states_per_gpu) // per_sample)
-        batch = max(n for n in (1, 2, 4, 8, 16, 32, 64) if n <= max(fits, 1))  # a power of two dividing 64
-        activations = batch * per_sample
-        hours = {f"{int(m * 100)}%": {
-            "train_one_seed": train_total / (m * H200_BF16_DENSE) / 3600,
-            "train_six_seeds": SEEDS * train_total / (m * H200_BF16_DENSE) / 3600,
-            "eval_forced_six_seeds": eval_forced / (m * H200_BF16_DENSE) / 3600,
-            "eval_halting_six_seeds": eval_halting / (m * H200_BF16_DENSE) / 3600,
-        } for m in MFU_RANGE}
-        for row in hours.values():
-            row["all"] = row["train_six_seeds"] + row["eval_forced_six_seeds"] + row["eval_halting_six_seeds"]
-        out["backbones"][name] = {
-            "shape": shape, "split": list(split), "parameters": params,
-            "train_flops_per_sample_by_depth": {str(d): per_d[d] for d in (1, 8, 16, 32)},
-            "train_flops_per_sample_mean": train_per_sample, "train_flops_400k": train_total,
-            "eval_flops_per_sequence_forced": {str(k): v for k, v in forced.items()},
-            "eval_flops_per_sequence_halting": {str(k): v for k, v in halting.items()},
-            "eval_flops_forced_six_seeds": eval_forced, "eval_flops_halting_six_seeds": eval_halting,
-            "h200_hours": hours,
-            "memory": {"setting": setting, "gpus": gpus, "weights_grads_adam_bytes": states,
-                       "states_per_gpu_bytes": states_per_gpu, "activation_bytes_per_sample_d32": per_sample,
-                       "per_device_batch": batch, "gradient_accumulation_steps": BATCH // (batch * gpus),
-                       "activations_bytes": activations, "per_gpu_bytes": states_per_gpu + activations,
-                       "fits": states_per_gpu + activations <= USABLE * H200_MEMORY},
-        }
+        out["backbones"][name] = backbone_estimates(name, shape, tokens, bf16)
     return out
 
+
+def activation_model_check(measured: dict, shape: dict) -> dict:
+    """`saved_bytes_per_token_pass` against the measured 'train d=32 window=8' case ({} when it was not measured)."""
+    ref = measured.get("train d=32 window=8")
+    if ref is None:
+        return {}
+    step = ref["steps"][-1]
+    passes = grad_layer_passes(tuple(shape["split"]), 32, 8)
+    per_token_pass = step["saved_activation_bytes"] / (passes * step["tokens"])
+    return {"measured_bytes_per_token_pass": round(per_token_pass),
+            "model_bytes_per_token_pass": saved_bytes_per_token_pass(shape),
+            "ratio": round(per_token_pass / saved_bytes_per_token_pass(shape), 3)}
+
+
+def backbone_estimates(name: str, shape: dict, tokens: Callable[[int], float], bf16: float | None) -> dict:
+    """One backbone's FLOPs (training, evaluation), H200 hours and memory; `tokens(d)` the prompt tokens at depth d,
+    `bf16` the measured bf16-autocast activation ratio (None: fp32 bytes)."""
+    split = SPLITS[name]
+    per_d = {}
+    for d in range(1, 33):
+        per_d[d] = sum(analytic_flops(shape, split, round(tokens(d)), d + x, reads=train_reads(d, d + x),
+                                      train=True)["total"] for x in range(TAIL + 1)) / (TAIL + 1)
+    train_per_sample = sum(per_d.values()) / len(per_d)
+    train_total = SAMPLES * train_per_sample
+    forced = {L: analytic_flops(shape, split, round(tokens(L)), L)["total"] for L in EVAL_LENGTHS}
+    halting = {L: analytic_flops(shape, split, round(tokens(L)), L + HALT_WINDOW - 1,
+                                 reads=L + HALT_WINDOW - 1)["total"] for L in EVAL_LENGTHS}
+    eval_forced = SEEDS * EVAL_N * sum(forced.values())
+    eval_halting = SEEDS * EVAL_N * sum(halting.values())
+    params = parameter_count(shape)
+    return {
+        "shape": shape, "split": list(split), "parameters": params,
+        "train_flops_per_sample_by_depth": {str(d): per_d[d] for d in (1, 8, 16, 32)},
+        "train_flops_per_sample_mean": train_per_sample, "train_flops_400k": train_total,
+        "eval_flops_per_sequence_forced": {str(k): v for k, v in forced.items()},
+        "eval_flops_per_sequence_halting": {str(k): v for k, v in halting.items()},
+        "eval_flops_forced_six_seeds": eval_forced, "eval_flops_halting_six_seeds": eval_halting,
+        "h200_hours": h200_hours(train_total, eval_forced, eval_halting),
+        "memory": memory_estimate(name, shape, split, params, tokens, bf16),
+    }
+
+
+def h200_hours(train_total: float, eval_forced: float, eval_halting: float) -> dict:
+    """H200 hours at each MFU of MFU_RANGE: training (one seed, six), evaluation (forced, halting) and all."""
+    hours = {f"{int(m * 100)}%": {
+        "train_one_seed": train_total / (m * H200_BF16_DENSE) / 3600,
+        "train_six_seeds": SEEDS * train_total / (m * H200_BF16_DENSE) / 3600,
+        "eval_forced_six_seeds": eval_forced / (m * H200_BF16_DENSE) / 3600,
+        "eval_halting_six_seeds": eval_halting / (m * H200_BF16_DENSE) / 3600,
+    } for m in MFU_RANGE}
+    for row in hours.values():
+        row["all"] = row["train_six_seeds"] + row["eval_forced_six_seeds"] + row["eval_halting_six_seeds"]
+    return hours
+
+
+def memory_estimate(name: str, shape: dict, split, params: int, tokens: Callable[[int], float],
+                    bf16: float | None) -> dict:
+    """GPU memory of one backbone in its placement (PLACEMENT): weights, gradients and Adam states per GPU, the
+    activations per sample at d = 32, and the largest per-device batch (a power of two) that fits USABLE · 141 GB."""
+    states = 16 * params  # fp32 weights 4 + gradients 4 + AdamW moments 8 bytes per parameter
+    # activations per sample at d = 32 (the tail X keeps the window, so the same bytes): layer passes kept for
+    # backward × tokens × bytes per token-pass, in bf16 autocast by the measured ratio
+    per_sample = (saved_bytes_per_token_pass(shape) * grad_layer_passes(split, 32, 8) * round(tokens(32))
+                  * (bf16 or 1.0))
+    setting, gpus = PLACEMENT[name]
+    states_per_gpu = states / gpus + (2 * params if gpus > 1 else 0)
+    fits = int((USABLE * H200_MEMORY - states_per_gpu) // per_sample)
+    batch = max(n for n in (1, 2, 4, 8, 16, 32, 64) if n <= max(fits, 1))  # a power of two dividing 64
+    activations = batch * per_sample
+    return {"setting": setting, "gpus": gpus, "weights_grads_adam_bytes": states,
+            "states_per_gpu_bytes": states_per_gpu, "activation_bytes_per_sample_d32": per_sample,
+            "per_device_batch": batch, "gradient_accumulation_steps": BATCH // (batch * gpus),
+            "activations_bytes": activations, "per_gpu_bytes": states_per_gpu + activations,
+            "fits": states_per_gpu + activations <= USABLE * H200_MEMORY}
