@@ -76,9 +76,35 @@ def plot_memory(record: dict, path: Path) -> None:
     plt.close(fig)
 
 
+# the README's closing paragraph: how to read the figures
+README_READING = [
+    "", "![peak memory against depth](peak_memory.png)", "",
+    "Reading: the gradient window bounds what is kept for backward — the iterations before the window run "
+    "without grad, so the saved activations grow with the window and the prompt's length, not with R; "
+    "`--checkpoint_core` keeps only each windowed iteration's input (the prelude and the nine coda readouts "
+    "still keep theirs). The forward + backward peak is weights, AdamW states, the activations and the "
+    "gradients as they fill; the optimizer step has its own peak (weights, gradients, states and AdamW's "
+    "foreach temporaries), which no window changes. The saved-activation bytes are the deterministic "
+    "figure. FLOPs grow linearly in R (and the prompt's attention quadratically in its length). Full "
+    "figures: dry_run.json.", ""
+]
+
+
 def readme(record: dict) -> str:
+    """The results README of a dry-run record: the setting, the training steps, the evaluation forwards, the H200
+    estimates (when the record has them) and how to read the figures."""
+    lines = readme_header(record) + readme_train_rows(record) + readme_eval_rows(record)
+    est = record.get("estimates")
+    if est:
+        lines += readme_estimates(est)
+    lines += README_READING
+    return "\n".join(lines)
+
+
+def readme_header(record: dict) -> list[str]:
+    """The title, the setting (command, machine, date), the prompt tokens and the training table's heading."""
     m = record["machine"]
-    lines = [
+    return [
         "# The paper's retrofit at Qwen2.5-0.5B's shape: a dry run on CPU",
         "",
         "Random weights in Qwen2.5-0.5B's published shape (hidden 896, MLP 4,864, 24 layers, 14 heads / 2 KV heads, "
@@ -110,6 +136,11 @@ def readme(record: dict) -> str:
         "| saved activations GB | FLOPs / sample (counted) | analytic | status |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+
+def readme_train_rows(record: dict) -> list[str]:
+    """One row per training case: measured, or its predicted peak and why it was not run."""
+    lines = []
     for entry in record["cases"]:
         case = entry["case"]
         if case["kind"] != "train":
@@ -128,9 +159,14 @@ def readme(record: dict) -> str:
             f"{gb(entry['param_bytes'])} | {gb(step.get('grad_bytes'))} | "
             f"{gb(step.get('optimizer_state_bytes'))} | {gb(step['saved_activation_bytes'])} | "
             f"{first['flops'] / 1e12:.3f} T | {first['analytic_flops']['total'] / 1e12:.3f} T | measured |")
-    lines += ["", "## Forced-depth evaluation forwards (no grad), extrapolated to R = d", "",
-              "| d | tokens | R | seconds | FLOPs (counted) | analytic | seconds per iteration (hooks) |",
-              "|---|---|---|---|---|---|---|"]
+    return lines
+
+
+def readme_eval_rows(record: dict) -> list[str]:
+    """The evaluation table: each measured R of each evaluation case, then the extrapolation to R = d."""
+    lines = ["", "## Forced-depth evaluation forwards (no grad), extrapolated to R = d", "",
+             "| d | tokens | R | seconds | FLOPs (counted) | analytic | seconds per iteration (hooks) |",
+             "|---|---|---|---|---|---|---|"]
     for entry in record["cases"]:
         if entry["case"]["kind"] != "eval":
             continue
@@ -146,35 +182,28 @@ def readme(record: dict) -> str:
         lines.append(f"| {d} | {e['tokens']} | **{d}** (extrapolated) | {e['forced_R_equals_d']['seconds']:.0f} | "
                      f"{e['forced_R_equals_d']['flops'] / 1e12:.1f} T | | {e['seconds_per_iteration']:.1f} per "
                      "iteration (slope) |")
-    est = record.get("estimates")
-    if est:
-        lines += ["", "## What this means on an H200 (the arithmetic: docs/paper_scale.md)", "",
-                  "FLOPs per sample from the analytic count (equal to the counted FLOPs of every measured step: "
-                  "ratios "
-                  f"{sorted({round(r, 4) for r in est['counted_over_analytic'].values()})}), prompt tokens T(d) = "
-                  f"{est['tokens_of_depth']['a']:.0f} + {est['tokens_of_depth']['b']:.2f}·d; hours at "
-                  f"{' / '.join(f'{int(m * 100)}%' for m in est['mfu_range'])} of {est['peak_flops'] / 1e12:.0f} "
-                  "TFLOP/s (dense bf16); memory in bf16 autocast over fp32 master weights at the per-device batch.", "",
-                  "| backbone | split | parameters | training FLOPs (400k samples) | evaluation FLOPs (6 seeds, forced "
-                  "+ halting) | H200-hours, 6 seeds, train + eval | memory |",
-                  "|---|---|---|---|---|---|---|"]
-        for name, b in est["backbones"].items():
-            hours = " / ".join(f"{row['all']:.0f}" for row in b["h200_hours"].values())
-            mem = b["memory"]
-            lines.append(
-                f"| Qwen2.5-{name.upper()} | {'/'.join(map(str, b['split']))} | {b['parameters'] / 1e9:.2f} B | "
-                f"{b['train_flops_400k']:.2e} | "
-                f"{b['eval_flops_forced_six_seeds'] + b['eval_flops_halting_six_seeds']:.2e}"
-                f" | {hours} | {mem['per_gpu_bytes'] / 1e9:.0f} GB per GPU at {mem['per_device_batch']} sequences "
-                f"({mem['setting']}) |")
-    lines += ["", "![peak memory against depth](peak_memory.png)", "",
-              "Reading: the gradient window bounds what is kept for backward — the iterations before the window run "
-              "without grad, so the saved activations grow with the window and the prompt's length, not with R; "
-              "`--checkpoint_core` keeps only each windowed iteration's input (the prelude and the nine coda readouts "
-              "still keep theirs). The forward + backward peak is weights, AdamW states, the activations and the "
-              "gradients as they fill; the optimizer step has its own peak (weights, gradients, states and AdamW's "
-              "foreach temporaries), which no window changes. The saved-activation bytes are the deterministic "
-              "figure. FLOPs grow linearly in R (and the prompt's attention quadratically in its length). Full "
-              "figures: dry_run.json.", ""]
-    return "\n".join(lines)
+    return lines
 
+
+def readme_estimates(est: dict) -> list[str]:
+    """The H200 section (the record's `estimates`): how the figures are computed, then one row per backbone."""
+    lines = ["", "## What this means on an H200 (the arithmetic: docs/paper_scale.md)", "",
+             "FLOPs per sample from the analytic count (equal to the counted FLOPs of every measured step: "
+             "ratios "
+             f"{sorted({round(r, 4) for r in est['counted_over_analytic'].values()})}), prompt tokens T(d) = "
+             f"{est['tokens_of_depth']['a']:.0f} + {est['tokens_of_depth']['b']:.2f}·d; hours at "
+             f"{' / '.join(f'{int(m * 100)}%' for m in est['mfu_range'])} of {est['peak_flops'] / 1e12:.0f} "
+             "TFLOP/s (dense bf16); memory in bf16 autocast over fp32 master weights at the per-device batch.", "",
+             "| backbone | split | parameters | training FLOPs (400k samples) | evaluation FLOPs (6 seeds, forced "
+             "+ halting) | H200-hours, 6 seeds, train + eval | memory |",
+             "|---|---|---|---|---|---|---|"]
+    for name, b in est["backbones"].items():
+        hours = " / ".join(f"{row['all']:.0f}" for row in b["h200_hours"].values())
+        mem = b["memory"]
+        lines.append(
+            f"| Qwen2.5-{name.upper()} | {'/'.join(map(str, b['split']))} | {b['parameters'] / 1e9:.2f} B | "
+            f"{b['train_flops_400k']:.2e} | "
+            f"{b['eval_flops_forced_six_seeds'] + b['eval_flops_halting_six_seeds']:.2e}"
+            f" | {hours} | {mem['per_gpu_bytes'] / 1e9:.0f} GB per GPU at {mem['per_device_batch']} sequences "
+            f"({mem['setting']}) |")
+    return lines
