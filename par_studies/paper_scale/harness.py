@@ -439,11 +439,7 @@ def dry_run(args, argv: list[str], train_command: Callable[[str, list[str]], lis
     folder = work / f"qwen2-{args.shape}-random"
     started = time.time()
     machine = machine_info(args.threads)
-    if not (folder / "config.json").is_file():
-        made = run_isolated(dict(kind="make_parent", folder=str(folder), shape=args.shape, threads=args.threads),
-                            args.inline)
-        if made.get("status") == "failed":
-            raise SystemExit(f"--dry_run: building the random Qwen2 folder failed: {made['reason']}")
+    ensure_random_parent(folder, args)
     from transformers import AutoTokenizer
 
     task = get_task("swap_s5")
@@ -454,28 +450,7 @@ def dry_run(args, argv: list[str], train_command: Callable[[str, list[str]], lis
     for case in plan_cases(args, folder, split):
         case = dict(case, scratch=str(work / "scratch"))
         case["argv"] = train_command(case["folder"], case_overrides(case))
-        name = case_name(case)
-        print(f"[dry run] {name} ...", file=sys.stderr, flush=True)
-        entry = {"name": name, "case": {k: v for k, v in case.items() if k not in ("folder", "scratch", "argv")}}
-        prediction = predicted_train_peak(case, results, split) if case["kind"] == "train" else None
-        if prediction is not None:
-            entry["predicted"] = prediction
-        margin = 2 * 1024**3
-        if prediction is not None and prediction["peak_rss_bytes"] > available_memory() - margin:
-            entry.update(status="not run", reason=(
-                f"predicted peak {prediction['peak_rss_bytes'] / 1e9:.1f} GB (from {prediction['from']}: its peak "
-                f"plus the activations of the extra layer passes) exceeds this machine's available memory "
-                f"{available_memory() / 1e9:.1f} GB less a {margin / 1e9:.1f} GB margin"))
-        else:
-            t0 = time.time()
-            measured = run_isolated(case, args.inline)
-            entry.update(measured)
-            entry.setdefault("status", "measured")
-            entry["wall_seconds"] = round(time.time() - t0, 1)
-        results.append(entry)
-        print(f"[dry run] {name}: {entry['status']} "
-              f"({entry.get('wall_seconds', 0)} s, peak {entry.get('peak_rss_bytes', 0) / 1e9:.2f} GB)",
-              file=sys.stderr, flush=True)
+        results.append(dry_run_case(case, results, split, args.inline))
     record = {
         "what": "shape-exact dry run of the paper's retrofit (examples/reproduce/paper_retrofit.py --dry_run): random "
                 "weights, fp32 on CPU, batch 1 per measured step",
@@ -484,35 +459,77 @@ def dry_run(args, argv: list[str], train_command: Callable[[str, list[str]], lis
         "machine": machine,
         "shape": {"name": args.shape, **shape, **{k: v for k, v in COMMON_QWEN2.items() if k != "bos_token_id"},
                   "split": list(split), "saved_dtype": "bfloat16"},
-        "tokenizer": "Qwen2Tokenizer (Qwen's class: its regex pre-tokenizer and byte-level BPE) with a small "
-                     "vocabulary "
-                     "trained on the task's text until every word piece (' Box', ' ', '3', ' contents', '.') is one "
-                     "token, as in Qwen2.5's vocabulary for these common words and single digits: prompt lengths "
-                     "approximate Qwen2.5's",
+        "tokenizer": DRY_RUN_TOKENIZER,
         "preset_command": preset_command,
         "prompt_tokens": tokens,
         "cases": results,
         "extrapolated": extrapolate(results, split, shape, tokens),
-        "notes": {
-            "measured": "every case with status 'measured': seconds, peak resident memory (VmHWM of this case's "
-                        "process, reset after loading and at each phase: forward + backward, optimizer step, after "
-                        "a gc.collect() that frees what FlopCounterMode's module tracker keeps in a reference cycle "
-                        "with checkpoint_core's recomputation; glibc with MALLOC_MMAP_THRESHOLD_=262144 so that freed "
-                        "tensors leave the process), bytes of "
-                        "parameters / gradients / AdamW states / tensors saved for backward, FLOPs (FlopCounterMode, "
-                        "CPU flash attention registered; attention counted over the full square as torch counts every "
-                        "sdpa kernel)",
-            "extrapolated": "'extrapolated' holds the evaluation at R = d from the two measured R (linear: every "
-                            "full-view iteration is the same computation; the per-iteration FLOPs and seconds of the "
-                            "two runs are compared in 'linearity') and the training cases' R = d + X tail",
-            "predicted": "a case 'not run' carries the peak predicted from a measured case at the same depth",
-            "training_R": "training cases run R = d (the hold schedule's tail X = 0, i.e. forced depth) with the "
-                          "preset's loss: the window's readouts plus the extra halting negative",
-        },
+        "notes": dict(DRY_RUN_NOTES),
         "total_wall_seconds": round(time.time() - started, 1),
     }
     return record
 
+
+def ensure_random_parent(folder: Path, args) -> None:
+    """The random Qwen2 parent in `folder`, built in its own process unless it is there already."""
+    if not (folder / "config.json").is_file():
+        made = run_isolated(dict(kind="make_parent", folder=str(folder), shape=args.shape, threads=args.threads),
+                            args.inline)
+        if made.get("status") == "failed":
+            raise SystemExit(f"--dry_run: building the random Qwen2 folder failed: {made['reason']}")
+
+
+def dry_run_case(case: dict, done: list[dict], split, inline: bool) -> dict:
+    """One planned case's entry: measured in its own process, or 'not run' when its peak predicted from a measured
+    case in `done` exceeds the available memory less a margin."""
+    name = case_name(case)
+    print(f"[dry run] {name} ...", file=sys.stderr, flush=True)
+    entry = {"name": name, "case": {k: v for k, v in case.items() if k not in ("folder", "scratch", "argv")}}
+    prediction = predicted_train_peak(case, done, split) if case["kind"] == "train" else None
+    if prediction is not None:
+        entry["predicted"] = prediction
+    margin = 2 * 1024**3
+    if prediction is not None and prediction["peak_rss_bytes"] > available_memory() - margin:
+        entry.update(status="not run", reason=(
+            f"predicted peak {prediction['peak_rss_bytes'] / 1e9:.1f} GB (from {prediction['from']}: its peak "
+            f"plus the activations of the extra layer passes) exceeds this machine's available memory "
+            f"{available_memory() / 1e9:.1f} GB less a {margin / 1e9:.1f} GB margin"))
+    else:
+        t0 = time.time()
+        measured = run_isolated(case, inline)
+        entry.update(measured)
+        entry.setdefault("status", "measured")
+        entry["wall_seconds"] = round(time.time() - t0, 1)
+    print(f"[dry run] {name}: {entry['status']} "
+          f"({entry.get('wall_seconds', 0)} s, peak {entry.get('peak_rss_bytes', 0) / 1e9:.2f} GB)",
+          file=sys.stderr, flush=True)
+    return entry
+
+
+# dry_run.json's description of the tokenizer, and its notes on what each figure is
+DRY_RUN_TOKENIZER = (
+    "Qwen2Tokenizer (Qwen's class: its regex pre-tokenizer and byte-level BPE) with a small "
+    "vocabulary "
+    "trained on the task's text until every word piece (' Box', ' ', '3', ' contents', '.') is one "
+    "token, as in Qwen2.5's vocabulary for these common words and single digits: prompt lengths "
+    "approximate Qwen2.5's"
+)
+DRY_RUN_NOTES = {
+    "measured": "every case with status 'measured': seconds, peak resident memory (VmHWM of this case's "
+                "process, reset after loading and at each phase: forward + backward, optimizer step, after "
+                "a gc.collect() that frees what FlopCounterMode's module tracker keeps in a reference cycle "
+                "with checkpoint_core's recomputation; glibc with MALLOC_MMAP_THRESHOLD_=262144 so that freed "
+                "tensors leave the process), bytes of "
+                "parameters / gradients / AdamW states / tensors saved for backward, FLOPs (FlopCounterMode, "
+                "CPU flash attention registered; attention counted over the full square as torch counts every "
+                "sdpa kernel)",
+    "extrapolated": "'extrapolated' holds the evaluation at R = d from the two measured R (linear: every "
+                    "full-view iteration is the same computation; the per-iteration FLOPs and seconds of the "
+                    "two runs are compared in 'linearity') and the training cases' R = d + X tail",
+    "predicted": "a case 'not run' carries the peak predicted from a measured case at the same depth",
+    "training_R": "training cases run R = d (the hold schedule's tail X = 0, i.e. forced depth) with the "
+                  "preset's loss: the window's readouts plus the extra halting negative",
+}
 
 
 if __name__ == "__main__":  # one case in this fresh process (run_isolated)
