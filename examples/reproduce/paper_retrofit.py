@@ -78,7 +78,7 @@ PRESET = {
     "--objective": "par",
     "--depth_schedule": "hold",  # R = d + X, X ~ U{0..7}: forced depth plus a tail past d; X = 0 is forced depth.
     #   The paper trains forced depth with halting labels; this trainer trains Yes labels only on iterations past d
-    #   (the halting rule reads P(Yes) on R..R+m-1, m = 8), so the halting row needs the tail (trainers/par_trainer.py)
+    #   (the halting rule reads P(Yes) on R..R+m-1, m = 8), so the halting row needs the tail (trainers/arguments.py)
     "--hold_tail": "additive",
     "--hold_extra_iterations": 7,  # m - 1 = 7: the halting window's length minus one (paper: m = 8)
     "--halting_loss_weight": 0.5,  # class-balanced halting CE, weight 0.5, one earlier iteration as an extra "No"
