@@ -316,6 +316,12 @@ def profile_checkpoint(row: str, seed: int) -> dict:
                          f"--seed {seed}", "date": time.strftime("%Y-%m-%d"), "profile": profile}
     for depth, row_profile in zip(profile["depths"], profile["profile"]):
         print(f"{row} s{seed} {checkpoint.name} d={depth}: " + " ".join(f"{100 * a:.0f}" for a in row_profile))
+    if getattr(model.config, "prefix_state_queries", 0):  # a dense row: how far its wavefront has formed
+        from state_tracking.diagnostics import wavefront_profile
+
+        record["wavefront"] = wavefront_profile(model, tokenizer, task, [d, 2 * d], n_per_depth=64, seed=seed,
+                                                batch_size=64)
+        print(f"{row} s{seed} wavefront: {record['wavefront']['wavefront']}")
     save_record(record, OUT / "checkpoints" / f"{row}_s{seed}.json")
     return record
 
