@@ -24,7 +24,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -241,7 +241,8 @@ def race_recipe(records, given: set, model_args, task_args, data_args, train_arg
             shutil.rmtree(Path(train_args.output_dir) / "race" / candidate.name, ignore_errors=True)
     m, d, t, overridden = arguments(winner.recipe)
     data = prepare(records, m, d, t)
-    data.recipe = {**recipe_summary(winner.recipe, statistics, overridden), "mode": "race", "race": race}
+    data.recipe = {**recipe_summary(winner.recipe, statistics, overridden), "mode": "race",
+                   "statistics": asdict(statistics), "race": race}  # the statistics even when the defaults win
     return m, d, t, data, None if checkpoint is None else str(checkpoint)
 
 

@@ -133,6 +133,7 @@ def test_a_tiny_records_race_resumes_its_winner_to_the_end(tmp_path, monkeypatch
     summary = train_par.main(argv)
     recipe = json.loads((out / "summary.json").read_text())["recipe"]
     race = recipe["race"]
+    assert recipe["statistics"]["records"] > 0  # whichever candidate wins (the defaults have no recipe of their own)
     assert recipe["mode"] == "race" and [c["name"] for c in race["candidates"]] == ["rules", "feedback_off",
                                                                                    "defaults"]
     assert [r["steps"] for r in race["rounds"]] == [2, 4]
