@@ -79,6 +79,8 @@ VARIANTS = {
     # issue 71 (0b): the recipe measured on the run's own validation split instead of inferred (par_cli.recipe_race)
     "race": ("does racing the rules' recipe against its answer-feedback opposite and the fixed defaults (200 steps "
              "each, successive halving, the winner resumed) pick better than the rules?", {"--recipe": "race"}),
+    "race_500": ("does a longer race (500 steps in the first round, 1,000 in the second) pick better?",
+                 {"--recipe": "race", "--race_steps": "500"}),
 }
 
 # ---- the elevator log: 4 floors x doors x mode = 16 states, free-text events in three wordings each ----
