@@ -11,7 +11,8 @@ control (8 real ops + identity ops), and learned halting where the run trains it
     python examples/studies/length_generalization.py --export local_bidir_halting  # a Hub folder of a run
 
 Writes results/length_generalization_cpu/runs/<run>_s<seed>.json (command, seed, steps, wall time, curve,
-accuracy grid, G, profiles), README.md (one row per run, mean ± sd where there are seeds) and plots.
+accuracy grid, G, profiles), README.md (one row per run, mean ± sd where there are seeds), every_run.md (one row per
+run and seed) and plots.
 """
 
 from __future__ import annotations
@@ -168,17 +169,19 @@ def collect() -> None:
         for r in group if group[0].get("halting") else []:
             h = r["halting"]
             bound = "≥ " if h["depths"][-1] == GRID[-1] and h["accuracy"][-1] >= 0.5 else ""
-            readme.append(f"| `{name}`, learned halting | " + " | ".join(seeds_cell([h], d) for d in short)
+            readme.append(f"| `{name}`, learned halting (d unknown) | " + " | ".join(seeds_cell([h], d) for d in short)
                           + f" | {bound}{h['extrapolation_factor']:.2f} |")
     (OUT / "readme_table.md").write_text("\n".join(readme) + "\n")
     text = (OUT / "README.md").read_text() if (OUT / "README.md").exists() else ""
     marker = "<!-- generated below by examples/studies/length_generalization.py --collect -->"
     head_text = text.split(marker)[0] if marker in text else (text or "# Length generalization at CPU scale\n\n")
+    (OUT / "every_run.md").write_text("# Every run (overall state accuracy, %)\n\n" + "\n".join(lines) + "\n")
     body = ["## Mean over seeds (overall state accuracy, %, 256 fresh sequences per depth, forced depth)", "",
-            *summary, "", "## Every run", "", *lines, "",
+            *summary, "",
             "## Progress profiles (accuracy of iteration k vs z_min(k, d), %)",
             "", "| run | prompts | d | k = 1, 2, … |", "|---|---|---|---|", *profiles, "",
-            "Commands, curves, environment: `runs/<run>_s<seed>.json`.", ""]
+            "Every run's steps, seconds and accuracy: `every_run.md`; commands, curves, environment: "
+            "`runs/<run>_s<seed>.json`.", ""]
     (OUT / "README.md").write_text(head_text + marker + "\n\n" + "\n".join(body))
     def padded(r):  # depths a run stopped before count as 0 (two shorter depths were already below FAILED)
         acc = dict(zip(r["depths"], r["accuracy"]))
