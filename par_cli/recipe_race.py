@@ -29,7 +29,15 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from .recipe import Recipe, RecordStatistics, choose_recipe, effective_flags, recipe_summary, record_statistics
+from .recipe import (
+    Recipe,
+    RecordStatistics,
+    apply_recipe,
+    choose_recipe,
+    effective_flags,
+    recipe_summary,
+    record_statistics,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +58,11 @@ class Candidate:
 
 
 def race_candidates(statistics: RecordStatistics, user_feedback: bool | None, self_distillation: bool,
-                    applied: Callable[[Recipe | None], dict]) -> list[Candidate]:
+                    given: set) -> list[Candidate]:
     """The candidates in the rules' order: the rules' recipe ("rules"); the rules with answer feedback flipped
     ("feedback_on" / "feedback_off"), unless the user gave `--answer_feedback` (`user_feedback` not None); the fixed
-    records defaults ("defaults"). `applied(recipe)` is what a candidate sets once the user's flags win
-    (`apply_recipe` on copies of the arguments): candidates that set the same are one (the earlier kept)."""
+    records defaults ("defaults"). Candidates that set the same flags once the user's (`given`) win
+    (`effective_flags`) are one, the earlier kept."""
     rules = choose_recipe(statistics, user_feedback, self_distillation)
     candidates = [Candidate("rules", rules)]
     if user_feedback is None and not (statistics.step_states or self_distillation):
@@ -69,7 +77,7 @@ def race_candidates(statistics: RecordStatistics, user_feedback: bool | None, se
     candidates.append(Candidate("defaults", None))
     kept, seen = [], []
     for candidate in candidates:
-        settings = applied(candidate.recipe)
+        settings = effective_flags(candidate.recipe, given)
         if settings not in seen:
             kept.append(candidate)
             seen.append(settings)
@@ -212,8 +220,7 @@ def race_recipe(records, given: set, model_args, task_args, data_args, train_arg
         return (*copies, overridden)
 
     user_feedback = model_args.answer_feedback if "answer_feedback" in given else None
-    candidates = race_candidates(statistics, user_feedback, task_args.self_distillation,
-                                 lambda recipe: effective_flags(recipe, given))
+    candidates = race_candidates(statistics, user_feedback, task_args.self_distillation, given)
     check_race(data_args.race_steps, train_args.max_steps, len(candidates), "validation" in records.splits,
                train_args.world_size)
 
@@ -248,8 +255,6 @@ def race_recipe(records, given: set, model_args, task_args, data_args, train_arg
 
 def apply_candidate(recipe: Recipe | None, given: set, *arguments) -> list[str]:
     """`apply_recipe` for a candidate (None: the fixed defaults, nothing set)."""
-    from .recipe import apply_recipe
-
     return [] if recipe is None else apply_recipe(recipe, given, *arguments)
 
 

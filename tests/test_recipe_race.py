@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from datasets import Dataset
 
-from par_cli.recipe import effective_flags, record_statistics
+from par_cli.recipe import record_statistics
 from par_cli.recipe_race import Candidate, RaceRun, check_race, halving_rounds, race_candidates, run_race
 from state_tracking.records import RecordColumns, read_record_splits, records_across_lengths
 from tests.test_default_recipe import TINY, counter_records, train_par, write_jsonl
@@ -47,7 +47,7 @@ def statistics(tmp_path, records, **kwargs):
 
 def test_candidates_come_in_the_rules_order_and_the_users_flags_win(tmp_path):
     s = statistics(tmp_path, counter_records(300))  # final states, the label the whole state: feedback on
-    candidates = race_candidates(s, None, False, lambda r: effective_flags(r, set()))
+    candidates = race_candidates(s, None, False, set())
     assert [c.name for c in candidates] == ["rules", "feedback_off", "defaults"]
     rules, flipped, defaults = candidates
     assert rules.flags["answer_feedback"] is True and flipped.flags["answer_feedback"] is False
@@ -57,19 +57,19 @@ def test_candidates_come_in_the_rules_order_and_the_users_flags_win(tmp_path):
     assert rules.recipe.reasons["answer_feedback"].startswith("on:")  # the rules' own recipe untouched
     # the user's --answer_feedback: no flipped candidate (their flag wins in every candidate)
     given = {"answer_feedback"}
-    assert [c.name for c in race_candidates(s, True, False, lambda r: effective_flags(r, given))] == [
+    assert [c.name for c in race_candidates(s, True, False, given)] == [
         "rules", "defaults"]
 
 
 def test_candidates_that_set_the_same_are_one(tmp_path):
     s = statistics(tmp_path, counter_records(300))
     # step states (or self-distillation): the rules keep the defaults, so one candidate and no race
-    assert [c.name for c in race_candidates(s, None, True, lambda r: effective_flags(r, set()))] == ["rules"]
+    assert [c.name for c in race_candidates(s, None, True, set())] == ["rules"]
     # the user's flags cover every flag the rules set: the rules' recipe is the defaults
     covering = set()
-    for candidate in race_candidates(s, None, False, lambda r: effective_flags(r, set())):
+    for candidate in race_candidates(s, None, False, set()):
         covering |= set(candidate.flags)
-    names = [c.name for c in race_candidates(s, None, False, lambda r: effective_flags(r, covering))]
+    names = [c.name for c in race_candidates(s, None, False, covering)]
     assert names == ["rules"]
 
 
