@@ -35,6 +35,7 @@ from .runs import (
     run_logged,
     thread_env,
     train_segment,
+    write_shipped_summary,
 )
 from .tables import load_records, mean_sd, save_record, seeds_cell, splice_table
 
@@ -43,5 +44,5 @@ __all__ = [
     "blocked_pipeline_check", "combine", "curriculum_growth", "halting", "hold_tail", "latest_checkpoint",
     "load_records", "load_run", "load_train_par", "mean_sd", "parse_argv", "peak_rss_gb", "repo_module",
     "row_train_seconds", "rows_by_name", "run_logged", "save_record", "seeds_cell", "splice_table", "thread_env",
-    "train_segment",
+    "train_segment", "write_shipped_summary",
 ]

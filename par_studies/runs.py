@@ -206,3 +206,15 @@ def repo_module(dotted: str):
         if spec.loader is not None:
             spec.loader.exec_module(module)
     return importlib.import_module(dotted)
+
+
+SHIPPED_MAX_MIB = 16  # a checkpoint committed under checkpoints/
+
+
+def write_shipped_summary(target: Path, summary: dict) -> None:
+    """The last step of shipping a study row as a committed checkpoint: its training_summary.json written beside the
+    exported files, and the folder refused (`SystemExit`) when it holds more than `SHIPPED_MAX_MIB`."""
+    (target / "training_summary.json").write_text(json.dumps(summary, indent=1))
+    size = sum(f.stat().st_size for f in target.iterdir())
+    if size > SHIPPED_MAX_MIB * 2**20:
+        raise SystemExit(f"the checkpoint is {size / 2**20:.1f} MiB; the shipped one must be ≤ {SHIPPED_MAX_MIB} MiB.")

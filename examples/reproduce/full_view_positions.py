@@ -511,7 +511,7 @@ def export(row: str, seed: int, target: Path | None = None) -> Path:
     on this machine (`--row ROW --seed S` trains it)."""
     import shutil
 
-    from par_studies import repo_module
+    from par_studies import repo_module, write_shipped_summary
     from state_tracking.evaluation import repo_relative
 
     hub = repo_module("examples.push_to_hub")
@@ -553,10 +553,7 @@ def export(row: str, seed: int, target: Path | None = None) -> Path:
                "train_commands": record["train_commands"], "n_per_depth": evaluation["n_per_depth"],
                "depths": evaluation["depths"], "accuracy": evaluation["accuracy"],
                "results": repo_relative(record_path(row, seed)), "curve": record["curve"]}
-    (target / "training_summary.json").write_text(json.dumps(summary, indent=1))
-    size = sum(f.stat().st_size for f in target.iterdir())
-    if size > 16 * 2**20:
-        raise SystemExit(f"the checkpoint is {size / 2**20:.1f} MiB; the shipped one must be ≤ 16 MiB.")
+    write_shipped_summary(target, summary)
     print(f"exported {row} seed {seed} to {repo_relative(target)}")
     return target
 

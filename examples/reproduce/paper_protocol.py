@@ -61,6 +61,7 @@ from par_studies import (
     run_logged,
     save_record,
     train_segment,
+    write_shipped_summary,
 )
 
 PAPER = [  # the paper's reported rows (Qwen2.5-0.5B retrofit, train d ≤ 32; its own report, not reproduced)
@@ -505,10 +506,7 @@ def export(p: Protocol, row: str, seed: int, target: Path | None = None) -> Path
                "accuracy": forced["accuracy"], "d50": forced["d50"], "G": forced["extrapolation_factor"],
                "halting": None if not halting else {k: halting[k] for k in ("depths", "accuracy", "d50")},
                "results": repo_relative(record_path(p, row, seed)), "curve": record["curve"]}
-    (target / "training_summary.json").write_text(json.dumps(summary, indent=1))
-    size = sum(f.stat().st_size for f in target.iterdir())
-    if size > 16 * 2**20:
-        raise SystemExit(f"the checkpoint is {size / 2**20:.1f} MiB; the shipped one must be ≤ 16 MiB.")
+    write_shipped_summary(target, summary)
     print(f"exported {row} seed {seed} to {repo_relative(target)}")
     return target
 
