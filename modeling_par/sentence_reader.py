@@ -56,7 +56,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 from transformers.utils import cached_file
 
-from .prompt_format import CANDIDATE, QUESTION_MARK, PromptFormat, PromptFormatError
+from .prompt_format import CANDIDATE, QUESTION_MARK, PromptFormat, PromptFormatError, require_prompt_text
 from .sentences import collapse_whitespace
 
 READER_FOLDER = "reader"  # the checkpoint's subfolder holding the encoder, its tokenizer and the known sentences
@@ -349,9 +349,7 @@ class SentenceReader:
         `PromptFormatError` naming the first misplaced one; `check_roles=False` only reports them), and the prompt
         with each new wording replaced by its nearest known one."""
         prompt_format = prompt_format or self.prompt_format
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise PromptFormatError("the prompt is empty." if isinstance(prompt, str) else
-                                    f"a prompt must be a string; got {type(prompt).__name__}.")
+        require_prompt_text(prompt)
         spans = prompt_format.units(prompt)
         readings = self.read([prompt[a:b] for a, b in spans])
         if check_roles:

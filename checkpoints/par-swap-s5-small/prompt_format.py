@@ -81,6 +81,12 @@ class PromptFormatError(ValueError):
     wrong; never answered)."""
 
 
+def require_prompt_text(prompt) -> None:
+    """A prompt is a non-empty string, or one `PromptFormatError` saying which it is not."""
+    if not isinstance(prompt, str):
+        raise PromptFormatError(f"a prompt must be a string; got {type(prompt).__name__}.")
+    if not prompt.strip():
+        raise PromptFormatError("the prompt is empty.")
 
 
 @dataclass(frozen=True)
@@ -398,10 +404,7 @@ class PromptFormat:
         """Split one raw prompt into preamble, operations and queries (character offsets); `PromptFormatError`
         naming the first unit that does not fit. `allow_untrained` (text): a unit the format does not list is read
         from its words and listed in `Segments.untrained` (see "New wordings" in the module docstring)."""
-        if not isinstance(prompt, str):
-            raise PromptFormatError(f"a prompt must be a string; got {type(prompt).__name__}.")
-        if not prompt.strip():
-            raise PromptFormatError("the prompt is empty.")
+        require_prompt_text(prompt)
         spans = self.units(prompt)
         texts = [self._key(prompt[a:b]) for a, b in spans]
         q = len(self.query_names)
@@ -591,4 +594,4 @@ class PromptFormat:
                 + (" ..." if len(self.queries) > 2 else ""))
 
 
-__all__ = ["CANDIDATE", "PromptFormat", "PromptFormatError", "Segments", "delimiter_problem"]
+__all__ = ["CANDIDATE", "PromptFormat", "PromptFormatError", "Segments", "delimiter_problem", "require_prompt_text"]
