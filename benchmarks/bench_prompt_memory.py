@@ -149,7 +149,7 @@ def build_inputs(depths: list[int], batch_size: int, seed: int, path: Path) -> d
     return config
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--depths", default="64,256,512")
@@ -162,18 +162,28 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="JSON report (default results/prompt_memory_<device>/"
                         "prompt_memory.json), a .md table beside it")
     parser.add_argument("--measure", nargs=5, default=None, help=argparse.SUPPRESS)  # internal: one process
-    args = parser.parse_args(argv)
-    if args.measure is not None:
-        tree, inputs, depth, logits_out, result_out = args.measure
-        result = measure(Path(tree), Path(inputs), int(depth), args.repeats, args.device, args.attn, Path(logits_out))
-        Path(result_out).write_text(json.dumps(result))
-        return None
+    return parser
 
+
+def measure_in_process(args, tree: Path, scratch: Path, label: str, depth: int) -> dict:
+    """One (code, d) measurement in a fresh process (`--measure`), its logits loaded back."""
     import torch
 
-    depths = [int(d) for d in args.depths.split(",")]
-    out = Path(args.out or ROOT / "results" / f"prompt_memory_{args.device}" / "prompt_memory.json")
-    started = time.time()
+    logits, result = scratch / f"{label}_{depth}.pt", scratch / f"{label}_{depth}.json"
+    command = [sys.executable, __file__, "--measure", str(tree), str(scratch / "inputs.pt"),
+               str(depth), str(logits), str(result), "--repeats", str(args.repeats), "--attn", args.attn,
+               "--device", args.device]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=scratch,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if proc.returncode != 0:
+        raise SystemExit(f"measuring {label} at d = {depth} failed:\n{proc.stderr[-3000:]}")
+    run = json.loads(result.read_text())
+    run["logits"] = torch.load(logits)
+    return run
+
+
+def measure_all(args, depths: list[int]) -> tuple[dict, str | None, dict]:
+    """Every (code, d) measurement, before and after alternating in order; (runs, before commit, model config)."""
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         trees = {"before": None, "after": ROOT}
@@ -182,30 +192,29 @@ def main(argv=None):
         runs = {label: {} for label in trees}
         for n, depth in enumerate(depths):
             for label in (("before", "after") if n % 2 == 0 else ("after", "before")):
-                logits, result = scratch / f"{label}_{depth}.pt", scratch / f"{label}_{depth}.json"
-                command = [sys.executable, __file__, "--measure", str(trees[label]), str(scratch / "inputs.pt"),
-                           str(depth), str(logits), str(result), "--repeats", str(args.repeats), "--attn", args.attn,
-                           "--device", args.device]
-                proc = subprocess.run(command, capture_output=True, text=True, cwd=scratch,
-                                      env=dict(os.environ, OMP_NUM_THREADS="1"))
-                if proc.returncode != 0:
-                    raise SystemExit(f"measuring {label} at d = {depth} failed:\n{proc.stderr[-3000:]}")
-                runs[label][depth] = json.loads(result.read_text())
-                runs[label][depth]["logits"] = torch.load(logits)
-                r = runs[label][depth]
+                r = runs[label][depth] = measure_in_process(args, trees[label], scratch, label, depth)
                 print(f"d = {depth:4d} {label:6s}: peak {r['peak_bytes'] / 2**20:8.1f} MiB, "
                       f"{args.batch / r['median_s']:7.2f} seq/s (first call {r['first_call_s']:.2f} s)", flush=True)
+    return runs, before_commit, config
+
+
+def table_rows(runs: dict, depths: list[int], batch: int) -> list[dict]:
+    """One row per depth: peaks, sequences/s and the largest logit difference (the logits are taken out of `runs`)."""
     rows = []
     for depth in depths:
         before, after = runs["before"][depth], runs["after"][depth]
         rows.append(dict(depth=depth, tokens=after["tokens"], before_peak_mib=before["peak_bytes"] / 2**20,
-                         after_peak_mib=after["peak_bytes"] / 2**20, before_seq_per_s=args.batch / before["median_s"],
-                         after_seq_per_s=args.batch / after["median_s"],
+                         after_peak_mib=after["peak_bytes"] / 2**20, before_seq_per_s=batch / before["median_s"],
+                         after_seq_per_s=batch / after["median_s"],
                          max_abs_logit_diff=float((after.pop("logits") - before.pop("logits")).abs().max())))
     for label in ("before", "after"):  # peak per operation between consecutive depths: constant if linear in d
         key = f"{label}_peak_mib"
         for previous, row in zip(rows, rows[1:]):
             row[f"{label}_mib_per_op_from_previous"] = (row[key] - previous[key]) / (row["depth"] - previous["depth"])
+    return rows
+
+
+def markdown_table(args, rows: list[dict]) -> str:
     peak_note = ("VmHWM above the RSS before the call" if args.device == "cpu"
                  else "cuda max_memory_allocated above the allocation before the call")
     lines = [f"swap-S5 text prompts, batch {args.batch}, predict at forced depth R = d, {args.attn} attention, "
@@ -219,7 +228,25 @@ def main(argv=None):
     lines += ["", "Peak growth per operation between consecutive depths (MiB / op; constant when linear in d):"]
     lines += [f"- d = {p['depth']} -> {r['depth']}: before {r['before_mib_per_op_from_previous']:.3f}, "
               f"after {r['after_mib_per_op_from_previous']:.3f}" for p, r in zip(rows, rows[1:])]
-    table = "\n".join(lines)
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.measure is not None:
+        tree, inputs, depth, logits_out, result_out = args.measure
+        result = measure(Path(tree), Path(inputs), int(depth), args.repeats, args.device, args.attn, Path(logits_out))
+        Path(result_out).write_text(json.dumps(result))
+        return None
+
+    import torch
+
+    depths = [int(d) for d in args.depths.split(",")]
+    out = Path(args.out or ROOT / "results" / f"prompt_memory_{args.device}" / "prompt_memory.json")
+    started = time.time()
+    runs, before_commit, config = measure_all(args, depths)
+    rows = table_rows(runs, depths, args.batch)
+    table = markdown_table(args, rows)
     print(table)
     report = {
         "command": " ".join(["python", "benchmarks/bench_prompt_memory.py", *(sys.argv[1:] if argv is None else argv)]),
@@ -240,7 +267,6 @@ def main(argv=None):
     out.write_text(json.dumps(report, indent=1))
     out.with_suffix(".md").write_text(table + "\n")
     return report
-
 
 if __name__ == "__main__":
     main()
