@@ -123,7 +123,7 @@ def profile_step(step) -> dict:
                                                       sorted(spent.items(), key=lambda item: -item[1])}}
 
 
-def main(argv=None) -> dict:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", default="8,16")
@@ -131,54 +131,77 @@ def main(argv=None) -> dict:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", default=None)
     parser.add_argument("--profile", action="store_true", help="where a step's time goes (torch.profiler), per model")
-    args = parser.parse_args(argv)
-    import numpy as np
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
+    return parser
 
-    from par_studies import repo_module
-    from state_tracking import StateTrackingCollator
-    from state_tracking.records import RecordColumns, read_record_splits, record_token_ids
 
-    torch.set_num_threads(1)
+def read_records():
+    """The register3 records (`FILE`, written by own_data.py --make_data if missing), read as training reads them."""
+    from state_tracking.records import RecordColumns, read_record_splits
+
     if not FILE.exists():
         import subprocess
 
         subprocess.run([sys.executable, "examples/studies/own_data.py", "--make_data", "--machine", "register3"],
                        cwd=REPO, check=True)
-    records = read_record_splits(RecordColumns(), str(FILE), validation_split_percentage=0)
+    return read_record_splits(RecordColumns(), str(FILE), validation_split_percentage=0)
+
+
+def build_model(kind: str, spec: dict, records):
+    """A freshly seeded model of `MODELS`' kind and spec, in training mode."""
+    import torch
+
+    from par_studies import repo_module
+    from state_tracking.records import record_token_ids
+
     token_ids = record_token_ids(records.tokenizer, records.record_format)
+    torch.manual_seed(0)
+    if kind == "par":
+        return par_model(token_ids, **spec)
+    num_queries, num_candidates = len(records.record_format.query_names), len(records.record_format.candidates)
+    tracker = repo_module("examples.baselines.rnn").RNNStateTracker
+    return tracker(spec["cell"], token_ids["vocab_size"], spec["hidden"], 1, num_queries, num_candidates).train()
+
+
+def measure_step(kind: str, spec: dict, model, batch: dict, depth: int, repeats: int) -> tuple:
+    """(the step's closure, median seconds per step after 3 warm-up steps, FLOPs per step, how they were counted)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    step = step_function(kind, model, batch, depth)
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - started)
+    if kind == "par":
+        with FlopCounterMode(display=False) as counter:
+            step()
+        flops, source = counter.get_total_flops(), "FlopCounterMode"
+    else:
+        flops, source = rnn_step_flops(spec["cell"], spec["hidden"], batch["input_ids"].shape), "analytic"
+    return step, statistics.median(times), flops, source
+
+
+def main(argv=None) -> dict:
+    args = build_parser().parse_args(argv)
+    import numpy as np
+    import torch
+
+    from state_tracking import StateTrackingCollator
+
+    torch.set_num_threads(1)
+    records = read_records()
     encoded = records.encoded
     depths = np.asarray(encoded["depth"])
     collate = StateTrackingCollator(records.tokenizer.pad_token_id, padding_side="right")
-    num_queries, num_candidates = len(records.record_format.query_names), len(records.record_format.candidates)
     rows = []
     for name, (kind, spec) in MODELS.items():
-        torch.manual_seed(0)
-        if kind == "par":
-            model = par_model(token_ids, **spec)
-        else:
-            tracker = repo_module("examples.baselines.rnn").RNNStateTracker
-            model = tracker(spec["cell"], token_ids["vocab_size"], spec["hidden"], 1, num_queries,
-                            num_candidates).train()
+        model = build_model(kind, spec, records)
         parameters = sum(p.numel() for p in model.parameters())
         for depth in (int(d) for d in args.lengths.split(",")):
             batch = collate([encoded[int(i)] for i in np.flatnonzero(depths == depth)[:args.batch_size]])
-            step = step_function(kind, model, batch, depth)
-            for _ in range(3):
-                step()
-            times = []
-            for _ in range(args.repeats):
-                started = time.perf_counter()
-                step()
-                times.append(time.perf_counter() - started)
-            if kind == "par":
-                with FlopCounterMode(display=False) as counter:
-                    step()
-                flops, source = counter.get_total_flops(), "FlopCounterMode"
-            else:
-                flops, source = rnn_step_flops(spec["cell"], spec["hidden"], batch["input_ids"].shape), "analytic"
-            seconds = statistics.median(times)
+            step, seconds, flops, source = measure_step(kind, spec, model, batch, depth, args.repeats)
             rows.append({"model": name, "parameters": parameters, "depth": depth, "seconds_per_step": round(seconds, 5),
                          "gflops_per_step": round(flops / 1e9, 3), "flops_counted_by": source,
                          "gflops_per_second": round(flops / seconds / 1e9, 1)})
@@ -194,7 +217,6 @@ def main(argv=None) -> dict:
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     return result
-
 
 if __name__ == "__main__":
     main()
