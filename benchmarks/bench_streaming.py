@@ -96,7 +96,7 @@ def report(name: str, seconds: list[float]) -> float:
     return rate
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1000)
@@ -114,10 +114,12 @@ def main(argv=None):
     parser.add_argument("--reread_repeats", type=int, default=3, help="timed predict calls on the whole prompt")
     parser.add_argument("--compile", action="store_true", help="model.compile_core() first (minutes on a CPU)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    return parser
 
-    # vocabulary: 0 pad, 1 <bos>, the candidates, the query tokens, the operations
+
+def vocabulary(args) -> tuple[list[int], list[int], int, list[int], list[int]]:
+    """(candidates, query ids, vocabulary size, the timed events, the warm-up events): 0 pad, 1 <bos>, the candidates,
+    the query tokens, the operations."""
     candidates = list(range(2, 2 + args.candidates))
     query_ids = list(range(candidates[-1] + 1, candidates[-1] + 1 + args.queries))
     first_op = query_ids[-1] + 1
@@ -125,6 +127,54 @@ def main(argv=None):
     g = torch.Generator().manual_seed(args.seed)
     events = torch.randint(first_op, vocab, (args.events,), generator=g).tolist()
     warmup = torch.randint(first_op, vocab, (args.warmup,), generator=g).tolist()
+    return candidates, query_ids, vocab, events, warmup
+
+
+def time_stream(model, query_ids: list[int], warmup: list[int], events: list[int]):
+    """Per-event seconds of `model.stream` (after a warm-up stream) and its answer after the last event."""
+    columns = list(range(len(query_ids)))
+    warm = model.stream([1], query_ids, query_positions=columns)
+    time_events(warm.update, [[e] for e in warmup])
+    stream = model.stream([1], query_ids, query_positions=columns)
+    par_seconds = time_events(stream.update, [[e] for e in events])
+    return par_seconds, stream.answer()
+
+
+def time_lstm(args, vocab: int, warmup: list[int], events: list[int]) -> tuple[list[float], int]:
+    """Per-event seconds of an `LstmMonitor` (after warm-up events, its state reset) and its parameter count."""
+    lstm = LstmMonitor(vocab, args.lstm_hidden, args.queries, args.candidates).eval()
+    state = [(torch.zeros(1, args.lstm_hidden), torch.zeros(1, args.lstm_hidden))]
+
+    def lstm_step(event):
+        _, state[0] = lstm.step(torch.tensor([event]), state[0])
+
+    time_events(lstm_step, warmup)
+    state[0] = (torch.zeros(1, args.lstm_hidden), torch.zeros(1, args.lstm_hidden))
+    lstm_seconds = time_events(lstm_step, events)
+    return lstm_seconds, sum(p.numel() for p in lstm.parameters())
+
+
+def time_reread(model, args, events: list[int], query_ids: list[int]):
+    """Median milliseconds of `predict` on the whole prompt at forced depth d (after one untimed call), and its
+    prediction."""
+    columns = list(range(args.queries))
+    ids = torch.tensor([[1, *events, *query_ids]])
+    ends = torch.tensor([list(range(args.events + 1))])
+    query_positions = torch.tensor([[args.events + 1 + c for c in columns]])
+    reread = []
+    model.predict(ids, query_positions=query_positions, operation_ends=ends, num_iterations=args.events)  # warm-up
+    for _ in range(args.reread_repeats):
+        started = time.perf_counter()
+        prediction = model.predict(ids, query_positions=query_positions, operation_ends=ends,
+                                   num_iterations=args.events)
+        reread.append(time.perf_counter() - started)
+    return 1e3 * statistics.median(reread), prediction
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    torch.set_num_threads(1)
+    candidates, query_ids, vocab, events, warmup = vocabulary(args)
 
     print(f"command: python {' '.join(sys.argv)}")
     print(f"machine: {machine()}; 1 thread; {datetime.datetime.now().astimezone().isoformat(timespec='minutes')}")
@@ -136,24 +186,9 @@ def main(argv=None):
           f"{args.heads} heads, answer feedback {args.answer_feedback}, attention {args.attn}"
           f"{', compile_core' if args.compile else ', eager'}, {params:,} parameters; "
           f"{args.events} one-token events, {args.queries} queries, {args.candidates} candidates")
-    columns = list(range(args.queries))
     with torch.no_grad():
-        warm = model.stream([1], query_ids, query_positions=columns)
-        time_events(warm.update, [[e] for e in warmup])
-        stream = model.stream([1], query_ids, query_positions=columns)
-        par_seconds = time_events(stream.update, [[e] for e in events])
-        last = stream.answer()
-
-        lstm = LstmMonitor(vocab, args.lstm_hidden, args.queries, args.candidates).eval()
-        state = [(torch.zeros(1, args.lstm_hidden), torch.zeros(1, args.lstm_hidden))]
-
-        def lstm_step(event):
-            _, state[0] = lstm.step(torch.tensor([event]), state[0])
-
-        time_events(lstm_step, warmup)
-        state[0] = (torch.zeros(1, args.lstm_hidden), torch.zeros(1, args.lstm_hidden))
-        lstm_seconds = time_events(lstm_step, events)
-    lstm_params = sum(p.numel() for p in lstm.parameters())
+        par_seconds, last = time_stream(model, query_ids, warmup, events)
+        lstm_seconds, lstm_params = time_lstm(args, vocab, warmup, events)
 
     print()
     par_rate = report("PAR stream (model.stream)", par_seconds)
@@ -162,17 +197,7 @@ def main(argv=None):
     print(f"PAR stream latency, events 1-100 vs the last 100: median {first[0]:.3f} vs {later[0]:.3f} ms "
           "(flat: no re-reading)")
 
-    ids = torch.tensor([[1, *events, *query_ids]])
-    ends = torch.tensor([list(range(args.events + 1))])
-    query_positions = torch.tensor([[args.events + 1 + c for c in columns]])
-    reread = []
-    model.predict(ids, query_positions=query_positions, operation_ends=ends, num_iterations=args.events)  # warm-up
-    for _ in range(args.reread_repeats):
-        started = time.perf_counter()
-        prediction = model.predict(ids, query_positions=query_positions, operation_ends=ends,
-                                   num_iterations=args.events)
-        reread.append(time.perf_counter() - started)
-    reread_ms = 1e3 * statistics.median(reread)
+    reread_ms, prediction = time_reread(model, args, events, query_ids)
     diff = (prediction.answer_logits[0] - last.answer_logits).abs().max().item()
     same = torch.equal(prediction.answers[0], last.answers)
     print(f"{'predict, whole prompt (re-read)':<34} {1e3 / reread_ms:10.2f} events/s   "
@@ -182,7 +207,6 @@ def main(argv=None):
           f"{reread_ms / (1e3 * statistics.median(par_seconds)):.0f}x the stream's median event")
     print(f"check: stream after {args.events} events vs predict on the whole prompt: answers equal {same}, "
           f"answer_logits max |diff| {diff:.2e}")
-
 
 if __name__ == "__main__":
     main()
