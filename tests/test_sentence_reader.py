@@ -189,7 +189,8 @@ def test_above_the_threshold_a_new_wording_is_read_as_its_nearest_known_one(read
     assert out["answers"] == tracker(canonical, halting=False)["answers"] == plain(canonical, halting=False)["answers"]
     assert out["readings"][1] == {"sentence": NEW_OP, "role": "operation", "read_as": reading.read_as,
                                   "nearest_known": reading.nearest_known, "confidence": reading.confidence,
-                                  "known": False, "similarity": reading.similarity}
+                                  "known": False, "similarity": reading.similarity,
+                                  "replacement": reading.nearest_known}  # no example wordings: the nearest is trained
 
 
 def test_below_the_threshold_the_prompt_is_refused_naming_the_weakest_sentence(reader, tracker, plain):

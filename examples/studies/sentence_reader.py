@@ -125,6 +125,14 @@ def measure(reader: SentenceReader, path: Path, helper) -> dict:
             "answered_misses": [r for r in rows if r["answered"] and not r["right"]]}
 
 
+def environment_of() -> dict:
+    """The machine, date and versions of a run of this study (or of `few_shot_reading.py`)."""
+    return {"machine": f"{os.cpu_count()}-core CPU ({platform.machine()}, {platform.processor() or 'cpu'}), no GPU; "
+                       "one torch thread",
+            "date": datetime.date.today().isoformat(), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--final_set3", action="store_true", help="also read set 3 (once, at the end)")
@@ -143,12 +151,8 @@ def main(argv=None) -> dict:
     calibration_sentences = helper.calibration_sentences(load_task(SETS["set1"]), reader.prompt_format, reader)
     calibration = helper.calibrate(reader, calibration_sentences, TARGET)
     reader.threshold = calibration["threshold"]
-    environment = {"command": "python examples/studies/sentence_reader.py" + (" --final_set3" if args.final_set3
-                                                                                else ""),
-                   "machine": f"{os.cpu_count()}-core CPU ({platform.machine()}, {platform.processor() or 'cpu'}), "
-                              "no GPU; one torch thread",
-                   "date": datetime.date.today().isoformat(), "python": platform.python_version(),
-                   "torch": torch.__version__, "transformers": transformers.__version__}
+    environment = {**environment_of(), "command": "python examples/studies/sentence_reader.py"
+                   + (" --final_set3" if args.final_set3 else "")}
     out = {"question": "issue 69: per-sentence reading of new wordings by a sentence encoder, with a threshold "
                        "calibrated on held-out set 1",
            "environment": environment,
