@@ -9,7 +9,11 @@ Setting: the reader of `examples/studies/sentence_reader.py` (all-MiniLM-L6-v2, 
 sentence (the start template, each of the 8 operations, the question stem). For k in `KS` and each draw r in
 `range(DRAWS)` (k = 0: one draw): for every sentence, k of its six wordings are drawn (`random.Random(1000 k + r)`)
 and given as examples (`sentence_reader.example_sentences`: the start templates filled with every state); the other
-6 − k wordings of each sentence are read. The threshold is calibrated for each reader on held-out set 1 (as in
+6 − k wordings of each sentence are read. Two protocols (`PROTOCOLS`): `random`, each sentence's k examples drawn
+on their own; `same_kind`, k positions drawn once and the wordings at those positions given for every sentence (the
+sets write one wording of each kind per sentence at the same position in set 3, e.g. the log lines second, so a
+user who writes every sentence in the same few styles; set 2's positions are only loosely kinds). The threshold is
+calibrated for each reader on held-out set 1 (as in
 `sentence_reader.py`: the smallest margin whose answered set-1 sentences are read right at ≥ 0.99), never on the set
 read. Per set and k: per-sentence reading accuracy, coverage and answered accuracy (overall, per role), and the prompt
 figures at d = 8 (`sentence_reader.prompt_level`: a prompt of a start sentence, d operations and a question drawn
@@ -44,6 +48,7 @@ SETS = {"set2": TASKS / "batch_process_heldout2.json", "set3": TASKS / "batch_pr
         "set4": TASKS / "batch_process_heldout4.json"}
 OUT = REPO / "results" / "sentence_reader" / "few_shot.json"
 KS = (0, 1, 2, 4)
+PROTOCOLS = ("random", "same_kind")
 DRAWS = 5
 NEW_WORDINGS = 6  # every list of a held-out set: the canonical sentence, then six new wordings
 
@@ -55,20 +60,25 @@ def _module(relative: str):
     return module
 
 
-def draw_examples(text: dict, k: int, rng: random.Random) -> dict:
+def draw_examples(text: dict, k: int, rng: random.Random, protocol: str) -> dict:
     """k of the six new wordings of every sentence of a held-out set's "text" (the first wording of each list is the
-    canonical one, not drawn), in an examples file's shape."""
+    canonical one, not drawn), in an examples file's shape; `protocol` as the module docstring says."""
+    positions = rng.sample(range(1, 1 + NEW_WORDINGS), k) if protocol == "same_kind" else None
+
     def pick(wordings: list[str]) -> list[str]:
+        if positions is not None:
+            return [wordings[i] for i in positions]
         return rng.sample(wordings[1:1 + NEW_WORDINGS], k)
 
     return {"initial": pick(text["initial"]), "query": pick(text["query"]),
             "operations": {name: pick(wordings) for name, wordings in text["operations"].items()}}
 
 
-def one_draw(study, helper, fmt, encoder, tokenizer, path: Path, k: int, draw: int) -> dict:
+def one_draw(study, helper, fmt, encoder, tokenizer, path: Path, k: int, draw: int, protocol: str) -> dict:
     """One reader with k examples per sentence of the set at `path`, calibrated on set 1; the set's other wordings
     read (`sentence_reader.measure`)."""
-    examples = draw_examples(json.loads(path.read_text())["text"], k, random.Random(1000 * k + draw)) if k else {}
+    text = json.loads(path.read_text())["text"]
+    examples = draw_examples(text, k, random.Random(1000 * k + draw), protocol) if k else {}
     reader = SentenceReader(fmt, encoder, tokenizer, examples=example_sentences(fmt, examples))
     calibration = helper.calibrate(reader, helper.calibration_sentences(load_task(study.SETS["set1"]), fmt, reader),
                                    study.TARGET)
@@ -99,11 +109,13 @@ def summarize(draws: list[dict]) -> dict:
 
 
 def read_set(study, helper, fmt, encoder, tokenizer, name: str) -> dict:
-    """Every k and draw on one set."""
-    rows = [one_draw(study, helper, fmt, encoder, tokenizer, SETS[name], k, draw)
-            for k in KS for draw in range(DRAWS if k else 1)]
-    return {"file": str(SETS[name].relative_to(REPO)),
-            "by_k": {str(k): summarize([r for r in rows if r["k"] == k]) for k in KS}, "draws": rows}
+    """Every protocol, k and draw on one set."""
+    out = {"file": str(SETS[name].relative_to(REPO))}
+    for protocol in PROTOCOLS:
+        rows = [one_draw(study, helper, fmt, encoder, tokenizer, SETS[name], k, draw, protocol)
+                for k in KS for draw in range(DRAWS if k else 1)]
+        out[protocol] = {"by_k": {str(k): summarize([r for r in rows if r["k"] == k]) for k in KS}, "draws": rows}
+    return out
 
 
 def main(argv=None) -> dict:
@@ -126,7 +138,7 @@ def main(argv=None) -> dict:
     environment = {**study.environment_of(), "command": "python examples/studies/few_shot_reading.py"
                    + (" --final_set4" if args.final_set4 else "")}
     out = {"question": "issue 69 item 3: few-shot reading, k example wordings per sentence, no training",
-           "environment": environment, "ks": list(KS), "draws": DRAWS,
+           "environment": environment, "ks": list(KS), "draws": DRAWS, "protocols": list(PROTOCOLS),
            "reader": {"encoder": f"{spec.label} ({spec.wheel})", "sha256": spec.sha256, "confidence": "margin"},
            **{name: read_set(study, helper, fmt, encoder, tokenizer, name) for name in ("set2", "set3")}}
     if args.final_set4:
@@ -138,9 +150,10 @@ def main(argv=None) -> dict:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     for name in ("set2", "set3", "set4"):
-        for k, figures in out.get(name, {}).get("by_k", {}).items():
-            print(f"{name} k={k}: " + ", ".join(f"{key} {value['mean']}±{value['sd']}" for key, value in
-                                                 figures.items()))
+        for protocol in PROTOCOLS if name in out else ():
+            for k, figures in out[name][protocol]["by_k"].items():
+                print(f"{name} {protocol} k={k}: " + ", ".join(f"{key} {value['mean']}±{value['sd']}"
+                                                                for key, value in figures.items()))
     return out
 
 
