@@ -141,7 +141,7 @@ def git_commit(tree: Path) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, help="checkout of the code before the change")
@@ -155,6 +155,42 @@ def main(argv=None):
                         "per case (instead of one fresh process per checkout and round)")
     parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one process
     parser.add_argument("--serve", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one live process
+    return parser
+
+
+def fresh_processes(trees: dict, args) -> dict:
+    """Per round, one measuring process per checkout (the order alternating between rounds)."""
+    runs = {"before": [], "after": []}
+    for r in range(args.rounds):
+        for label in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            proc = subprocess.run([sys.executable, __file__, "--measure", str(trees[label]), "--repeats",
+                                   str(args.repeats)] + ([] if args.cases is None else ["--cases", args.cases]),
+                                  capture_output=True, text=True, cwd=trees[label])
+            if proc.returncode != 0:
+                raise SystemExit(f"measuring {label} failed:\n{proc.stderr[-3000:]}")
+            runs[label].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(f"round {r + 1} {label}: " + ", ".join(f"{k} {v:.3f} s" for k, v in runs[label][-1].items()),
+                  flush=True)
+    return runs
+
+
+def summary(runs: dict, cases: list[tuple]) -> tuple[list[dict], str]:
+    """Per case the median over rounds of each checkout and after / before: (rows, markdown table)."""
+    rows = []
+    for name, section, *_ in cases:
+        before = statistics.median(run[name] for run in runs["before"])
+        after = statistics.median(run[name] for run in runs["after"])
+        unit, work = ("samples/s", 64) if section == "train" else ("seq/s", 256)
+        rows.append(dict(case=name, before_s=before, after_s=after, before_rate=work / before,
+                         after_rate=work / after, unit=unit, after_over_before=before / after))
+    lines = ["| case | before | after | after / before (throughput) |", "|---|---|---|---|"]
+    lines += [f"| {r['case']} | {r['before_rate']:.1f} {r['unit']} | {r['after_rate']:.1f} {r['unit']} | "
+              f"{r['after_over_before']:.3f} |" for r in rows]
+    return rows, "\n".join(lines)
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.serve is not None:
         serve(args.serve, selected(args.cases))
@@ -166,30 +202,11 @@ def main(argv=None):
         parser.error("--before and --after are required")
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     started = time.time()
-    runs = {"before": [], "after": []}
     if args.interleaved:
         runs = interleaved(trees, selected(args.cases), args.rounds, args.repeats)
-    for r in range(0 if args.interleaved else args.rounds):
-        for label in (("before", "after") if r % 2 == 0 else ("after", "before")):
-            proc = subprocess.run([sys.executable, __file__, "--measure", str(trees[label]), "--repeats",
-                                   str(args.repeats)] + ([] if args.cases is None else ["--cases", args.cases]),
-                                  capture_output=True, text=True, cwd=trees[label])
-            if proc.returncode != 0:
-                raise SystemExit(f"measuring {label} failed:\n{proc.stderr[-3000:]}")
-            runs[label].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {label}: " + ", ".join(f"{k} {v:.3f} s" for k, v in runs[label][-1].items()),
-                  flush=True)
-    rows = []
-    for name, section, *_ in selected(args.cases):
-        before = statistics.median(run[name] for run in runs["before"])
-        after = statistics.median(run[name] for run in runs["after"])
-        unit, work = ("samples/s", 64) if section == "train" else ("seq/s", 256)
-        rows.append(dict(case=name, before_s=before, after_s=after, before_rate=work / before,
-                         after_rate=work / after, unit=unit, after_over_before=before / after))
-    lines = ["| case | before | after | after / before (throughput) |", "|---|---|---|---|"]
-    lines += [f"| {r['case']} | {r['before_rate']:.1f} {r['unit']} | {r['after_rate']:.1f} {r['unit']} | "
-              f"{r['after_over_before']:.3f} |" for r in rows]
-    table = "\n".join(lines)
+    else:
+        runs = fresh_processes(trees, args)
+    rows, table = summary(runs, selected(args.cases))
     print(table)
     report = {
         "command": "python " + " ".join(["benchmarks/compare_worktrees.py"] + (sys.argv[1:] if argv is None else argv)),
@@ -204,7 +221,6 @@ def main(argv=None):
         Path(args.out).write_text(json.dumps(report, indent=1))
         Path(args.out).with_suffix(".md").write_text(table + "\n")
     return report
-
 
 if __name__ == "__main__":
     main()
