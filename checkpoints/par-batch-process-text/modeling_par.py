@@ -19,9 +19,10 @@ to it. Beside it, imported relatively (remote code: a checkpoint needs only torc
 `loop_types.py` (outputs, the backend interface, the named types between steps), `input_checks.py`,
 `runtime_options.py` (`model.runtime`, the fast paths' switches), `window_path.py`, `split_adapter.py`,
 `par_attention.py` ("par_eager"), `compile_support.py` (`compile_core`), `prompt_format.py` (raw text →
-`operation_ends`; `sentences.py`, the sentence rule), `pipeline_par.py` (the `state-tracking` pipeline) and
-`streaming.py` (`stream`, a live monitor: one event at a time, O(1) per event under the local view). Not
-`parent_conversion.py`, the parent conversion: only `from_pretrained_parent` loads it, so no checkpoint carries it.
+`operation_ends`; `sentences.py`, the sentence rule; `trained_record.py`, the record of what training wrote, checked),
+`pipeline_par.py` (the `state-tracking` pipeline) and `streaming.py` (`stream`, a live monitor: one event at a time,
+O(1) per event under the local view). Not `parent_conversion.py`, the parent conversion: only `from_pretrained_parent`
+loads it, so no checkpoint carries it.
 """
 
 from __future__ import annotations

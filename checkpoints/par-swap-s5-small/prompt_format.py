@@ -33,7 +33,8 @@ checkpoint: 100% in trained phrasings, ~41% in held-out ones). `trained` records
 
 `segment` lists every unit outside that record in `Segments.untrained` (None when the format has no record: nothing
 is known, and a prompt is read as before); the pipeline refuses such a prompt with `untrained_error` unless asked to
-answer anyway (`allow_untrained=True`). `state_tracking.data.trained_phrasings` makes the record from the data.
+answer anyway (`allow_untrained=True`). `state_tracking.data.trained_phrasings` makes the record from the data;
+`trained_record.checked_trained` checks it against the format.
 
 New wordings (`segment(prompt, allow_untrained=True)`, text rendering): a unit the format does not list at all is
 read from its own words instead of refused. The units still come from the delimiter (sentence ends, or `delimiter`):
@@ -64,6 +65,7 @@ from .sentences import (
     sentence_spans,
     unquoted,
 )
+from .trained_record import checked_trained
 
 RENDERINGS = ("text", "symbolic")
 CANDIDATE = "{candidate}"
@@ -157,7 +159,7 @@ class PromptFormat:
                           for c in self.candidates} for templates in self.preamble],
             "query": [{collapse_whitespace(w): w for w in words} for words in self.queries]}
         if self.trained is not None:
-            object.__setattr__(self, "trained", self._checked_trained(self.trained))
+            object.__setattr__(self, "trained", checked_trained(self, self.trained))
             trained = self.trained
             self._lookup["trained"] = {
                 "op": {name: {key(u): u for u in units} for name, units in trained["operations"].items()},
@@ -225,75 +227,6 @@ class PromptFormat:
         problem = None if self.delimiter is None else delimiter_problem(self.delimiter, splits=False)
         if problem:
             fail("delimiter", f"None or a regex that can split units apart (this one {problem})", self.delimiter)
-
-    def _checked_trained(self, trained) -> dict:
-        """`trained` checked against the format (every sentence one the format accepts in that slot) and normalized
-        to tuples; one `ValueError` naming the first bad field."""
-        def fail(name, allowed, value):
-            raise ValueError(f"prompt_format.trained{name} must be {allowed}; got {value!r}.")
-
-        def strings(name, value, allowed_keys, what, may_be_empty=False):
-            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value) or (
-                    not value and not may_be_empty):
-                fail(name, f"a {'' if may_be_empty else 'non-empty '}list of {what}", value)
-            for v in value:
-                if self._key(v) not in allowed_keys:
-                    fail(name, f"{what} this format accepts there", v)
-            return tuple(value)
-
-        if not isinstance(trained, dict):
-            fail("", "None or a dict with 'operations', 'preamble', 'queries' (and optionally 'source')", trained)
-        allowed = {"operations", "preamble", "queries", "source", "untrained_accuracy"}
-        if sorted(set(trained) - allowed) or "operations" not in trained:
-            fail("", f"a dict with keys {sorted(allowed)} ('operations' required)", sorted(trained))
-        operations = trained["operations"]
-        if not isinstance(operations, dict) or not operations:
-            fail(".operations", "a non-empty mapping op name -> the sentences training used", operations)
-        out_ops = {}
-        for name, units in operations.items():
-            if name not in self.operations:
-                fail(".operations", f"keyed by the format's operations {list(self.operations)[:8]}", name)
-            out_ops[name] = strings(f".operations[{name!r}]", units, {self._key(u) for u in self.operations[name]},
-                                    f"sentences of operation {name!r}")
-        preamble, queries = trained.get("preamble", []), trained.get("queries", [])
-        q = len(self.query_names)
-        if self.rendering == "symbolic":
-            if not isinstance(preamble, (list, tuple)) or len(preamble) not in (0, q):
-                fail(".preamble", f"[] (training wrote no start) or one list of start candidates per query ({q})",
-                     preamble)
-            out_preamble = tuple(strings(f".preamble[{j}]", p, set(self.candidates), "candidates")
-                                 for j, p in enumerate(preamble))
-            if queries:
-                fail(".queries", "[] in the symbolic rendering (its queries are fixed tokens)", queries)
-            out_queries = ()
-        else:
-            if not isinstance(preamble, (list, tuple)) or len(preamble) != len(self.preamble):
-                fail(".preamble", f"one list of start sentences per preamble unit ({len(self.preamble)})", preamble)
-            out_preamble = tuple(strings(f".preamble[{j}]", p, self._lookup["preamble"][j], "start sentences")
-                                 for j, p in enumerate(preamble))
-            if not isinstance(queries, (list, tuple)) or len(queries) != q:
-                fail(".queries", f"one list of question words per query ({q})", queries)
-            out_queries = tuple(strings(f".queries[{j}]", w, {self._key(a) for a in self.queries[j]},
-                                        "question words") for j, w in enumerate(queries))
-        source = trained.get("source")
-        if source is not None and not isinstance(source, str):
-            fail(".source", "None or a string", source)
-        out = {"operations": out_ops, "preamble": out_preamble, "queries": out_queries, "source": source}
-        measured = trained.get("untrained_accuracy")
-        if measured is not None:
-            fields = {"accuracy", "depth", "n", "source"}
-            if not isinstance(measured, dict) or set(measured) != fields:
-                fail(".untrained_accuracy", f"None or a dict with keys {sorted(fields)}", measured)
-            accuracy, depth, n = measured["accuracy"], measured["depth"], measured["n"]
-            if isinstance(accuracy, bool) or not isinstance(accuracy, (int, float)) or not 0 <= accuracy <= 1:
-                fail(".untrained_accuracy['accuracy']", "a number in [0, 1]", accuracy)
-            for name, value in (("depth", depth), ("n", n)):
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    fail(f".untrained_accuracy[{name!r}]", "an integer >= 1", value)
-            if not isinstance(measured["source"], str):
-                fail(".untrained_accuracy['source']", "a string", measured["source"])
-            out["untrained_accuracy"] = dict(measured, accuracy=float(accuracy))
-        return out
 
     def to_dict(self) -> dict:
         spec = {"rendering": self.rendering, "task_name": self.task_name, "query_names": list(self.query_names),
@@ -417,6 +350,17 @@ class PromptFormat:
                 f"({'sentences' if self.delimiter is None else 'delimited pieces'});"
                 f" a {self.task_name} prompt needs {p} start sentence(s), then the operations, then {q} question(s) "
                 f"({self._query_example()}).")
+        new = self._read_start(prompt, spans, texts, allow_untrained)
+        query_ends = self._read_queries(prompt, spans, texts, allow_untrained, new)
+        operations = self._read_operations(prompt, spans, texts, allow_untrained, new)
+        op_ends = tuple(b for _, b in spans[p:len(spans) - q])
+        return Segments(spans[p - 1][1], op_ends, tuple(query_ends), tuple(operations),
+                        self._untrained_units(prompt, spans, texts, operations, new))
+
+    def _read_start(self, prompt, spans, texts, allow_untrained) -> set[int]:
+        """`segment`'s start sentences (text), the first len(preamble) units: the indices of those the format does not
+        list (read from their words under allow_untrained); a refusal otherwise."""
+        p = len(self.preamble)
         new = set()  # indices of the units the format does not list (read from their words: allow_untrained)
         for j in range(p):
             if texts[j] not in self._lookup["preamble"][j]:
@@ -433,6 +377,12 @@ class PromptFormat:
                         + self._read_anyway())
                 self._check_words(prompt, spans[j], f"start sentence {j + 1}")
                 new.add(j)
+        return new
+
+    def _read_queries(self, prompt, spans, texts, allow_untrained, new: set[int]) -> list[int]:
+        """`segment`'s questions (text), the last Q units: where each one's question words end; a question the format
+        does not list is added to `new` (one question, allow_untrained) or refused."""
+        q = len(self.query_names)
         query_ends = []
         for j in range(q):
             i = len(spans) - q + j
@@ -456,6 +406,12 @@ class PromptFormat:
             a, b = spans[i]
             raw = prompt[a:b]
             query_ends.append(a + len(raw[:raw.rindex(QUESTION_MARK)].rstrip()))
+        return query_ends
+
+    def _read_operations(self, prompt, spans, texts, allow_untrained, new: set[int]) -> list[str | None]:
+        """`segment`'s operations (text), the units between the start and the questions: each one's name (None: a
+        wording the format does not list, added to `new` under allow_untrained); a refusal otherwise."""
+        p, q = len(self.preamble), len(self.query_names)
         operations = []
         for i in range(p, len(spans) - q):
             k = i - p + 1
@@ -475,9 +431,7 @@ class PromptFormat:
                         f"{self.task_name} prompt are questions; write the operations as statements.")
                 new.add(i)
             operations.append(name)
-        op_ends = tuple(b for _, b in spans[p:len(spans) - q])
-        return Segments(spans[p - 1][1], op_ends, tuple(query_ends), tuple(operations),
-                        self._untrained_units(prompt, spans, texts, operations, new))
+        return operations
 
     def _untrained_units(self, prompt, spans, texts, operations, new) -> tuple[dict, ...] | None:
         """`Segments.untrained` of a text prompt: every unit outside the training record, and every unit the format
