@@ -10,7 +10,9 @@ in (`start`, named by the state), each operation wording (`operation`, named by 
 with its '?' (`question`, named by the query). From `prompt_format.trained` where the checkpoint records it, else every
 sentence the format lists. Their encodings are computed once and cached in `reader/known_sentences.safetensors` (one
 float32 tensor "encodings", K × H, unit rows) beside `reader/known_sentences.json` (their role, slot, name and text, in
-the same order); a checkpoint whose format no longer matches that list is refused by name.
+the same order); a checkpoint whose format no longer matches that list is refused by name. A user may add example
+wordings of their own (`example_sentences`: few-shot reading, no training); they are known sentences with `trained`
+False, listed after the trained ones.
 
 The reading of one sentence u (`SentenceReader.read`), with e(v) the encoder's last hidden states h_t mean-pooled over
 the sentence's tokens and normalized:
@@ -24,6 +26,8 @@ the sentence's tokens and normalized:
     an exact known wording (compared as the format compares units): its own meaning and role, known, confidence 1.0;
     else read(u) = argmax over m in A(u) of s_m(u): role and read_as are its role and name (so the role is the one
           of the most similar known sentence among those u's content allows), nearest_known its most similar wording
+    replacement(u) = the trained wording v of read(u) with the largest cos(u, v): what the loop reads in u's place
+          (u itself when u is a trained wording; a user's example wording is replaced too)
     confidence(u) = s_read(u) − max over m' in A(u), m' ≠ read(u), of s_m'(u)
           (when A(u) holds no other meaning, e.g. the one question of a one-question task: over every other meaning)
 
@@ -68,13 +72,15 @@ ROLES = ("start", "operation", "question")
 
 @dataclass(frozen=True)
 class KnownSentence:
-    """One wording training used: its role, slot (which start sentence / question; 0 for an operation), name (the
-    state, operation or query it means) and text."""
+    """One wording the reader knows: its role, slot (which start sentence / question; 0 for an operation), name (the
+    state, operation or query it means), text, and whether training used it (`trained`; False: a user's example
+    wording, `example_sentences`, which the loop never read)."""
 
     role: str
     slot: int
     name: str
     text: str
+    trained: bool = True
 
     @property
     def meaning(self) -> tuple[str, int, str]:
@@ -93,6 +99,7 @@ class Reading:
     known: bool
     similarity: float
     slot: int = 0
+    replacement: str = ""  # the trained wording the loop reads in its place (the sentence itself when trained)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -222,6 +229,69 @@ def known_sentences(prompt_format: PromptFormat) -> list[KnownSentence]:
     return known
 
 
+EXAMPLE_KEYS = ("initial", "operations", "query")  # an examples file's keys, as a task file's "text" names them
+STATE_SLOT = "{state}"  # where an example start sentence names its state (a task file's placeholder)
+
+
+def example_sentences(prompt_format: PromptFormat, examples: dict) -> list[KnownSentence]:
+    """A user's own wordings of the checkpoint's sentences (few-shot reading: no training), as known sentences with
+    `trained` False, in a task file's "text" shape: {"initial": start templates with "{state}" (one list per start
+    sentence when the format has several), "operations": {operation: wordings}, "query": question stems (one list per
+    question when several)}, every key optional. The reader then matches a new wording against them too, and the loop
+    reads the meaning's nearest *trained* wording in its place. Refused by field: an unknown key, operation or state
+    template, a wording that is not one sentence of the format, one that is a trained wording of another meaning, a
+    meaning training never worded."""
+    if not isinstance(examples, dict) or set(examples) - set(EXAMPLE_KEYS):
+        raise ValueError(f"examples must be a dict with the keys {list(EXAMPLE_KEYS)} (a task file's \"text\" "
+                         f"shape); got {sorted(examples) if isinstance(examples, dict) else type(examples).__name__}.")
+    out = []
+    for j, templates in enumerate(_per_slot(examples.get("initial", []), len(prompt_format.preamble), "initial")):
+        for t in templates:
+            if STATE_SLOT not in t:
+                raise ValueError(f"examples['initial']: {t!r} has no {STATE_SLOT} (a start sentence names its state "
+                                 f"where {STATE_SLOT} stands, as in a task file).")
+            out += [KnownSentence("start", j, c, t.replace(STATE_SLOT, c), False) for c in prompt_format.candidates]
+    operations = examples.get("operations", {})
+    if not isinstance(operations, dict) or set(operations) - set(prompt_format.operations):
+        raise ValueError(f"examples['operations'] must map operations of this checkpoint "
+                         f"({list(prompt_format.operations)}) to wordings; got {operations!r}.")
+    for name, wordings in operations.items():
+        out += [KnownSentence("operation", 0, name, w, False) for w in _wordings(wordings, f"operations.{name}")]
+    for j, stems in enumerate(_per_slot(examples.get("query", []), len(prompt_format.query_names), "query")):
+        out += [KnownSentence("question", j, prompt_format.query_names[j], question_text(w), False) for w in stems]
+    trained = {sentence_key(prompt_format, k.text): k for k in known_sentences(prompt_format)}
+    worded = {k.meaning for k in trained.values()}
+    for example in out:
+        if len(prompt_format.units(example.text)) != 1:
+            raise ValueError(f"examples: {example.text!r} is not one sentence of this format (its sentence rule "
+                             "cuts it in pieces): give one sentence per wording.")
+        same = trained.get(sentence_key(prompt_format, example.text))
+        if same is not None and same.meaning != example.meaning:
+            raise ValueError(f"examples: {example.text!r} is given as {example.role} {example.name!r} but training "
+                             f"used it for {same.role} {same.name!r}.")
+        if example.meaning not in worded:
+            raise ValueError(f"examples: {example.text!r} means {example.role} {example.name!r}, which training "
+                             "never worded: the loop has no trained wording to read in its place.")
+    return out
+
+
+def _per_slot(value, slots: int, field: str) -> list[list[str]]:
+    """An examples field as one list of wordings per slot: a flat list when the format has one slot."""
+    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        if len(value) != slots:
+            raise ValueError(f"examples[{field!r}]: {len(value)} lists for the format's {slots} {field} sentence(s).")
+        return [_wordings(v, field) for v in value]
+    if slots != 1 and value:
+        raise ValueError(f"examples[{field!r}]: the format has {slots} {field} sentences; give one list per sentence.")
+    return [_wordings(value, field)] if value else []
+
+
+def _wordings(value, field: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValueError(f"examples[{field!r}] must be a list of non-empty strings; got {value!r}.")
+    return value
+
+
 def save_encodings(path: str | Path, encodings: torch.Tensor) -> None:
     """Write `encodings` as a safetensors file holding one float32 tensor "encodings" (the format written by hand:
     an 8-byte little-endian header length, the JSON header, the little-endian data)."""
@@ -251,15 +321,16 @@ class SentenceReader:
     new wording needs to be answered (None: none is enough)."""
 
     def __init__(self, prompt_format: PromptFormat, encoder, tokenizer, threshold: float | None = None,
-                 known_encodings: torch.Tensor | None = None):
+                 known_encodings: torch.Tensor | None = None, examples: list[KnownSentence] | None = None):
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
             raise ValueError(f"sentence_reader threshold must be a number or None; got {threshold!r}.")
         self.prompt_format, self.encoder, self.tokenizer = prompt_format, encoder.eval(), tokenizer
         self.threshold = None if threshold is None else float(threshold)
-        self.known = known_sentences(prompt_format)
+        self.known = known_sentences(prompt_format) + list(examples or ())
         self.meanings = list(dict.fromkeys(k.meaning for k in self.known))
         self._meaning_of = torch.tensor([self.meanings.index(k.meaning) for k in self.known])
         self._index = {}
+        self._trained = torch.tensor([k.trained for k in self.known])
         for i, k in enumerate(self.known):
             self._index.setdefault(sentence_key(prompt_format, k.text), i)
         if known_encodings is None:
@@ -296,7 +367,7 @@ class SentenceReader:
         tokenizer = AutoTokenizer.from_pretrained(source, subfolder=READER_FOLDER)
         stored = [KnownSentence(**k) for k in json.loads(Path(index_path).read_text())]
         reader = cls(prompt_format, encoder, tokenizer, settings["threshold"],
-                     known_encodings=load_encodings(encodings_path))
+                     known_encodings=load_encodings(encodings_path), examples=[k for k in stored if not k.trained])
         if stored != reader.known:
             raise ValueError(f"{source}: reader/{KNOWN_INDEX} does not list the known sentences of the checkpoint's "
                              "prompt_format; run examples/add_sentence_reader.py on the folder again.")
@@ -313,7 +384,10 @@ class SentenceReader:
                 new.append(i)
             else:
                 known = self.known[k]
-                readings[i] = Reading(sentence, known.role, known.name, known.text, 1.0, True, 1.0, known.slot)
+                replacement = sentence if known.trained else self._replacement(
+                    self.meanings.index(known.meaning), self.known_encodings[k] @ self.known_encodings.T)
+                readings[i] = Reading(sentence, known.role, known.name, known.text, 1.0, True, 1.0, known.slot,
+                                      replacement)
         if new:
             similarities = encode_sentences(self.encoder, self.tokenizer, [sentences[i] for i in new]) \
                 @ self.known_encodings.T  # (n, K)
@@ -326,8 +400,15 @@ class SentenceReader:
                 confidence = float(margin(scores[row:row + 1], torch.tensor([read]), allowed)[0])
                 role, slot, name = self.meanings[read]
                 readings[i] = Reading(sentences[i], role, name, self.known[nearest].text, round(confidence, 6),
-                                      False, round(float(scores[row, read]), 6), slot)
+                                      False, round(float(scores[row, read]), 6), slot,
+                                      self._replacement(read, similarities[row]))
         return readings
+
+    def _replacement(self, meaning: int, similarities: torch.Tensor) -> str:
+        """The trained wording of meaning `meaning` most similar to a sentence ((K,) similarities to every known
+        wording): what the loop reads in the sentence's place."""
+        wordings = ((self._meaning_of == meaning) & self._trained).nonzero()[:, 0]
+        return self.known[int(wordings[similarities[wordings].argmax()])].text
 
     def allowed_meanings(self, sentence: str) -> torch.Tensor:
         """A(u) of the module docstring as an (M,) mask: the question meanings for a sentence ending with '?'; else
@@ -347,7 +428,7 @@ class SentenceReader:
         """Every unit of `prompt` (the format's sentence rule or delimiter; `prompt_format`: the reader's own, or
         one with another delimiter) read, the roles checked in order (start sentences, operations, questions:
         `PromptFormatError` naming the first misplaced one; `check_roles=False` only reports them), and the prompt
-        with each new wording replaced by its nearest known one."""
+        with each wording training did not use replaced by the trained wording read in its place (`replacement`)."""
         prompt_format = prompt_format or self.prompt_format
         require_prompt_text(prompt)
         spans = prompt_format.units(prompt)
@@ -356,7 +437,7 @@ class SentenceReader:
             roles_in_order(readings, prompt_format)
         pieces, last = [], 0
         for (a, b), reading in zip(spans, readings):
-            pieces += [prompt[last:a], prompt[a:b] if reading.known else reading.nearest_known]
+            pieces += [prompt[last:a], reading.replacement]
             last = b
         unsure = sorted((r for r in readings if not self.answered(r)), key=lambda r: r.confidence)
         return PromptReading(tuple(readings), "".join(pieces) + prompt[last:], tuple(unsure))
@@ -412,7 +493,7 @@ def load_sentence_reader(model, prompt_format) -> SentenceReader | None:
     return SentenceReader.from_checkpoint(str(source), prompt_format, settings)
 
 
-__all__ = ["CONFIDENCE", "KNOWN_ENCODINGS", "KNOWN_INDEX", "READER_FOLDER", "ROLES", "KnownSentence", "PromptReading",
-           "Reading", "SentenceReader", "choose_threshold", "encode_sentences", "known_sentences", "load_encodings",
-           "load_sentence_reader", "margin", "mean_pool", "meaning_scores", "named_states", "roles_in_order",
-           "save_encodings", "sentence_key"]
+__all__ = ["CONFIDENCE", "EXAMPLE_KEYS", "KNOWN_ENCODINGS", "KNOWN_INDEX", "READER_FOLDER", "ROLES", "KnownSentence",
+           "PromptReading", "Reading", "SentenceReader", "choose_threshold", "encode_sentences", "example_sentences",
+           "known_sentences", "load_encodings", "load_sentence_reader", "margin", "mean_pool", "meaning_scores",
+           "named_states", "roles_in_order", "save_encodings", "sentence_key"]
