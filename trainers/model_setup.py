@@ -90,41 +90,59 @@ def build_model(model_args, token_ids: dict, train_args=None, num_queries: int |
     """The model: a PAR checkpoint (--init_from_par), a retrofit of a pretrained parent (--init_from_parent), or a
     fresh one of the size flags; then freezing, the speed options and LoRA (--peft lora). With
     --prefix_state_weight > 0 a new model gets a state head over the task's `num_queries` queries."""
+    model = initial_model(model_args, token_ids, par_fields(model_args, train_args, num_queries))
+    return set_up_for_training(model, model_args, train_args)
+
+
+def par_fields(model_args, train_args=None, num_queries: int | None = None) -> dict:
+    """The PAR config fields a new model (a retrofit or a fresh one) takes from the flags: the loop's options, the
+    loop view (`resolve_view`) and, with --prefix_state_weight > 0, the state head's `num_queries` queries."""
     prefix_queries = 0
     if getattr(train_args, "prefix_state_weight", 0) > 0:
         if num_queries is None or num_queries < 1:
             raise ValueError("--prefix_state_weight > 0 needs the task's number of queries for the state head.")
         prefix_queries = num_queries
-    par_fields = dict(prefix_state_queries=prefix_queries,
+    return dict(prefix_state_queries=prefix_queries,
         step_size=model_args.step_size, norm_anchoring=model_args.norm_anchoring, grad_window=model_args.grad_window,
         max_iterations=model_args.max_iterations, checkpoint_core=model_args.checkpoint_core,
         answer_feedback=model_args.answer_feedback, position_encoding=model_args.position_encoding,
         core_conv_kernel=model_args.core_conv_kernel, **resolve_view(model_args),
     )
+
+
+def initial_model(model_args, token_ids: dict, fields: dict):
+    """The model before training's options: a PAR checkpoint (--init_from_par, its answer tokens checked against the
+    task's), a retrofit of a pretrained parent (--init_from_parent), or a fresh one of the size flags; `fields` are
+    `par_fields` (not applied to a PAR checkpoint, which keeps its own config)."""
     if model_args.init_from_par:
         model = ParLoopedQwenForStateTracking.from_pretrained(model_args.init_from_par, dtype=torch.float32)
         if list(model.config.answer_token_ids) != token_ids["answer_token_ids"]:
             raise ValueError(f"--init_from_par: the checkpoint's answer_token_ids {model.config.answer_token_ids} do "
                              f"not match the task's tokenizer ({token_ids['answer_token_ids']}).")
-    elif model_args.init_from_parent:
+        return model
+    if model_args.init_from_parent:
         # fp32 master weights whatever the parent was saved in: Qwen2.5 ships bf16, from_pretrained's dtype="auto" would
         # keep it, and AdamW's lr-2e-5 steps then mostly round away; --bf16 autocasts the compute
-        model = ParLoopedQwenForStateTracking.from_pretrained_parent(
+        return ParLoopedQwenForStateTracking.from_pretrained_parent(
             model_args.init_from_parent, model_args.prelude_layers, model_args.core_layers, model_args.coda_layers,
             answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"],
-            dtype=torch.float32, gguf_file=model_args.gguf_file, truncate=model_args.truncate_parent, **par_fields,
+            dtype=torch.float32, gguf_file=model_args.gguf_file, truncate=model_args.truncate_parent, **fields,
         )
-    else:
-        config = ParLoopedQwenConfig(
-            vocab_size=token_ids["vocab_size"], pad_token_id=token_ids["pad_token_id"],
-            hidden_size=model_args.hidden_size, intermediate_size=model_args.intermediate_size,
-            num_attention_heads=model_args.num_attention_heads, num_key_value_heads=model_args.num_key_value_heads,
-            prelude_layers=model_args.prelude_layers, core_layers=model_args.core_layers,
-            coda_layers=model_args.coda_layers, max_position_embeddings=4096,
-            answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"],
-            **par_fields,
-        )
-        model = ParLoopedQwenForStateTracking(config)
+    config = ParLoopedQwenConfig(
+        vocab_size=token_ids["vocab_size"], pad_token_id=token_ids["pad_token_id"],
+        hidden_size=model_args.hidden_size, intermediate_size=model_args.intermediate_size,
+        num_attention_heads=model_args.num_attention_heads, num_key_value_heads=model_args.num_key_value_heads,
+        prelude_layers=model_args.prelude_layers, core_layers=model_args.core_layers,
+        coda_layers=model_args.coda_layers, max_position_embeddings=4096,
+        answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"],
+        **fields,
+    )
+    return ParLoopedQwenForStateTracking(config)
+
+
+def set_up_for_training(model, model_args, train_args=None):
+    """`model` as the run trains it: the parent's weights drawn afresh (--parent_weights random), the prelude or
+    embeddings frozen, the speed options (`speed_options`) and LoRA (--peft lora); returns the model (LoRA wraps it)."""
     if model_args.parent_weights not in ("pretrained", "random"):
         raise ValueError(f"--parent_weights must be pretrained or random; got {model_args.parent_weights!r}.")
     if model_args.parent_weights == "random":
@@ -203,6 +221,7 @@ def eager_if_compile_fails(model, evaluate: Callable[[], dict]) -> dict:
 
 __all__ = [
     "AUTO_COMPILE_MIN_SECONDS", "AUTO_COMPILE_MIN_STEPS", "PAPER_VIEW", "RECIPE_VIEW", "build_model",
-    "build_tokenizer_for", "eager_if_compile_fails", "inductor_can_compile_for_cpu", "is_compiler_error",
-    "resolve_view", "speed_options", "use_tokenizer_special_tokens",
+    "build_tokenizer_for", "eager_if_compile_fails", "inductor_can_compile_for_cpu", "initial_model",
+    "is_compiler_error", "par_fields", "resolve_view", "set_up_for_training", "speed_options",
+    "use_tokenizer_special_tokens",
 ]
