@@ -362,11 +362,11 @@ def train_model(args, model, data, sampler, collate, probe=None) -> tuple[list[d
     return curve, time.time() - started
 
 
-def main(argv=None, records: RecordFlags | None = None) -> dict:
-    args = parse_args(argv, records)
-    torch.set_num_threads(args.threads)
-    started = time.time()
-    records = None
+def prepare_run(args) -> dict:
+    """The training data (records, or problems generated as train_par.py does), its batches and a seeded model:
+    {"records" (prepare_records' dict, or None), "task" (None with records), "tokenizer", "data", "sampler",
+    "collate", "model"}."""
+    records = task = None
     if args.records:
         records = prepare_records(args)
         record_format, tokenizer, data = records["format"], records["tokenizer"], records["encoded"]
@@ -388,7 +388,13 @@ def main(argv=None, records: RecordFlags | None = None) -> dict:
     collate = StateTrackingCollator(tokenizer.pad_token_id)
     torch.manual_seed(args.seed)
     model = RNNStateTracker(args.cell, vocab_size, args.hidden, args.layers, num_queries, num_candidates)
-    data_seconds = time.time() - started
+    return {"records": records, "task": task, "tokenizer": tokenizer, "data": data, "sampler": sampler,
+            "collate": collate, "model": model}
+
+
+def validation_probe(args, records: dict | None):
+    """The validation records probed during training (records with a validation split), else None; refuses probe
+    flags without a validation split and turns the stop rule off where too few records back it."""
     probe = None
     if records is not None and "validation" in records["splits"]:
         encoded_validation = records["splits"]["validation"][1]
@@ -397,24 +403,51 @@ def main(argv=None, records: RecordFlags | None = None) -> dict:
         raise ValueError(no_validation_probe(args.probe_given))
     if records is not None and records["stop_rule_off"]:  # too few validation records to stop on (train_par.py's rule)
         args.stop_when_validation_exact = False
-    curve, train_seconds = train_model(args, model, data, sampler, collate, probe)
+    return probe
+
+
+def evaluate_run(args, run: dict) -> tuple[list[dict], str | None, dict | None]:
+    """(per-depth rows, the split they are, every split's results): generated data on the test problems up to the
+    stop rule; records per length of each split, the test split's rows first choice, else the validation split's."""
+    model, tokenizer, records = run["model"], run["tokenizer"], run["records"]
+    if records is None:
+        per_depth = evaluate(model, run["task"], tokenizer, args.depths, args.eval_n, args.seed, args.eval_batch_size)
+        return per_depth, None, None
+    splits = {}
+    for split, (loaded, encoded) in records["splits"].items():
+        print(f"{split}:", flush=True)
+        rows = evaluate_encoded(model, encoded, tokenizer.pad_token_id, args.eval_batch_size)
+        splits[split] = {"sources": [repo_relative(p) for p in loaded.sources], "n_records": len(encoded),
+                         "depths": [r["depth"] for r in rows], "accuracy": [r["accuracy"] for r in rows],
+                         "per_depth": rows}
+    eval_split = "test" if "test" in splits else "validation" if "validation" in splits else None
+    return (splits[eval_split]["per_depth"] if eval_split else []), eval_split, splits
+
+
+def records_results(records: dict) -> dict:
+    """What the results JSON says of the training records."""
+    train, record_format = records["train"], records["format"]
+    return {"training_mode": records["mode"], "train_records": len(records["encoded"]),
+            "train_sources": [repo_relative(p) for p in train.sources], "operations": len(record_format.operations),
+            "labels": len(record_format.candidates), "queries": list(record_format.query_names),
+            "skipped": {k: len(v) for k, v in records["skipped"].items()}}
+
+
+def main(argv=None, records: RecordFlags | None = None) -> dict:
+    args = parse_args(argv, records)
+    torch.set_num_threads(args.threads)
+    started = time.time()
+    run = prepare_run(args)
+    model, records, task = run["model"], run["records"], run["task"]
+    data_seconds = time.time() - started
+    probe = validation_probe(args, records)
+    curve, train_seconds = train_model(args, model, run["data"], run["sampler"], run["collate"], probe)
     steps = max((row["step"] for row in curve), default=0)
     started = time.time()
-    if records is None:
-        per_depth = evaluate(model, task, tokenizer, args.depths, args.eval_n, args.seed, args.eval_batch_size)
-    else:
-        splits = {}
-        for split, (loaded, encoded) in records["splits"].items():
-            print(f"{split}:", flush=True)
-            rows = evaluate_encoded(model, encoded, tokenizer.pad_token_id, args.eval_batch_size)
-            splits[split] = {"sources": [repo_relative(p) for p in loaded.sources], "n_records": len(encoded),
-                             "depths": [r["depth"] for r in rows], "accuracy": [r["accuracy"] for r in rows],
-                             "per_depth": rows}
-        eval_split = "test" if "test" in splits else "validation" if "validation" in splits else None
-        per_depth = splits[eval_split]["per_depth"] if eval_split else []
+    per_depth, eval_split, splits = evaluate_run(args, run)
     results = {
         "method": f"{args.cell}_{args.labels}_labels",
-        "task": task.name if records is None else record_format.task_name, "seed": args.seed, "cell": args.cell,
+        "task": task.name if records is None else records["format"].task_name, "seed": args.seed, "cell": args.cell,
         "hidden": args.hidden, "layers": args.layers, "labels": args.labels,
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": steps, "max_steps": args.max_steps, "batch_size": args.batch_size,
@@ -430,17 +463,12 @@ def main(argv=None, records: RecordFlags | None = None) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if records is not None:  # which split the top-level depths / accuracy / per_depth are, every split, the data
-        train = records["train"]
-        results.update(min_train_depth=args.min_train_depth, eval_split=eval_split, splits=splits, records={
-            "training_mode": records["mode"], "train_records": len(records["encoded"]),
-            "train_sources": [repo_relative(p) for p in train.sources], "operations": len(record_format.operations),
-            "labels": len(record_format.candidates), "queries": list(record_format.query_names),
-            "skipped": {k: len(v) for k, v in records["skipped"].items()}})
+        results.update(min_train_depth=args.min_train_depth, eval_split=eval_split, splits=splits,
+                       records=records_results(records))
     if args.results_json:
         Path(args.results_json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.results_json).write_text(json.dumps(results, indent=1))
     return results
-
 
 if __name__ == "__main__":
     run_cli(main)
