@@ -57,13 +57,8 @@ from state_tracking.evaluation import (
 )
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="checkpoint folder (save_pretrained output)")
-    parser.add_argument("--task", default=None,
-                        help=f"preset {list(GROUP_TASK_NAMES)} or task JSON; default: from the checkpoint")
-    parser.add_argument("--depths", default="32,64,128,256,512", help="comma-separated test depths")
+def add_record_file_flags(parser: argparse.ArgumentParser) -> None:
+    """A records checkpoint's test data: the file or dataset scored, its columns and how bad records are treated."""
     parser.add_argument("--test_file", "--test-file", default=None,
                         help="records checkpoint: the records to score (path, glob or comma list; CSV / JSON Lines / "
                              "Parquet); accuracy per length present")
@@ -76,22 +71,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--operation_delimiter", default=None, help="records: regex splitting a string of operations")
     parser.add_argument("--skip_bad_records", type=true_or_false, nargs="?", const=True, default=False,
                         help="records: drop unreadable records, report")
-    parser.add_argument("--n", type=int, default=1024, help="sequences per depth")
-    parser.add_argument("--mode", choices=MODES, default="forced")
-    parser.add_argument("--rendering", choices=RENDERINGS, default="symbolic")
-    parser.add_argument("--random_initial", "--random-initial", type=true_or_false, nargs="?", const=True,
-                        default=False, help="random start assignment (shown in the prompt)")
-    parser.add_argument("--phrasing", choices=["canonical", "seen", "held_out"], default="canonical",
-                        help="text rendering: first forms, drawn among the phrasings training saw, or the task's "
-                             "held-out phrasings")
-    parser.add_argument("--out", required=True, help="results JSON path")
-    parser.add_argument("--plot", default=None, help="optional PNG of accuracy vs depth")
-    parser.add_argument("--batch_size", "--batch-size", type=int, default=256)
-    parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--train_max_depth", "--train-max-depth", type=int, default=None,
-                        help="longest training depth, for G = d50 / d_train")
-    parser.add_argument("--step_size", "--step-size", type=int, default=None,
-                        help="c for forced R = ceil(d / c); default model.config.step_size")
+
+
+def add_runtime_flags(parser: argparse.ArgumentParser) -> None:
+    """Where and how the model runs: device, dtype, progress bars, forced R, workers, compile, attention."""
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no_progress", "--no-progress", "--disable_tqdm", dest="no_progress", type=true_or_false,
                         nargs="?", const=True, default=False)
@@ -112,6 +95,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="auto (default): par_eager on a CPU for the local view's few-row windows (eager "
                              "attention; under --compile its few-key blocks are fused broadcast products), else "
                              "sdpa (benchmarks/bench_speed.py)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="checkpoint folder (save_pretrained output)")
+    parser.add_argument("--task", default=None,
+                        help=f"preset {list(GROUP_TASK_NAMES)} or task JSON; default: from the checkpoint")
+    parser.add_argument("--depths", default="32,64,128,256,512", help="comma-separated test depths")
+    add_record_file_flags(parser)
+    parser.add_argument("--n", type=int, default=1024, help="sequences per depth")
+    parser.add_argument("--mode", choices=MODES, default="forced")
+    parser.add_argument("--rendering", choices=RENDERINGS, default="symbolic")
+    parser.add_argument("--random_initial", "--random-initial", type=true_or_false, nargs="?", const=True,
+                        default=False, help="random start assignment (shown in the prompt)")
+    parser.add_argument("--phrasing", choices=["canonical", "seen", "held_out"], default="canonical",
+                        help="text rendering: first forms, drawn among the phrasings training saw, or the task's "
+                             "held-out phrasings")
+    parser.add_argument("--out", required=True, help="results JSON path")
+    parser.add_argument("--plot", default=None, help="optional PNG of accuracy vs depth")
+    parser.add_argument("--batch_size", "--batch-size", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--train_max_depth", "--train-max-depth", type=int, default=None,
+                        help="longest training depth, for G = d50 / d_train")
+    parser.add_argument("--step_size", "--step-size", type=int, default=None,
+                        help="c for forced R = ceil(d / c); default model.config.step_size")
+    add_runtime_flags(parser)
     parser.add_argument("--profile", default=None, help="also write the progress profile (JSON) here")
     parser.add_argument("--profile_plot", "--profile-plot", default=None,
                         help="heatmap PNG of the profile (and padding control)")
@@ -173,30 +183,23 @@ def write_profiles(model, tokenizer, task, args) -> dict:
     return profiles
 
 
-def evaluate_record_file(args) -> dict:
-    """Score a records checkpoint on --test_file / --dataset_name (see the module docstring)."""
+def records_format_of(model, args):
+    """The checkpoint's RecordFormat (config.prompt_format); an error if it was not trained on records."""
     from modeling_par.record_format import RecordFormat, load_prompt_format
-    from state_tracking.records import (
-        RecordColumns,
-        encode_records,
-        evaluate_records,
-        has_step_states,
-        load_record_files,
-        records_progress_profile,
-        within_reach,
-    )
 
-    model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype, args.attn_implementation)
     spec = getattr(model.config, "prompt_format", None)
     record_format = load_prompt_format(spec) if spec is not None else None
     if not isinstance(record_format, RecordFormat):
         raise ValueError(f"--test_file scores a checkpoint trained on records; {args.model}'s config.prompt_format is "
                          f"{'missing' if spec is None else repr(spec.get('rendering'))}, not 'records' (score it on "
                          "generated problems with --depths).")
-    if args.no_progress:
-        import datasets
+    return record_format
 
-        datasets.disable_progress_bars()
+
+def read_scored_records(args, model, tokenizer, record_format) -> tuple:
+    """(split name, the loaded records, those encoded within the loop's reach, every skipped record)."""
+    from state_tracking.records import RecordColumns, encode_records, load_record_files, within_reach
+
     # the columns and delimiter the checkpoint remembers from its training file, unless a flag names others
     delimiter = args.operation_delimiter if args.operation_delimiter is not None else record_format.delimiter
     columns = RecordColumns(args.operations_column, args.state_column, args.step_states_column,
@@ -212,7 +215,37 @@ def evaluate_record_file(args) -> dict:
         split, loaded, encoded, int(config.max_iterations) * step_size,
         f"the checkpoint's loop can run (config.max_iterations {config.max_iterations} x step_size {step_size})",
         args.skip_bad_records)
-    skipped = loaded.skipped + skipped + too_long
+    return split, loaded, encoded, loaded.skipped + skipped + too_long
+
+
+def write_records_profile(args, model, loaded, encoded) -> None:
+    """--profile on records: the progress profile as JSON (and heatmap); the records must carry step states."""
+    from state_tracking.records import has_step_states, records_progress_profile
+
+    if not has_step_states(loaded):
+        raise ValueError("--profile needs records with step states (--step_states_column): the file has final "
+                         "states only")
+    profile = records_progress_profile(model, encoded, batch_size=args.batch_size, device=args.device,
+                                       max_records_per_depth=args.n)
+    save_results({"model_dir": repo_relative(args.model), "profiles": {"progress profile": profile}}, args.profile)
+    if args.profile_plot:
+        plottable = dict(profile, profile=[[float("nan") if a is None else a for a in row]
+                                           for row in profile["profile"]])
+        plot_progress_profile({"progress profile": plottable}, args.profile_plot,
+                              train_max_depth=args.train_max_depth)
+
+
+def evaluate_record_file(args) -> dict:
+    """Score a records checkpoint on --test_file / --dataset_name (see the module docstring)."""
+    from state_tracking.records import evaluate_records
+
+    model, tokenizer = load_model_and_tokenizer(args.model, args.device, args.dtype, args.attn_implementation)
+    record_format = records_format_of(model, args)
+    if args.no_progress:
+        import datasets
+
+        datasets.disable_progress_bars()
+    split, loaded, encoded, skipped = read_scored_records(args, model, tokenizer, record_format)
     if skipped:
         print(f"skipped {len(skipped)} record(s) (--skip_bad_records); the first: {skipped[0]}")
     results = evaluate_records(model, encoded, record_format, mode=args.mode, batch_size=args.batch_size,
@@ -227,17 +260,7 @@ def evaluate_record_file(args) -> dict:
         plot_accuracy_vs_depth({f"{os.path.basename(os.path.normpath(args.model))}, {split}": [results]}, args.plot,
                                title=f"{record_format.task_name}, {args.mode}")
     if args.profile:
-        if not has_step_states(loaded):
-            raise ValueError("--profile needs records with step states (--step_states_column): the file has final "
-                             "states only")
-        profile = records_progress_profile(model, encoded, batch_size=args.batch_size, device=args.device,
-                                           max_records_per_depth=args.n)
-        save_results({"model_dir": repo_relative(args.model), "profiles": {"progress profile": profile}}, args.profile)
-        if args.profile_plot:
-            plottable = dict(profile, profile=[[float("nan") if a is None else a for a in row]
-                                               for row in profile["profile"]])
-            plot_progress_profile({"progress profile": plottable}, args.profile_plot,
-                                  train_max_depth=args.train_max_depth)
+        write_records_profile(args, model, loaded, encoded)
     for row in results["per_depth"]:
         print(f"length {row['depth']:>5} (n = {row['n']}): accuracy {row['accuracy']:.4f}")
     print(f"saved {args.out}")
