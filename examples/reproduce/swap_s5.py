@@ -204,7 +204,7 @@ def save_best_checkpoint(records: list[dict], work: Path, target: Path, results_
     return best["run"]
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
@@ -220,6 +220,32 @@ def main(argv=None):
                         "replace the scale's and the row's values")
     parser.add_argument("--collect_only", "--collect-only", type=true_or_false, nargs="?", const=True, default=False,
                         help="do not train: rebuild the report and checkpoint from the runs already in --work_dir")
+    return parser
+
+
+def train_runs(names: list[str], scale: dict, work: Path, budget: float, n: int, extra: dict) -> list[str]:
+    """Launch every row's training in parallel, wait for all; the names of those that failed."""
+    procs = {name: launch(name, scale, work, budget, n, extra) for name in names}
+    failed = []
+    for name, proc in procs.items():
+        if proc.wait() != 0:
+            failed.append(name)
+            print(f"[{name}] FAILED (exit {proc.returncode}); see {work / name / 'train.log'}", flush=True)
+    return failed
+
+
+def plot_runs(records: list[dict], path: Path, title: str) -> None:
+    """Accuracy against depth of every run, a series per row and mode (halting apart)."""
+    series: dict[str, list[dict]] = {}
+    for r in records:
+        for mode, e in r["evaluation"].items():
+            label = r["label"] + (" (halting)" if mode == "halting" else "")
+            series.setdefault(label, []).append({"depths": e["depths"], "accuracy": e["accuracy"]})
+    plot_accuracy_vs_depth(series, path, title=title)
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     names = args.runs.split(",")
@@ -238,12 +264,7 @@ def main(argv=None):
     command = "python examples/reproduce/swap_s5.py " + " ".join(argv if argv is not None else sys.argv[1:])
 
     started = time.time()
-    procs = {} if args.collect_only else {name: launch(name, scale, work, budget, n, extra) for name in names}
-    failed = []
-    for name, proc in procs.items():
-        if proc.wait() != 0:
-            failed.append(name)
-            print(f"[{name}] FAILED (exit {proc.returncode}); see {work / name / 'train.log'}", flush=True)
+    failed = [] if args.collect_only else train_runs(names, scale, work, budget, n, extra)
     if args.collect_only:  # the report names the command that trained the runs, kept in each run's record
         previous = out_dir / f"{names[0]}.json"
         if previous.is_file():
@@ -254,19 +275,13 @@ def main(argv=None):
     if not records:
         raise SystemExit("every run failed")
     table = write_report(records, out_dir, args.scale, command, budget)
-    series: dict[str, list[dict]] = {}
-    for r in records:
-        for mode, e in r["evaluation"].items():
-            label = r["label"] + (" (halting)" if mode == "halting" else "")
-            series.setdefault(label, []).append({"depths": e["depths"], "accuracy": e["accuracy"]})
-    plot_accuracy_vs_depth(series, out_dir / "accuracy_vs_depth.png",
-                           title=f"swap-S5, train d ≤ {scale['train_max_depth']} ({args.scale} scale)")
+    plot_runs(records, out_dir / "accuracy_vs_depth.png",
+              f"swap-S5, train d ≤ {scale['train_max_depth']} ({args.scale} scale)")
     print(table)
     if args.checkpoint_dir:
         print("best PAR run:", save_best_checkpoint(records, work, Path(args.checkpoint_dir), out_dir / "README.md"))
     if failed:
         raise SystemExit(f"runs failed: {failed}")
-
 
 if __name__ == "__main__":
     main()
