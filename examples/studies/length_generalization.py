@@ -132,33 +132,41 @@ def evaluate(name: str, seed: int, record: dict | None = None) -> dict:
     return row
 
 
-def collect() -> None:
-    from state_tracking import plot_accuracy_vs_depth, plot_progress_profile
-
-    rows = load_records(OUT / "runs")
-    order = {name: i for i, name in enumerate(ROWS)}
-    rows.sort(key=lambda r: (order.get(r["run"], 99), r["seed"]))
+def every_run_table(rows: list[dict]) -> list[str]:
+    """One line per run and seed: steps, training seconds, accuracy at every GRID depth, G."""
     head = "| run | seed | steps | train s | " + " | ".join(f"d={d}" for d in GRID) + " | G |"
     lines = [head, "|---|---|---|---|" + "---|" * len(GRID) + "---|"]
     for r in rows:
         acc = dict(zip(r["depths"], r["accuracy"]))
         lines.append(f"| {r['run']} | {r['seed']} | {r['steps']} | {r['train_seconds']:.0f} | "
                      + " | ".join(f"{100 * acc[d]:.1f}" if d in acc else "–" for d in GRID) + f" | {r['G']} |")
-    by_run: dict[str, list] = {}
-    for r in rows:
-        by_run.setdefault(r["run"], []).append(r)
+    return lines
+
+
+def mean_table(by_run: dict[str, list]) -> list[str]:
+    """One line per run: its number of seeds, the mean ± sd accuracy at every GRID depth, the mean G (and each)."""
     summary = ["| run | seeds | " + " | ".join(f"d={d}" for d in GRID) + " | G |",
                "|---|---|" + "---|" * len(GRID) + "---|"]
     for name, group in by_run.items():
         g = [r["G"] for r in group]
         summary.append(f"| {name} | {len(group)} | " + " | ".join(seeds_cell(group, d) for d in GRID)
                        + f" | {np.mean(g):.2f} ({', '.join(map(str, g))}) |")
+    return summary
+
+
+def profile_lines(rows: list[dict]) -> list[str]:
+    """The progress profiles as table lines: per run, seed, prompt kind and depth, the accuracy of every iteration."""
     profiles = []
     for r in rows:
         for kind in ("profile", "padding_control"):
             for d, prof in zip(r[kind]["depths"], r[kind]["profile"]):
                 profiles.append(f"| {r['run']} s{r['seed']} | {'padding' if kind != 'profile' else 'random'} | {d} | "
                                 + " ".join(f"{100 * a:.0f}" for a in prof) + " |")
+    return profiles
+
+
+def readme_table(by_run: dict[str, list]) -> list[str]:
+    """The table the repository README quotes: the mean over seeds at a few depths, and learned halting per seed."""
     short = [8, 12, 16, 32, 64, 128, 256, 512]  # the columns README.md shows
     readme = ["| run (seeds) | " + " | ".join(f"d={d}" for d in short) + " | G |", "|---|" + "---|" * (len(short) + 1)]
     for name, group in by_run.items():
@@ -171,18 +179,13 @@ def collect() -> None:
             bound = "≥ " if h["depths"][-1] == GRID[-1] and h["accuracy"][-1] >= 0.5 else ""
             readme.append(f"| `{name}`, learned halting (d unknown) | " + " | ".join(seeds_cell([h], d) for d in short)
                           + f" | {bound}{h['extrapolation_factor']:.2f} |")
-    (OUT / "readme_table.md").write_text("\n".join(readme) + "\n")
-    text = (OUT / "README.md").read_text() if (OUT / "README.md").exists() else ""
-    marker = "<!-- generated below by examples/studies/length_generalization.py --collect -->"
-    head_text = text.split(marker)[0] if marker in text else (text or "# Length generalization at CPU scale\n\n")
-    (OUT / "every_run.md").write_text("# Every run (overall state accuracy, %)\n\n" + "\n".join(lines) + "\n")
-    body = ["## Mean over seeds (overall state accuracy, %, 256 fresh sequences per depth, forced depth)", "",
-            *summary, "",
-            "## Progress profiles (accuracy of iteration k vs z_min(k, d), %)",
-            "", "| run | prompts | d | k = 1, 2, … |", "|---|---|---|---|", *profiles, "",
-            "Every run's steps, seconds and accuracy: `every_run.md`; commands, curves, environment: "
-            "`runs/<run>_s<seed>.json`.", ""]
-    (OUT / "README.md").write_text(head_text + marker + "\n\n" + "\n".join(body))
+    return readme
+
+
+def plot_study(rows: list[dict], by_run: dict[str, list]) -> None:
+    """accuracy_vs_depth.png (every run), the best run's progress profile and the baseline's."""
+    from state_tracking import plot_accuracy_vs_depth, plot_progress_profile
+
     def padded(r):  # depths a run stopped before count as 0 (two shorter depths were already below FAILED)
         acc = dict(zip(r["depths"], r["accuracy"]))
         return {**r, "depths": GRID, "accuracy": [acc.get(d, 0.0) for d in GRID]}
@@ -198,6 +201,31 @@ def collect() -> None:
         plot_progress_profile({"baseline s0: random ops": base[0]["profile"],
                                "padding control (8 ops + identity)": base[0]["padding_control"]},
                               OUT / "progress_profile_baseline.png", train_max_depth=TRAIN_MAX_DEPTH)
+
+
+def collect() -> None:
+    rows = load_records(OUT / "runs")
+    order = {name: i for i, name in enumerate(ROWS)}
+    rows.sort(key=lambda r: (order.get(r["run"], 99), r["seed"]))
+    lines = every_run_table(rows)
+    by_run: dict[str, list] = {}
+    for r in rows:
+        by_run.setdefault(r["run"], []).append(r)
+    summary = mean_table(by_run)
+    profiles = profile_lines(rows)
+    (OUT / "readme_table.md").write_text("\n".join(readme_table(by_run)) + "\n")
+    text = (OUT / "README.md").read_text() if (OUT / "README.md").exists() else ""
+    marker = "<!-- generated below by examples/studies/length_generalization.py --collect -->"
+    head_text = text.split(marker)[0] if marker in text else (text or "# Length generalization at CPU scale\n\n")
+    (OUT / "every_run.md").write_text("# Every run (overall state accuracy, %)\n\n" + "\n".join(lines) + "\n")
+    body = ["## Mean over seeds (overall state accuracy, %, 256 fresh sequences per depth, forced depth)", "",
+            *summary, "",
+            "## Progress profiles (accuracy of iteration k vs z_min(k, d), %)",
+            "", "| run | prompts | d | k = 1, 2, … |", "|---|---|---|---|", *profiles, "",
+            "Every run's steps, seconds and accuracy: `every_run.md`; commands, curves, environment: "
+            "`runs/<run>_s<seed>.json`.", ""]
+    (OUT / "README.md").write_text(head_text + marker + "\n\n" + "\n".join(body))
+    plot_study(rows, by_run)
     print("\n".join(summary))
 
 
