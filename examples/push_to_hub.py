@@ -234,6 +234,77 @@ def _listed(kind: str, names: list[str], at_most: int = 20) -> str:
     return f"{len(names)} {kind}{'' if len(names) == 1 else 's'}{shown}"
 
 
+def _evaluated_splits(checkpoint: Path, summary: dict) -> tuple[dict[str, list[dict]], list[str]]:
+    """A records run's eval_<key>.json per key of summary.json's "accuracy", grouped by split, and the order the card
+    shows the splits in: the held-out test first (`SPLIT_ORDER`), then the others by name."""
+    splits: dict[str, list[dict]] = {}
+    for key in summary.get("accuracy", {}):  # "test", "test_halting", "validation", ...
+        path = checkpoint / f"eval_{key}.json"
+        if path.is_file():
+            record = json.loads(path.read_text())
+            splits.setdefault(record["split"], []).append(record)
+    order = sorted(splits, key=lambda s: (SPLIT_ORDER.index(s) if s in SPLIT_ORDER else len(SPLIT_ORDER), s))
+    return splits, order
+
+
+def _split_results(split: str, records: list[dict], task: str, train_depth: int | None) -> tuple[dict, list[str], str]:
+    """One evaluated split of a records run: its `measured` block (every mode's row), its table lines for the card
+    and its line in the data section."""
+    block = None
+    for record in records:
+        m = measured_from_evaluation(record)
+        if block is None:
+            block = m
+        elif m["depths"] == block["depths"]:
+            block["rows"].update(m["rows"])
+    block["task"] = task
+    first = records[0]
+    data_line = f"- {split}: {first['n_records']:,} records from {_file_names(first['source'])}"
+    lines = [f"**{split}** ({first['n_records']:,} records):", "",
+             "| length | records | " + " | ".join(block["rows"]) + " |", "|---|---|" + "---|" * len(block["rows"])]
+    for i, (depth, n) in enumerate(zip(block["depths"], block["n_by_depth"])):
+        scale = f" ({depth / train_depth:g}x)" if train_depth and depth > train_depth else ""
+        cells = [f"{100 * acc[i]:.1f}" if i < len(acc) else "–" for acc in block["rows"].values()]
+        lines.append(f"| {depth}{scale} | {n:,} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return block, lines, data_line
+
+
+def _how_trained(summary: dict) -> str:
+    """The card's sentence on the training run: steps, records seen, time, seed and where the probe stopped it."""
+    stops = []
+    if summary.get("probe_stopped_at") is not None:
+        stops.append(f"the validation probe stopped it at step {summary['probe_stopped_at']}")
+    if summary.get("probe_restored_step") is not None:
+        stops.append(f"the weights are those of step {summary['probe_restored_step']}, its best probe")
+    return (f"Trained {summary.get('steps')} of at most {summary.get('max_steps')} steps "
+            f"({summary.get('samples_seen', 0):,} records seen, {summary.get('train_seconds')} s, "
+            f"seed {summary.get('seed')})" + ("; " + "; ".join(stops) if stops else "") + ".")
+
+
+def _records_training_data(records: dict, fmt: dict, task: str, data_lines: list[str]) -> str:
+    """The card's data section for a records run: files, record counts, columns, the vocabulary, the training mode
+    and the records skipped."""
+    columns = fmt.get("columns") or {}
+    delimiter = fmt.get("delimiter")
+    roles = [f"operations `{columns.get('operations') or 'operations'}`"
+             + (f" (split at {delimiter!r})" if delimiter else " (split at whitespace)")]
+    roles += [f"{role.replace('_', ' ')} `{columns[role]}`" for role in ("state", "step_states", "initial_state")
+              if columns.get(role)]
+    skipped = {k: v for k, v in (records.get("skipped") or {}).items() if v}
+    return "\n".join([
+        f"Records from the files below (task `{task}`), read and split by `examples/train_par.py`:", "",
+        f"- training: {records['train_records']:,} records from {_file_names(records.get('train_sources', []))}",
+        *data_lines,
+        "- columns: " + ", ".join(roles),
+        "- learned from the training files: " + ", ".join([
+            _listed("operation", fmt.get("operations", [])), _listed("query", fmt.get("query_names", [])),
+            _listed("label", fmt.get("candidates", []))]),
+        f"- training mode: {records['training_mode'].split(':')[0]}",
+        *(["- records skipped as bad (--skip_bad_records): " + ", ".join(f"{k} {v}" for k, v in skipped.items())]
+          if skipped else [])])
+
+
 def records_run(checkpoint: Path) -> dict | None:
     """What a records run folder (examples/train_par.py with --train_file / --dataset_name: summary.json with its
     "records" part, eval_<split>[_halting].json per evaluated split) tells its card: {"task", "measured" (one block
@@ -245,71 +316,25 @@ def records_run(checkpoint: Path) -> dict | None:
         return None
     fmt = json.loads((checkpoint / "config.json").read_text()).get("prompt_format") or {}
     train_depth = summary.get("max_train_depth")
-    splits: dict[str, list[dict]] = {}
-    for key in summary.get("accuracy", {}):  # "test", "test_halting", "validation", ...
-        path = checkpoint / f"eval_{key}.json"
-        if path.is_file():
-            record = json.loads(path.read_text())
-            splits.setdefault(record["split"], []).append(record)
-    order = sorted(splits, key=lambda s: (SPLIT_ORDER.index(s) if s in SPLIT_ORDER else len(SPLIT_ORDER), s))
+    splits, order = _evaluated_splits(checkpoint, summary)
     task = fmt.get("task_name") or next((r["task"] for rs in splits.values() for r in rs if r.get("task")), None)
     task = task or checkpoint.name
     measured, lines, data_lines = [], [], []
     for split in order:
-        block = None
-        for record in splits[split]:
-            m = measured_from_evaluation(record)
-            if block is None:
-                block = m
-            elif m["depths"] == block["depths"]:
-                block["rows"].update(m["rows"])
-        block["task"] = task
+        block, table, data_line = _split_results(split, splits[split], task, train_depth)
         measured.append(block)
-        first = splits[split][0]
-        data_lines.append(f"- {split}: {first['n_records']:,} records from {_file_names(first['source'])}")
-        lines += [f"**{split}** ({first['n_records']:,} records):", "",
-                  "| length | records | " + " | ".join(block["rows"]) + " |", "|---|---|" + "---|" * len(block["rows"])]
-        for i, (depth, n) in enumerate(zip(block["depths"], block["n_by_depth"])):
-            scale = f" ({depth / train_depth:g}x)" if train_depth and depth > train_depth else ""
-            cells = [f"{100 * acc[i]:.1f}" if i < len(acc) else "–" for acc in block["rows"].values()]
-            lines.append(f"| {depth}{scale} | {n:,} | " + " | ".join(cells) + " |")
-        lines.append("")
-    stops = []
-    if summary.get("probe_stopped_at") is not None:
-        stops.append(f"the validation probe stopped it at step {summary['probe_stopped_at']}")
-    if summary.get("probe_restored_step") is not None:
-        stops.append(f"the weights are those of step {summary['probe_restored_step']}, its best probe")
-    trained = (f"Trained {summary.get('steps')} of at most {summary.get('max_steps')} steps "
-               f"({summary.get('samples_seen', 0):,} records seen, {summary.get('train_seconds')} s, "
-               f"seed {summary.get('seed')})" + ("; " + "; ".join(stops) if stops else "") + ".")
+        lines += table
+        data_lines.append(data_line)
     results = "\n".join([
         "Overall state accuracy (%, every query right) by record length (number of operations) on the run's "
         f"evaluation splits, as `examples/train_par.py` measured them; training records had at most {train_depth} "
         "operations, so a longer length (its multiple in brackets) measures length generalization.", "", *lines,
-        trained]) + "\n"
-    columns = fmt.get("columns") or {}
-    delimiter = fmt.get("delimiter")
-    roles = [f"operations `{columns.get('operations') or 'operations'}`"
-             + (f" (split at {delimiter!r})" if delimiter else " (split at whitespace)")]
-    roles += [f"{role.replace('_', ' ')} `{columns[role]}`" for role in ("state", "step_states", "initial_state")
-              if columns.get(role)]
-    skipped = {k: v for k, v in (records.get("skipped") or {}).items() if v}
-    training_data = "\n".join([
-        f"Records from the files below (task `{task}`), read and split by `examples/train_par.py`:", "",
-        f"- training: {records['train_records']:,} records from {_file_names(records.get('train_sources', []))}",
-        *data_lines,
-        "- columns: " + ", ".join(roles),
-        "- learned from the training files: " + ", ".join([
-            _listed("operation", fmt.get("operations", [])), _listed("query", fmt.get("query_names", [])),
-            _listed("label", fmt.get("candidates", []))]),
-        f"- training mode: {records['training_mode'].split(':')[0]}",
-        *(["- records skipped as bad (--skip_bad_records): " + ", ".join(f"{k} {v}" for k, v in skipped.items())]
-          if skipped else [])])
+        _how_trained(summary)]) + "\n"
     limits = (f"Trained on records of at most {train_depth} operations from the files above; on other data, or at "
               "lengths the results do not show, nothing is measured. An operation, query or label the training files "
               "never held is refused, not answered.")
-    return {"task": task, "measured": measured, "results": results, "training_data": training_data,
-            "limits": limits}
+    return {"task": task, "measured": measured, "results": results,
+            "training_data": _records_training_data(records, fmt, task, data_lines), "limits": limits}
 
 
 def _with_task(measured: dict | list[dict], checkpoint: Path) -> dict | list[dict]:
