@@ -217,19 +217,27 @@ def records_run(tmp_path_factory):
     return run, summary
 
 
-def test_records_run_card_tells_its_results_and_data(records_run, tmp_path):
-    run, summary = records_run
-    out = push_to_hub.export_for_hub(run, tmp_path / "export")
+@pytest.fixture(scope="module")
+def records_card(records_run, tmp_path_factory):
+    """The records run exported once (`export_for_hub`): (the export folder, its card, the card's fields, its YAML
+    front matter)."""
+    run, _ = records_run
+    out = push_to_hub.export_for_hub(run, tmp_path_factory.mktemp("records_export") / "export")
     card = (out / "README.md").read_text()
-    assert "\n# par-orders\n" in card  # titled by the task (the training file's name), not the folder ("run")
     fields = push_to_hub.card_fields(card)  # the card follows the template, so a re-export can carry it
+    return out, card, fields, front_matter(card)
+
+
+def test_records_run_card_is_titled_by_its_task(records_run, records_card):
+    run, _ = records_run
+    _, card, _, _ = records_card
+    assert "\n# par-orders\n" in card  # titled by the task (the training file's name), not the folder ("run")
     assert "Not stated by the exporter" not in card and "No results were attached" not in card
     assert str(run.parent) not in card  # local folders are not published; file names are
 
-    # model-index: one result per split and length, both modes, numbers and record counts from the eval JSONs
-    meta = front_matter(card)
-    (entry,) = meta["model-index"]
-    assert entry["name"] == "par-orders"
+
+def expected_model_index(run: Path, summary: dict) -> tuple[dict, dict]:
+    """From the run's eval JSONs: {(split, d, metric name): accuracy (%)} and {(split, d): records}."""
     expected, splits = {}, {}
     for key in ("test", "test_halting", "validation", "validation_halting"):
         record = json.loads((run / f"eval_{key}.json").read_text())
@@ -239,6 +247,16 @@ def test_records_run_card_tells_its_results_and_data(records_run, tmp_path):
             name = f"overall state accuracy (%), {label}, d = {d} ({d / summary['max_train_depth']:g}x)"
             expected[record["split"], d, name] = round(100 * row["accuracy"], 2)
             splits[record["split"], d] = row["n"]
+    return expected, splits
+
+
+def test_records_run_card_model_index_has_every_split_and_length(records_run, records_card):
+    """model-index: one result per split and length, both modes, numbers and record counts from the eval JSONs."""
+    run, summary = records_run
+    _, card, _, meta = records_card
+    (entry,) = meta["model-index"]
+    assert entry["name"] == "par-orders"
+    expected, splits = expected_model_index(run, summary)
     got = {}
     for result in entry["results"]:
         dataset = result["dataset"]
@@ -254,6 +272,10 @@ def test_records_run_card_tells_its_results_and_data(records_run, tmp_path):
     assert {r.dataset_split for r in data.eval_results} == {"test", "validation"}
     assert eval_results_to_model_index(data.model_name, data.eval_results) == meta["model-index"]
 
+
+def test_records_run_card_tells_its_results_and_data(records_run, records_card):
+    run, summary = records_run
+    _, _, fields, _ = records_card
     # the prose results: a row per test length with its record count and both modes' accuracy
     test, halting = (json.loads((run / f"eval_{k}.json").read_text()) for k in ("test", "test_halting"))
     for forced_row, halting_row in zip(test["per_depth"], halting["per_depth"]):
@@ -274,12 +296,15 @@ def test_records_run_card_tells_its_results_and_data(records_run, tmp_path):
     assert "training mode: final-answer training over the lengths present" in data_section
     assert f"at most {summary['max_train_depth']} operations" in fields["limits"]
 
-    # a re-export of the export carries all of it; a repo name given on the command line names the model
+
+def test_records_run_card_is_carried_by_a_re_export(records_card, tmp_path):
+    """A re-export of the export carries all of it; a repo name given on the command line names the model."""
+    out, _, fields, meta = records_card
     push_to_hub.main(["--checkpoint", str(out), "--output_dir", str(tmp_path / "again"), "--repo_id", "me/orders"])
     again = (tmp_path / "again" / "README.md").read_text()
     assert front_matter(again)["model-index"][0]["name"] == "orders" and "\n# orders\n" in again
     assert measured_metrics_by_split(front_matter(again)) == measured_metrics_by_split(meta)
-    assert push_to_hub.card_fields(again)["training_data"] == data_section
+    assert push_to_hub.card_fields(again)["training_data"] == fields["training_data"]
 
 
 def measured_metrics_by_split(meta: dict) -> dict:
