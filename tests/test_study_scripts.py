@@ -46,15 +46,11 @@ def test_paper_protocol_rows_are_valid_and_explicit():
             assert (args.stretch_steps > 0) == name.endswith("stretch")
 
 
-def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeypatch, scripts_in_process):
-    """The protocol script at tiny scale: a PAR row trains with checkpoints, a second call after an interruption
-    resumes from the newest checkpoint (two segments on record), the evaluation follows the stop rule on the grid,
-    an RNN row scores the same grid, and --collect writes the paper-shaped table with the paper's rows above ours.
-    train_par.py and rnn.py run in this process with the commands the protocol records (`scripts_in_process`; the
-    fresh process of a study's row is tested by test_s5_breakthrough_tiny_trains_resumes_and_collects)."""
+def tiny_protocol(protocol, tmp_path, monkeypatch):
+    """The swap-S5 protocol shrunk to test scale (monkeypatched into PROTOCOLS) and four of its rows with small
+    models (ROWS): recipe_halting, lstm, recipe_mastery and the two-stage recipe_then_halting."""
     from dataclasses import replace
 
-    protocol = load_example("examples/reproduce/paper_protocol.py")
     tiny = replace(protocol.PROTOCOLS["swap_s5"], run_dir=REPO / "runs" / "test_paper_protocol" / tmp_path.name,
                    out=tmp_path / "results", train_max_depth=3, grid=[3, 6, 24, 48, 96], n=16, steps=2, save_steps=2,
                    profile_depths=[6], profile_n=8, in_range_depths=[2, 3], in_range_n=8, long_grid=[12, 30],
@@ -73,42 +69,92 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
                                                           "--curriculum_every_steps": "1"}),
             "recipe_then_halting": shrunk("recipe_then_halting", **{"--max_steps": "2"})}
     monkeypatch.setattr(protocol, "ROWS", rows)
-    try:
-        # a two-stage row needs its trained parent, then starts from it and counts its training time
-        with pytest.raises(SystemExit, match="fine-tunes the trained recipe_mastery row"):
-            protocol.main(["--row", "recipe_then_halting", "--seed", "0"])
-        protocol.main(["--row", "recipe_mastery", "--seed", "0"])
+    return tiny
+
+
+def two_stage_rows(protocol, tiny) -> tuple[dict, dict]:
+    """A two-stage row needs its trained parent, then starts from it and counts its training time: (the parent's
+    record, the staged row's)."""
+    with pytest.raises(SystemExit, match="fine-tunes the trained recipe_mastery row"):
         protocol.main(["--row", "recipe_then_halting", "--seed", "0"])
-        staged = json.loads(protocol.record_path(tiny, "recipe_then_halting", 0).read_text())
-        parent = json.loads(protocol.record_path(tiny, "recipe_mastery", 0).read_text())
-        assert parent["curriculum"]["mastery_accuracy"] == 0.9
-        assert isinstance(parent["curriculum"]["growth_steps"], list)
-        assert parent["probe"] and parent["probe"][0]["step"] == 0  # the in-range probe ran
-        assert staged["init_from"] == "recipe_mastery" and "--init_from_par" in staged["train_commands"][0]
-        assert "runs/test_paper_protocol" in staged["train_commands"][0].split("--init_from_par ")[1]
-        assert staged["train_seconds_total"] == pytest.approx(staged["train_seconds"] + parent["train_seconds"],
-                                                              abs=0.2)
-        assert set(staged["evaluation"]) == {"forced", "halting"} and set(parent["evaluation"]) == {"forced"}
-        protocol.main(["--row", "recipe_halting", "--seed", "0"])
-        folder = protocol.run_path(tiny, "recipe_halting", 0)
-        assert (folder / "checkpoint-2").is_dir()
-        (folder / "summary.json").unlink()  # as if the segment had been cut off before the end
-        tiny = replace(tiny, steps=4)
-        monkeypatch.setitem(protocol.PROTOCOLS, "swap_s5", tiny)
-        protocol.main(["--row", "recipe_halting", "--seed", "0"])
-        record = json.loads(protocol.record_path(tiny, "recipe_halting", 0).read_text())
-        assert [s["resumed_from"] for s in record["segments"]] == [None, "checkpoint-2"]
-        assert "--resume_from_checkpoint" in record["train_commands"][1] and record["steps"] == 4
-        before = record["segments"][1]["trained_seconds_before"]
-        assert before > 0 and record["train_seconds"] == round(before + record["segments"][1]["wall_seconds"], 1)
-        for mode in ("forced", "halting"):
-            evaluation = record["evaluation"][mode]
-            depths = evaluation["depths"]
-            assert depths == tiny.grid[: len(depths)] and evaluation["n_per_depth"] == 16
-            low = [a < 0.02 for a in evaluation["accuracy"]]
-            assert (len(depths) < len(tiny.grid)) == (low[-2:] == [True, True]) == evaluation["stopped_early"]
-        assert record["profile"] and record["padding_control"]
-        assert record["in_range"]["depths"] == [2, 3] and record["in_range"]["n_per_depth"] == 8
+    protocol.main(["--row", "recipe_mastery", "--seed", "0"])
+    protocol.main(["--row", "recipe_then_halting", "--seed", "0"])
+    staged = json.loads(protocol.record_path(tiny, "recipe_then_halting", 0).read_text())
+    parent = json.loads(protocol.record_path(tiny, "recipe_mastery", 0).read_text())
+    assert parent["curriculum"]["mastery_accuracy"] == 0.9
+    assert isinstance(parent["curriculum"]["growth_steps"], list)
+    assert parent["probe"] and parent["probe"][0]["step"] == 0  # the in-range probe ran
+    assert staged["init_from"] == "recipe_mastery" and "--init_from_par" in staged["train_commands"][0]
+    assert "runs/test_paper_protocol" in staged["train_commands"][0].split("--init_from_par ")[1]
+    assert staged["train_seconds_total"] == pytest.approx(staged["train_seconds"] + parent["train_seconds"], abs=0.2)
+    assert set(staged["evaluation"]) == {"forced", "halting"} and set(parent["evaluation"]) == {"forced"}
+    return parent, staged
+
+
+def resumed_row(protocol, tiny, monkeypatch):
+    """recipe_halting trained, cut off (its summary removed), then resumed to 4 steps from checkpoint-2 and evaluated
+    under the stop rule: (the protocol at 4 steps, the row's record)."""
+    from dataclasses import replace
+
+    protocol.main(["--row", "recipe_halting", "--seed", "0"])
+    folder = protocol.run_path(tiny, "recipe_halting", 0)
+    assert (folder / "checkpoint-2").is_dir()
+    (folder / "summary.json").unlink()  # as if the segment had been cut off before the end
+    tiny = replace(tiny, steps=4)
+    monkeypatch.setitem(protocol.PROTOCOLS, "swap_s5", tiny)
+    protocol.main(["--row", "recipe_halting", "--seed", "0"])
+    record = json.loads(protocol.record_path(tiny, "recipe_halting", 0).read_text())
+    assert [s["resumed_from"] for s in record["segments"]] == [None, "checkpoint-2"]
+    assert "--resume_from_checkpoint" in record["train_commands"][1] and record["steps"] == 4
+    before = record["segments"][1]["trained_seconds_before"]
+    assert before > 0 and record["train_seconds"] == round(before + record["segments"][1]["wall_seconds"], 1)
+    for mode in ("forced", "halting"):
+        evaluation = record["evaluation"][mode]
+        depths = evaluation["depths"]
+        assert depths == tiny.grid[: len(depths)] and evaluation["n_per_depth"] == 16
+        low = [a < 0.02 for a in evaluation["accuracy"]]
+        assert (len(depths) < len(tiny.grid)) == (low[-2:] == [True, True]) == evaluation["stopped_early"]
+    assert record["profile"] and record["padding_control"]
+    assert record["in_range"]["depths"] == [2, 3] and record["in_range"]["n_per_depth"] == 8
+    return tiny, record
+
+
+def collected_table(protocol, tmp_path) -> None:
+    """--collect writes the paper-shaped table: the paper's rows above ours, the two-stage row's steps, the rows past
+    the protocol and inside the training range."""
+    protocol.main(["--collect"])
+    table = (tmp_path / "results" / "table.md").read_text()
+    assert "Past the protocol (`--long`)" in table and "| d=12 (4×) | d=30 (10×) |" in table
+    assert table.index("PAR + learned halting — *paper, reported*") < table.index("*ours, CPU*")
+    assert "PAR recipe (local view) + halting labels, learned halting — *ours, CPU* | 1 |" in table
+    assert "LSTM, hidden 288 (≈ PAR's parameters) — *ours, CPU* | 1 |" in table
+    assert "| 2 + 2 |" in table  # the two-stage row: its parent's steps + its own
+    assert "Inside the training range" in table and "| d=2 | d=3 | d=6 profile: iteration 1 / 2 |" in table
+
+
+def exported_row(protocol, tiny, tmp_path) -> None:
+    """The resumed row exported: its summary, a card with learned halting, and a folder that loads as remote code."""
+    shipped = protocol.export(tiny, "recipe_halting", 0, target=tmp_path / "ckpt")
+    summary = json.loads((shipped / "training_summary.json").read_text())
+    assert summary["max_train_depth"] == 3 and summary["steps"] == 4 and summary["n_per_depth"] == 16
+    card = (shipped / "README.md").read_text()
+    assert "learned halting (no R given)" in card, card
+    config = AutoModel.from_pretrained(shipped, trust_remote_code=True).config
+    assert config.max_iterations >= 1 and config.learned_halting is True
+    assert config.prompt_format["rendering"] == "symbolic" and "state-tracking" in config.custom_pipelines
+
+
+def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeypatch, scripts_in_process):
+    """The protocol script at tiny scale: a PAR row trains with checkpoints, a second call after an interruption
+    resumes from the newest checkpoint (two segments on record), the evaluation follows the stop rule on the grid,
+    an RNN row scores the same grid, and --collect writes the paper-shaped table with the paper's rows above ours.
+    train_par.py and rnn.py run in this process with the commands the protocol records (`scripts_in_process`; the
+    fresh process of a study's row is tested by test_s5_breakthrough_tiny_trains_resumes_and_collects)."""
+    protocol = load_example("examples/reproduce/paper_protocol.py")
+    tiny = tiny_protocol(protocol, tmp_path, monkeypatch)
+    try:
+        parent, staged = two_stage_rows(protocol, tiny)
+        tiny, record = resumed_row(protocol, tiny, monkeypatch)
         protocol.main(["--row", "lstm", "--seed", "0"])
         lstm = json.loads(protocol.record_path(tiny, "lstm", 0).read_text())
         assert lstm["evaluation"]["forced"]["depths"] == tiny.grid[: len(lstm["evaluation"]["forced"]["depths"])]
@@ -120,22 +166,8 @@ def test_paper_protocol_trains_resumes_evaluates_and_tabulates(tmp_path, monkeyp
             long = json.loads((tmp_path / "results" / "long" / f"{row}_s0.json").read_text())
             assert long["evaluation"]["n_per_depth"] == 8 and long["evaluation"]["depths"][0] == 12
         assert len(scripts_in_process) == 6 and scripts_in_process[-1][0] == "examples/baselines/rnn.py"  # LSTM again
-        protocol.main(["--collect"])
-        table = (tmp_path / "results" / "table.md").read_text()
-        assert "Past the protocol (`--long`)" in table and "| d=12 (4×) | d=30 (10×) |" in table
-        assert table.index("PAR + learned halting — *paper, reported*") < table.index("*ours, CPU*")
-        assert "PAR recipe (local view) + halting labels, learned halting — *ours, CPU* | 1 |" in table
-        assert "LSTM, hidden 288 (≈ PAR's parameters) — *ours, CPU* | 1 |" in table
-        assert "| 2 + 2 |" in table  # the two-stage row: its parent's steps + its own
-        assert "Inside the training range" in table and "| d=2 | d=3 | d=6 profile: iteration 1 / 2 |" in table
-        shipped = protocol.export(tiny, "recipe_halting", 0, target=tmp_path / "ckpt")
-        summary = json.loads((shipped / "training_summary.json").read_text())
-        assert summary["max_train_depth"] == 3 and summary["steps"] == 4 and summary["n_per_depth"] == 16
-        card = (shipped / "README.md").read_text()
-        assert "learned halting (no R given)" in card, card
-        config = AutoModel.from_pretrained(shipped, trust_remote_code=True).config
-        assert config.max_iterations >= 1 and config.learned_halting is True
-        assert config.prompt_format["rendering"] == "symbolic" and "state-tracking" in config.custom_pipelines
+        collected_table(protocol, tmp_path)
+        exported_row(protocol, tiny, tmp_path)
     finally:
         import shutil
 
