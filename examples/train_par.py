@@ -46,6 +46,7 @@ from par_cli.reports import (  # noqa: E402
     evaluate_records_and_report,
     run_summary,
 )
+from par_cli.resolution import Resolution  # noqa: E402
 from par_cli.training_data import (  # noqa: E402
     PROBE_SETTINGS,
     TrainingData,
@@ -416,24 +417,30 @@ def check_arguments(model_args: ModelArguments, task_args: TaskArguments, data_a
 def load_data(model_args: ModelArguments, task_args: TaskArguments, data_args: DataArguments, train_args,
               given: set) -> TrainingData:
     """Step 2: the records of --train_file / --dataset_name, with the recipe chosen from them (--recipe auto; encoded
-    again, not read again, if it reads operations otherwise), or problems generated from the task."""
+    again, not read again, if it reads operations otherwise), or problems generated from the task. What the data
+    choose for the arguments (the depth range, the recipe's flags, the validation probe, epochs as steps, the
+    curriculum fitted to the budget) is chosen on a `Resolution` of the parsed ones, and the arguments the run trains
+    with are built from it once (`TrainingData.arguments`: model, data and training arguments, validated again)."""
+    run = Resolution(model_args, data_args, train_args)
     if data_args.given:
-        records = prepare_records(data_args, model_args, task_args, train_args, given)
-        recipe = use_recipe(records, given, model_args, task_args, data_args, train_args)
-        return records_data(records, given, model_args, task_args, data_args, train_args, recipe)
+        records = prepare_records(run, task_args, given)
+        recipe = use_recipe(records, given, task_args, run)
+        return records_data(records, given, run, recipe)
     if any(getattr(data_args, name) is not None for name in RECORD_FLAGS):
         raise ValueError("the record flags (--validation_file, --test_file, --*_column, --operation_delimiter) "
                          "need --train_file or --dataset_name.")
     check_flags("train_par.py", records=False, given=given)
     task = build_task(task_args)
-    epochs_as_max_steps(train_args, task_args.train_size, given, "generated problems (--train_size)")
-    curriculum = fit_curriculum_to_budget(
-        train_args, range(train_args.min_train_depth, train_args.max_train_depth + 1), given)
+    run.choose(epochs_as_max_steps(run.train, task_args.train_size, given, "generated problems (--train_size)"))
+    curriculum, fitted = fit_curriculum_to_budget(
+        run.train, range(run.train.min_train_depth, run.train.max_train_depth + 1), given)
+    run.choose(fitted)
+    model_args, data_args, train_args = arguments = run.build()
     tokenizer = build_tokenizer_for(task, task_args, model_args)
     problems = training_problems(task_args, train_args, max(1, train_args.world_size))
     return TrainingData(tokenizer, build_dataset(task, tokenizer, task_args.rendering, **problems),
                         trained_prompt_format(task, task_args, problems, model_args.init_from_par),
-                        model_token_ids(tokenizer, task), task=task, curriculum=curriculum)
+                        model_token_ids(tokenizer, task), task=task, curriculum=curriculum, arguments=arguments)
 
 
 def load_model(data: TrainingData, model_args: ModelArguments, train_args):
@@ -482,6 +489,12 @@ def build_trainer(model, data: TrainingData, task_args: TaskArguments, data_args
     return trainer
 
 
+def candidate_trainer(data: TrainingData, task_args: TaskArguments):
+    """Steps 3-4 for a candidate of the recipe race: its model and Trainer on the arguments its data step built."""
+    model_args, data_args, train_args = data.arguments
+    return build_trainer(load_model(data, model_args, train_args), data, task_args, data_args, train_args, model_args)
+
+
 def save(trainer, model, data: TrainingData, model_args: ModelArguments, output_dir: Path):
     """Step 6: the trained model (and the task of generated problems) in --output_dir; returns the model to evaluate.
     With --peft lora the folder holds the model with the LoRA factors merged into it (the folder loads alone, as every
@@ -514,13 +527,15 @@ def main(argv=None):
     output_dir = Path(train_args.output_dir)
     started, resume = time.time(), train_args.resume_from_checkpoint
     if data_args.given and data_args.recipe == "race":  # 2. data, each candidate recipe raced on it (2-5)
-        model_args, data_args, train_args, data, resume = race_recipe(
-            prepare_records(data_args, model_args, task_args, train_args, given), given, model_args, task_args,
-            data_args, train_args, prepare=lambda r, m, d, t: records_data(r, given, m, task_args, d, t),
-            build=lambda data, m, d, t: build_trainer(load_model(data, m, t), data, task_args, d, t, m))
+        run = Resolution(model_args, data_args, train_args)
+        data, resume = race_recipe(
+            prepare_records(run, task_args, given), given, task_args, run,
+            prepare=lambda records, candidate: records_data(records, given, candidate),
+            build=lambda data: candidate_trainer(data, task_args))
     else:
         data = load_data(model_args, task_args, data_args, train_args, given)  # 2. data
-    train_args.validate_par()  # what the records, the recipe and the budget set after parsing, checked again
+    # the arguments the run trains with: built once, with what the data chose (validated again), never set after
+    model_args, data_args, train_args = data.arguments
     model = load_model(data, model_args, train_args)  # 3. model
     trainer = build_trainer(model, data, task_args, data_args, train_args, model_args)  # 4. trainer
     trainer.train(resume_from_checkpoint=resume)  # 5. train

@@ -4,8 +4,9 @@ function that returns the flags it sets and one reason citing its evidence.
 
     record_statistics(records)      the records as the rules see them (`RecordStatistics`)
     choose_recipe(statistics, ...)  pure: the rules' flags and reasons (`Recipe`)
-    apply_recipe(recipe, given, *)  sets the flags the user did not give; a rule whose flag the user gave is dropped
-                                    whole (its flags belong together: a model size, a curriculum)
+    effective_flags(recipe, given)  the flags the user did not give; a rule whose flag the user gave is dropped whole
+                                    (its flags belong together: a model size, a curriculum); `use_recipe` chooses them
+                                    on the run's `par_cli.resolution.Resolution`, which builds the arguments with them
 
 The rules, in the order they decide (each docstring says its rule, its evidence, and where it is a judgement call):
 step states -> the default recipe; answer feedback (`feedback_rule`) and with it a small eager model
@@ -383,15 +384,6 @@ def effective_flags(recipe: Recipe | None, given: set) -> dict:
     return {flag: value for flag, value in recipe.chosen.items() if flag not in dropped}
 
 
-def apply_recipe(recipe: Recipe, given: set, *arguments) -> list[str]:
-    """Set the recipe's flags on the argument objects that have them (train_par.py's dataclasses), except the flags
-    the user's win over (`overridden_flags`). Returns those flags, sorted."""
-    for flag, value in effective_flags(recipe, given).items():
-        target = next(a for a in arguments if hasattr(a, flag))
-        setattr(target, flag, value)
-    return overridden_flags(recipe, given)
-
-
 def recipe_summary(recipe: Recipe | None, statistics: RecordStatistics | None, overridden: list[str]) -> dict:
     """summary.json's "recipe": mode, chosen (flag -> value), reasons (rule -> why), overridden_by_user, notes,
     statistics; `recipe` None: --recipe off."""
@@ -401,19 +393,19 @@ def recipe_summary(recipe: Recipe | None, statistics: RecordStatistics | None, o
             "notes": recipe.notes, "statistics": asdict(statistics)}
 
 
-def use_recipe(records: RecordSplits, given: set, model_args, task_args, data_args, train_args) -> dict:
-    """`--recipe auto` on a run's records: their statistics, the recipe chosen from them, set on the arguments where
-    the user gave no flag of its rule (`apply_recipe`), and one block of the log; `--recipe off`: nothing changes.
-    Returns summary.json's "recipe" (`recipe_summary`)."""
-    check_recipe(data_args.recipe)
-    if data_args.recipe == "off":
+def use_recipe(records: RecordSplits, given: set, task_args, run) -> dict:
+    """`--recipe auto` on a run's records: their statistics, the recipe chosen from them, its flags chosen on `run` (a
+    `par_cli.resolution.Resolution`) where the user gave no flag of their rule (`effective_flags`), and one block of
+    the log; `--recipe off`: nothing is chosen. Returns summary.json's "recipe" (`recipe_summary`)."""
+    check_recipe(run.data.recipe)
+    if run.data.recipe == "off":
         summary = recipe_summary(None, None, [])
     else:
         statistics = record_statistics(records)
-        recipe = choose_recipe(statistics, model_args.answer_feedback if "answer_feedback" in given else None,
+        recipe = choose_recipe(statistics, run.model.answer_feedback if "answer_feedback" in given else None,
                                task_args.self_distillation)
-        overridden = apply_recipe(recipe, given, model_args, data_args, train_args)
-        summary = recipe_summary(recipe, statistics, overridden)
+        run.choose(effective_flags(recipe, given))
+        summary = recipe_summary(recipe, statistics, overridden_flags(recipe, given))
     logger.warning(recipe_log(summary))
     return summary
 
@@ -436,7 +428,7 @@ def recipe_log(summary: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RECIPE_MODES", "Recipe", "RecordStatistics", "apply_recipe", "check_recipe", "choose_recipe",
+__all__ = ["RECIPE_MODES", "Recipe", "RecordStatistics", "check_recipe", "choose_recipe",
            "compile_rule", "curriculum_rule", "effective_flags", "feedback_rule", "few_records_feedback",
            "model_size_rule", "operation_tokens_rule", "optimizer_rule", "overridden_flags", "record_statistics",
            "recipe_log", "recipe_notes", "recipe_summary", "regularization_rule", "use_recipe", "whole_state_check"]

@@ -18,7 +18,6 @@ race both.
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import shutil
@@ -32,12 +31,13 @@ from transformers import TrainerCallback
 from .recipe import (
     Recipe,
     RecordStatistics,
-    apply_recipe,
     choose_recipe,
     effective_flags,
+    overridden_flags,
     recipe_summary,
     record_statistics,
 )
+from .resolution import Resolution
 
 logger = logging.getLogger(__name__)
 
@@ -201,23 +201,24 @@ def race_log(race: dict) -> str:
     return "\n".join(lines)
 
 
-def race_recipe(records, given: set, model_args, task_args, data_args, train_args, prepare: Callable,
-                build: Callable) -> tuple:
-    """`--recipe race` on a run's records (read once by the caller): the candidates (`race_candidates`), each on
-    copies of the arguments with its recipe applied where the user gave no flag of its rule; `prepare(records,
-    model_args, data_args, train_args)` -> the candidate's TrainingData and `build(data, model_args, data_args,
-    train_args)` -> its Trainer (train_par.py's steps 2-4); the race (`run_race`), each candidate in
-    <output_dir>/race/<name> (the losers' folders deleted after the race, the winner's kept: the run resumes from its
-    checkpoint). Returns the winner's (model_args, data_args, train_args, TrainingData, checkpoint to
-    resume from); the TrainingData's `recipe` is summary.json's "recipe" with the race under "race"."""
+def race_recipe(records, given: set, task_args, run: Resolution, prepare: Callable, build: Callable) -> tuple:
+    """`--recipe race` on a run's records (read once by the caller, `run` holding what reading them chose): the
+    candidates (`race_candidates`), each on its own copy of `run` with its recipe's flags chosen where the user gave no
+    flag of their rule; `prepare(records, run)` -> the candidate's TrainingData, its arguments built
+    (`TrainingData.arguments`), and `build(data)` -> its Trainer (train_par.py's steps 2-4); the race (`run_race`),
+    each candidate in <output_dir>/race/<name> (the losers' folders deleted after the race, the winner's kept: the run
+    resumes from its checkpoint). Returns the winner's (TrainingData, checkpoint to resume from); the TrainingData's
+    `recipe` is summary.json's "recipe" with the race under "race"."""
     from trainers.callbacks import last_complete_checkpoint
 
     statistics = record_statistics(records)
+    model_args, data_args, train_args = run.model, run.data, run.train
 
-    def arguments(recipe: Recipe | None) -> tuple:
-        copies = copy.deepcopy((model_args, data_args, train_args))
-        overridden = apply_candidate(recipe, given, *copies)
-        return (*copies, overridden)
+    def candidate_run(recipe: Recipe | None, **race_fields) -> Resolution:
+        mine = run.copy()
+        mine.choose(effective_flags(recipe, given))
+        mine.choose(race_fields)
+        return mine
 
     user_feedback = model_args.answer_feedback if "answer_feedback" in given else None
     candidates = race_candidates(statistics, user_feedback, task_args.self_distillation, given)
@@ -225,19 +226,17 @@ def race_recipe(records, given: set, model_args, task_args, data_args, train_arg
                train_args.world_size)
 
     def train_to(candidate: Candidate, step: int, checkpoint: Path | None) -> RaceRun:
-        m, d, t, _ = arguments(candidate.recipe)
-        t.output_dir = str(Path(train_args.output_dir) / "race" / candidate.name)
-        d.restore_best_probe = False  # the race scores the weights it stopped with
-        data = prepare(records, m, d, t)
-        t.validate_par()
-        trainer = build(data, m, d, t)
+        # each candidate in its own folder, scored on the weights it stopped with (no best probe restored)
+        data = prepare(records, candidate_run(candidate.recipe, restore_best_probe=False, output_dir=str(
+            Path(train_args.output_dir) / "race" / candidate.name)))
+        trainer = build(data)
         trainer.add_callback(StopAtStep(step))
         trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
-        done = trainer.state.global_step
-        saved = last_complete_checkpoint(t.output_dir)
+        done, folder = trainer.state.global_step, trainer.args.output_dir
+        saved = last_complete_checkpoint(folder)
         if saved is None or saved.name != f"checkpoint-{done}":
             trainer._save_checkpoint(trainer.model, trial=None)  # a stop that saved nothing (a time budget)
-            saved = last_complete_checkpoint(t.output_dir)
+            saved = last_complete_checkpoint(folder)
         return RaceRun(trainer.model, data.records.splits["validation"][1], data.token_ids["pad_token_id"], saved,
                        done, None if done >= step else stop_reason(trainer.state.log_history))
 
@@ -246,16 +245,11 @@ def race_recipe(records, given: set, model_args, task_args, data_args, train_arg
     for candidate in candidates:  # the losers' checkpoints; the winner's is the one the run resumes from
         if candidate is not winner:
             shutil.rmtree(Path(train_args.output_dir) / "race" / candidate.name, ignore_errors=True)
-    m, d, t, overridden = arguments(winner.recipe)
-    data = prepare(records, m, d, t)
+    data = prepare(records, candidate_run(winner.recipe))
+    overridden = [] if winner.recipe is None else overridden_flags(winner.recipe, given)
     data.recipe = {**recipe_summary(winner.recipe, statistics, overridden), "mode": "race",
                    "statistics": asdict(statistics), "race": race}  # the statistics even when the defaults win
-    return m, d, t, data, None if checkpoint is None else str(checkpoint)
-
-
-def apply_candidate(recipe: Recipe | None, given: set, *arguments) -> list[str]:
-    """`apply_recipe` for a candidate (None: the fixed defaults, nothing set)."""
-    return [] if recipe is None else apply_recipe(recipe, given, *arguments)
+    return data, None if checkpoint is None else str(checkpoint)
 
 
 def stop_reason(log_history: list[dict]) -> str:

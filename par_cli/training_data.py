@@ -2,7 +2,8 @@
 files; and the record of the sentences the generated data used (the checkpoint's `prompt_format.trained`).
 
 `task_args`, `data_args`, `model_args` are train_par.py's argument dataclasses (any objects with their fields);
-`train_args` its training arguments.
+`train_args` its training arguments. What the data choose for them (the depth range, the validation probe, the step
+budget) is chosen on a `par_cli.resolution.Resolution` and built once, never set on the arguments.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from trainers.callbacks import RecordsProbeCallback
 from trainers.step_budget import epochs_as_max_steps, examples_per_step, fit_curriculum_to_budget
 
 from .flag_modes import check_flags
+from .resolution import Resolution
 
 logger = logging.getLogger(__name__)
 
@@ -93,10 +95,11 @@ def reencode_records(records: RecordSplits, data_args) -> RecordSplits:
     return again
 
 
-def prepare_records(data_args, model_args, task_args, train_args, given: set) -> RecordSplits:
+def prepare_records(run: Resolution, task_args, given: set) -> RecordSplits:
     """Read the training files, learn their vocabulary, encode them (`state_tracking.records.read_record_splits`);
-    set the depth range and curriculum from the lengths present (unless given); choose the training mode and say why
-    in one log line (kept as `.mode`)."""
+    choose the depth range and curriculum start from the lengths present (unless given: `record_depths`, on `run`);
+    choose the training mode and say why in one log line (kept as `.mode`)."""
+    model_args, data_args, train_args = run.model, run.data, run.train
     if model_args.init_from_parent or model_args.init_from_par:
         raise ValueError("--train_file / --dataset_name train a model from scratch on the records' own vocabulary; "
                          "--init_from_parent and --init_from_par are not supported with them yet.")
@@ -126,22 +129,30 @@ def prepare_records(data_args, model_args, task_args, train_args, given: set) ->
         if bad:
             logger.warning("skipped %d %s record(s) (--skip_bad_records); the first: %s", len(bad), split, bad[0])
     logger.warning("records: %s", records.summary())
-    lengths = records.lengths
-    if "min_train_depth" not in given:
-        train_args.min_train_depth = int(lengths.min())
-    if "max_train_depth" not in given:
-        train_args.max_train_depth = int(lengths.max())
-    if "curriculum_start_depth" not in given and train_args.curriculum_start_depth is not None:
-        train_args.curriculum_start_depth = int(min(max(train_args.curriculum_start_depth, lengths.min()),
-                                                    train_args.max_train_depth))
-    start = train_args.curriculum_start_depth
-    if start is not None and not train_args.min_train_depth <= start <= train_args.max_train_depth:
-        raise ValueError(f"--curriculum_start_depth {start} lies outside the training range "
-                         f"[{train_args.min_train_depth}, {train_args.max_train_depth}] (the training records have "
-                         f"lengths {lengths.min()}..{lengths.max()}).")
+    run.choose(record_depths(records, train_args, given))
     records.mode = training_mode(records, task_args.self_distillation)
     logger.warning("training mode: %s", records.mode)
     return records
+
+
+def record_depths(records: RecordSplits, train_args, given: set) -> dict:
+    """The training depth range of a records run: --min_train_depth / --max_train_depth from the records' lengths
+    unless given, and the curriculum's start moved into them (unless given); a start outside the range is refused.
+    Returns the fields chosen (field -> value)."""
+    lengths, chosen = records.lengths, {}
+    if "min_train_depth" not in given:
+        chosen["min_train_depth"] = int(lengths.min())
+    if "max_train_depth" not in given:
+        chosen["max_train_depth"] = int(lengths.max())
+    low = chosen.get("min_train_depth", train_args.min_train_depth)
+    high = chosen.get("max_train_depth", train_args.max_train_depth)
+    start = train_args.curriculum_start_depth
+    if "curriculum_start_depth" not in given and start is not None:
+        start = chosen["curriculum_start_depth"] = int(min(max(start, lengths.min()), high))
+    if start is not None and not low <= start <= high:
+        raise ValueError(f"--curriculum_start_depth {start} lies outside the training range [{low}, {high}] (the "
+                         f"training records have lengths {lengths.min()}..{lengths.max()}).")
+    return chosen
 
 
 def training_mode(records: RecordSplits, self_distillation: bool) -> str:
@@ -179,30 +190,39 @@ class TrainingData:
     records: RecordSplits | None = None
     recipe: dict | None = None  # records: summary.json's "recipe" (par_cli.recipe.use_recipe)
     curriculum: dict | None = None  # summary.json's "curriculum" plan (trainers.step_budget)
+    # (model_args, data_args, train_args) the run trains with, built once the data chose their fields
+    # (par_cli.resolution.Resolution.build); None: the caller's own
+    arguments: tuple | None = None
 
 
-def records_data(records: RecordSplits, given: set, model_args, task_args, data_args, train_args,
-                 recipe: dict | None = None) -> TrainingData:
-    """The TrainingData of records read once (`prepare_records`) under arguments a recipe has set: encoded again (not
-    read again) if the recipe reads operations otherwise, with the validation probe and the curriculum fitted to the
-    budget; `records` itself is left as it was (the recipe race prepares it once per candidate)."""
-    if data_args.operation_tokens != records.operation_tokens:
-        records = reencode_records(records, data_args)
+def records_data(records: RecordSplits, given: set, run: Resolution, recipe: dict | None = None) -> TrainingData:
+    """The TrainingData of records read once (`prepare_records`) under the arguments `run` resolves (a recipe's flags
+    among them): encoded again (not read again) if the recipe reads operations otherwise, with the validation probe
+    (`use_validation_probe`), --num_train_epochs as steps and the curriculum fitted to the budget chosen on `run`,
+    whose arguments are then built once (`TrainingData.arguments`); `records` itself is left as it was (the recipe race
+    prepares it once per candidate)."""
+    if run.data.operation_tokens != records.operation_tokens:
+        records = reencode_records(records, run.data)
     else:
         records = dataclasses.replace(records, notes=list(records.notes))
-    use_validation_probe(records, data_args, train_args, given)
-    epochs_as_max_steps(train_args, len(records.encoded), given, "training records")
+    run.choose(use_validation_probe(records, run.data, given))
+    run.choose(epochs_as_max_steps(run.train, len(records.encoded), given, "training records"))
+    train_args = run.train
     lengths = [d for d in records.lengths.tolist() if train_args.min_train_depth <= d <= train_args.max_train_depth]
+    curriculum, fitted = fit_curriculum_to_budget(train_args, lengths, given)
+    run.choose(fitted)
     return TrainingData(records.tokenizer, records.encoded, records.record_format,
                         record_token_ids(records.tokenizer, records.record_format), records=records, recipe=recipe,
-                        curriculum=fit_curriculum_to_budget(train_args, lengths, given))
+                        curriculum=curriculum, arguments=run.build())
 
 
-def use_validation_probe(records: RecordSplits, data_args, train_args, given: set) -> None:
+def use_validation_probe(records: RecordSplits, data_args, given: set) -> dict:
     """The validation probe of a records run (`RecordsProbeCallback`). Without a validation split there is none: the
     flags that set it are refused by name (they would change nothing). With --restore_best_probe the Trainer's
     best-model machinery follows the probe's metric (`metric_for_best_model`, `load_best_model_at_end`; see
-    `trainers.ProbeCallback`): the best probe's checkpoint is saved, and loaded back when training ends."""
+    `trainers.ProbeCallback`, and `ParTrainingArguments.probe_selects_best`): the best probe's checkpoint is saved, and
+    loaded back when training ends; on a split too small to choose weights by it is off, and said so in the records'
+    notes. Returns the fields chosen (field -> value)."""
     if "validation" not in records.splits:
         named = [f"--{name}" for name in ("stop_when_validation_exact", "restore_best_probe",
                                           "stop_when_learning_nothing_after")
@@ -215,22 +235,23 @@ def use_validation_probe(records: RecordSplits, data_args, train_args, given: se
                 f"validation split to probe (no --validation_file, and --validation_split_percentage "
                 f"{data_args.validation_split_percentage:g} holds none out): give a --validation_file or a "
                 f"--validation_split_percentage above 0, or leave {'it' if one else 'them'} out.")
-        return
+        return {}
     if data_args.restore_best_probe and records.stop_rule_off:
         why = records.stop_rule_off.split(":")[0]  # "the validation split (…) holds n records, fewer than N"
         if "restore_best_probe" in given:
             raise ValueError(f"--restore_best_probe keeps the weights of the best validation probe, and {why}: too few "
                              "to choose weights by. Give a larger validation split (--validation_file or "
                              "--validation_split_percentage), or --restore_best_probe false.")
-        data_args.restore_best_probe = False
         records.notes.append(f"--restore_best_probe is off: {why}, too few to choose weights by (the run keeps its "
                              "final weights)")
         logger.warning("records: %s", records.notes[-1])
+        return {"restore_best_probe": False}
     if data_args.restore_best_probe:
-        train_args.metric_for_best_model, train_args.greater_is_better = RecordsProbeCallback.metric, True
-        train_args.load_best_model_at_end = True
+        return {"metric_for_best_model": RecordsProbeCallback.metric, "greater_is_better": True,
+                "load_best_model_at_end": True}
+    return {}
 
 
 __all__ = ["PROBE_SETTINGS", "TrainingData", "build_task", "merge_trained", "prepare_records", "read_options",
-           "records_data", "reencode_records", "trained_prompt_format", "training_mode", "training_problems",
-           "use_validation_probe"]
+           "record_depths", "records_data", "reencode_records", "trained_prompt_format", "training_mode",
+           "training_problems", "use_validation_probe"]

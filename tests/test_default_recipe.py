@@ -15,11 +15,11 @@ from par_cli.recipe import (
     MULTI_WORD,
     WHOLE_STATE_MIN_CHECKED,
     RecordStatistics,
-    apply_recipe,
     check_recipe,
     choose_recipe,
     compile_rule,
     curriculum_rule,
+    effective_flags,
     feedback_rule,
     model_size_rule,
     operation_tokens_rule,
@@ -29,6 +29,7 @@ from par_cli.recipe import (
     use_recipe,
     whole_state_check,
 )
+from par_cli.resolution import Resolution
 from par_cli.training_data import prepare_records
 from state_tracking.records import RecordColumns, read_record_splits
 from tests.conftest import load_example
@@ -290,8 +291,10 @@ def parsed(argv):
 
 
 def read(args):
+    """The records of parsed arguments, and the Resolution reading them chose the depth range on."""
     model_args, task_args, data_args, train_args, given = args
-    return prepare_records(data_args, model_args, task_args, train_args, given)
+    run = Resolution(model_args, data_args, train_args)
+    return prepare_records(run, task_args, given), run
 
 
 def test_the_recipe_sets_what_the_user_did_not_give_and_names_what_they_did(tmp_path):
@@ -299,7 +302,9 @@ def test_the_recipe_sets_what_the_user_did_not_give_and_names_what_they_did(tmp_
     args = parsed(["--train_file", path, "--hidden_size", "96", "--curriculum_every_steps", "30", "--disable_tqdm",
                    "true"])
     model_args, task_args, data_args, train_args, given = args
-    summary = use_recipe(read(args), given, model_args, task_args, data_args, train_args)
+    parsed_fields = dataclasses.asdict(model_args), train_args.to_dict()
+    records, run = read(args)
+    summary = use_recipe(records, given, task_args, run)
     assert summary["mode"] == "auto" and summary["statistics"]["records"] == 190  # the few-records feedback recipe
     assert summary["chosen"] == {"answer_feedback": True, "hidden_size": 64, "intermediate_size": 128,
                                  "grad_window": 16, "weight_decay": 0.1, "curriculum_advance_accuracy": None,
@@ -308,37 +313,36 @@ def test_the_recipe_sets_what_the_user_did_not_give_and_names_what_they_did(tmp_
     # --curriculum_every_steps the curriculum rule (the records default's mastery test stays on)
     assert summary["overridden_by_user"] == ["curriculum_advance_accuracy", "curriculum_every_steps", "hidden_size",
                                              "intermediate_size"]
+    model_args, _, train_args = run.build()
     assert (model_args.hidden_size, model_args.intermediate_size) == (96, 256)
     assert (train_args.curriculum_advance_accuracy, train_args.curriculum_every_steps) == (0.9, 30)
     assert model_args.answer_feedback is True and model_args.compile_core == "false"
     assert (model_args.grad_window, train_args.weight_decay) == (16, 0.1)
+    # chosen, then built: the parsed arguments themselves are as they were parsed
+    assert (dataclasses.asdict(args[0]), args[3].to_dict()) == parsed_fields
 
 
-def test_apply_recipe_keeps_a_rule_whole_or_not_at_all():
-    class Args:
-        curriculum_window, curriculum_every_steps, curriculum_advance_accuracy, adam_beta2 = 20, 50, 0.9, 0.999
-
-    args = Args()
-    overridden = apply_recipe(choose_recipe(SWAPS), {"curriculum_advance_accuracy"}, args, type("D", (), {
-        "operation_tokens": "words"})())
-    assert overridden == ["curriculum_every_steps", "curriculum_window"]  # a window of 5 needs the mastery test
-    assert (args.curriculum_window, args.curriculum_every_steps, args.adam_beta2) == (20, 50, 0.95)
+def test_effective_flags_keep_a_rule_whole_or_not_at_all():
+    recipe = choose_recipe(SWAPS)
+    assert effective_flags(recipe, {"curriculum_advance_accuracy"}) == {"operation_tokens": "whole",
+                                                                        "adam_beta2": 0.95}
+    assert effective_flags(recipe, set()) == recipe.chosen and effective_flags(None, set()) == {}
 
 
 def test_recipe_off_keeps_the_fixed_defaults(tmp_path):
     path = write_jsonl(tmp_path / "counter.jsonl", counter_records(200))
-    before = parsed(["--train_file", path, "--recipe", "off", "--disable_tqdm", "true"])
-    after = parsed(["--train_file", path, "--recipe", "off", "--disable_tqdm", "true"])
-    records = read(after)
-    model_args, task_args, data_args, train_args, given = after
-    summary = use_recipe(records, given, model_args, task_args, data_args, train_args)
+    args = parsed(["--train_file", path, "--recipe", "off", "--disable_tqdm", "true"])
+    model_args, task_args, data_args, train_args, given = args
+    records, run = read(args)
+    depths = dict(run.chosen)  # the reading steps' choice: the depth range from the lengths
+    summary = use_recipe(records, given, task_args, run)
     assert summary == {"mode": "off", "chosen": {}, "reasons": {}, "overridden_by_user": [], "notes": [],
                        "statistics": None}
-    read(before)  # the same reading steps (the depth range from the lengths), without the recipe
-    assert dataclasses.asdict(after[0]) == dataclasses.asdict(before[0])
-    assert after[2] == before[2] and after[3].to_dict() == before[3].to_dict()
-    assert (after[0].answer_feedback, after[0].hidden_size, after[3].curriculum_window, after[3].adam_beta2) == \
-        (False, 128, 20, 0.999)
+    assert run.chosen == depths and set(depths) == {"min_train_depth", "max_train_depth", "curriculum_start_depth"}
+    built_model, built_data, built_train = run.build()
+    assert built_model is model_args and built_data is data_args  # nothing of theirs chosen
+    assert (built_model.answer_feedback, built_model.hidden_size, built_train.curriculum_window,
+            built_train.adam_beta2) == (False, 128, 20, 0.999)
 
 
 def test_a_bad_recipe_value_is_one_error_naming_the_flag(tmp_path, capsys):

@@ -12,6 +12,7 @@ from par_cli.recipe import record_statistics
 from par_cli.recipe_race import Candidate, RaceRun, check_race, halving_rounds, race_candidates, run_race
 from state_tracking.records import RecordColumns, read_record_splits, records_across_lengths
 from tests.test_default_recipe import TINY, counter_records, train_par, write_jsonl
+from tests.test_resolution import argument_sets_recorded
 
 
 def test_halving_rounds_halve_the_field_and_double_the_steps():
@@ -130,7 +131,9 @@ def test_a_tiny_records_race_resumes_its_winner_to_the_end(tmp_path, monkeypatch
     argv = TINY + ["--train_file", path, "--output_dir", str(out), "--recipe", "race", "--race_steps", "2",
                    "--compile_core", "false"]
     argv[argv.index("--max_steps") + 1] = "9"
-    summary = train_par.main(argv)
+    with argument_sets_recorded(monkeypatch) as sets:  # each candidate's arguments built, none set (issue 70)
+        summary = train_par.main(argv)
+    assert sets == []
     recipe = json.loads((out / "summary.json").read_text())["recipe"]
     race = recipe["race"]
     assert recipe["statistics"]["records"] > 0  # whichever candidate wins (the defaults have no recipe of their own)

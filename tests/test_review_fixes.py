@@ -381,17 +381,15 @@ def test_examples_per_step_count_gradient_accumulation_everywhere(tmp_path):
     assert summary["samples_seen"] == 2 * 8 * 3
 
 
-def test_fields_set_after_parsing_are_validated_again_before_training(tmp_path, monkeypatch):
+def test_fields_the_data_choose_are_validated_when_the_arguments_are_built(tmp_path, monkeypatch):
     from par_cli import recipe
 
-    original = recipe.apply_recipe
+    original = recipe.effective_flags
 
-    def bad_recipe(chosen, given, model_args, data_args, train_args):  # a rule that sets an invalid value
-        overridden = original(chosen, given, model_args, data_args, train_args)
-        train_args.curriculum_window = 0
-        return overridden
+    def bad_recipe(chosen, given):  # a rule that chooses an invalid value
+        return {**original(chosen, given), "curriculum_window": 0}
 
-    monkeypatch.setattr(recipe, "apply_recipe", bad_recipe)
+    monkeypatch.setattr(recipe, "effective_flags", bad_recipe)
     path = write_csv(tmp_path / "orders.csv", orders(60, 1, 4, 0))
     with pytest.raises(ValueError, match=r"ParTrainingArguments\.curriculum_window must be ≥ 1; got 0"):
         train_par.main(TINY + ["--train_file", path, *COLUMNS, "--max_steps", "2", "--output_dir", str(tmp_path)])

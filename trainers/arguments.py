@@ -14,6 +14,7 @@ from .objectives import OBJECTIVES, PHRASING_ALIGNMENT_FORMS
 
 DEPTH_SCHEDULES = ("forced", "hold", "fixed", "random")
 HOLD_TAILS = ("additive", "pareto")
+PROBE_METRIC = "probe_accuracy"  # the metric the accuracy probes log (trainers.callbacks.ProbeCallback.metric)
 
 
 @dataclass
@@ -97,17 +98,33 @@ class ParTrainingArguments(TrainingArguments):
             raise ValueError(f"ParTrainingArguments.use_cpu must be True when {launched} processes are launched "
                              "(torchrun / accelerate) on a machine without CUDA: pass --use_cpu true (gloo DDP); "
                              "otherwise transformers trains every rank separately instead of data-parallel.")
-        super().__post_init__()
+        if self.load_best_model_at_end and self.probe_selects_best:
+            # TrainingArguments checks load_best_model_at_end against evaluation: the save and eval strategies must
+            # match, so that the checkpoint of each evaluation that finds a new best is saved. Here no evaluation
+            # chooses: the probe does, and saves each new best's checkpoint itself, whatever save_strategy says
+            # (ProbeCallback._track_best). `_check_probe_best` checks this combination instead of that one.
+            self.load_best_model_at_end = False
+            super().__post_init__()
+            self.load_best_model_at_end = True
+        else:
+            super().__post_init__()
         self.validate_par()
         # Every rank takes its slice of the same global batch, hence the same depth and loop length.
         self.accelerator_config.split_batches = True
 
+    @property
+    def probe_selects_best(self) -> bool:
+        """Whether an accuracy probe (`trainers.ProbeCallback`: the records' validation probe, the task probe), not
+        evaluation, chooses the best model: `metric_for_best_model` names the probe's metric (`PROBE_METRIC`)."""
+        return self.metric_for_best_model == PROBE_METRIC
+
     def validate_par(self) -> None:
-        """Raise one `ValueError` naming the first invalid PAR field and what is allowed. Run when the arguments are
-        parsed, and again by train_par.py once the records, the recipe, the step budget and the curriculum fit have
-        set fields after parsing (so no value reaches the Trainer unchecked)."""
+        """Raise one `ValueError` naming the first invalid PAR field and what is allowed. Run whenever the arguments
+        are made: parsed, and built again (`dataclasses.replace`) with what train_par.py's data step chose (the
+        records' depth range, the recipe, the validation probe, the step budget and the curriculum fit;
+        `par_cli.resolution`), so no value reaches the Trainer unchecked."""
         for check in (self._check_schedule, self._check_curriculum, self._check_losses, self._check_positions,
-                      self._check_budget, self._check_no_effect):
+                      self._check_budget, self._check_no_effect, self._check_probe_best):
             check()
 
     def _fail(self, name: str, allowed: str) -> None:
@@ -208,6 +225,13 @@ class ParTrainingArguments(TrainingArguments):
             self._fail("max_train_seconds", "None or > 0")
         if self.max_steps is None or self.max_steps <= 0:
             self._fail("max_steps", "> 0 (the depth schedule is defined per optimizer step)")
+
+    def _check_probe_best(self) -> None:
+        """The best model chosen by the probe (`probe_selects_best`): the probe's accuracy is better when higher (an
+        evaluation strategy beside it is refused by the Trainer where no eval_dataset is given, as train_par.py gives
+        none, and an evaluation's metrics hold no probe accuracy to compare where one is)."""
+        if self.probe_selects_best and self.greater_is_better is not True:
+            self._fail("greater_is_better", f"True when metric_for_best_model is {PROBE_METRIC!r} (an accuracy)")
 
     def _check_no_effect(self) -> None:
         """Options that would silently change nothing under the other settings."""

@@ -23,6 +23,7 @@ from state_tracking import StateTrackingCollator, encode_batch, model_token_ids,
 from state_tracking.evaluation import draw_test_problems, phrasing_rng
 from state_tracking.records import longest_records
 
+from .arguments import PROBE_METRIC
 from .distributed import distributed_running
 from .schedules import curriculum_done
 
@@ -184,7 +185,7 @@ class ProbeCallback(TrainerCallback):
     "probe_restored_accuracy"} when it is not the last step's. The best lives in `trainer_state.json`, so a resumed run
     compares with the probes before the resume."""
 
-    metric = "probe_accuracy"
+    metric = PROBE_METRIC
 
     def __init__(self, n: int, every_steps: int, batch_size: int, at_start: bool, stop_accuracy: float | None,
                  stop_patience: int, curriculum_cap: Callable[[int], int] | None = None):

@@ -2,7 +2,9 @@
 (and, when the user chose no pace, adapted) before training, and what it reached recorded after (summary.json's
 "curriculum").
 
-`train_args` is a `ParTrainingArguments` (or any object with its curriculum fields); `given` the flags the user typed.
+`train_args` is a `ParTrainingArguments` (or any object with its curriculum fields: train_par.py hands the arguments
+as resolved so far, `par_cli.resolution`); `given` the flags the user typed. Nothing here sets a field: each function
+returns the fields it chooses (field -> value), which the caller builds the arguments with.
 """
 
 from __future__ import annotations
@@ -35,13 +37,13 @@ def steps_for_epochs(epochs: float, examples: int, per_step: int) -> int:
     return max(1, math.ceil(epochs * examples / per_step))
 
 
-def epochs_as_max_steps(train_args, examples: int | None, given: set, what: str) -> None:
-    """Honour --num_train_epochs (the Trainer would ignore it: this package's runs are budgeted by max_steps): set
-    max_steps = `steps_for_epochs` over the `examples` training examples, and say so. Refused with --max_steps (give
-    one of them) and where the examples are drawn per step (`examples` None: generated problems without
-    --train_size)."""
+def epochs_as_max_steps(train_args, examples: int | None, given: set, what: str) -> dict:
+    """Honour --num_train_epochs (the Trainer would ignore it: this package's runs are budgeted by max_steps): returns
+    {"max_steps": `steps_for_epochs` over the `examples` training examples}, and says so ({} without
+    --num_train_epochs). Refused with --max_steps (give one of them) and where the examples are drawn per step
+    (`examples` None: generated problems without --train_size)."""
     if "num_train_epochs" not in given:
-        return
+        return {}
     if "max_steps" in given:
         raise ValueError(f"--num_train_epochs {train_args.num_train_epochs:g} and --max_steps {train_args.max_steps} "
                          "both set the length of training: give one of them.")
@@ -49,12 +51,13 @@ def epochs_as_max_steps(train_args, examples: int | None, given: set, what: str)
         raise ValueError("--num_train_epochs counts passes over a fixed training set, and generated problems are "
                          "drawn for the run's steps: give --max_steps, or --train_size with --num_train_epochs.")
     a, per_step = train_args, examples_per_step(train_args)
-    a.max_steps = steps_for_epochs(a.num_train_epochs, examples, per_step)
+    max_steps = steps_for_epochs(a.num_train_epochs, examples, per_step)
     logger.warning("--num_train_epochs %g over %d %s: --max_steps %d (%d examples per optimizer step).",
-                   a.num_train_epochs, examples, what, a.max_steps, per_step)
+                   a.num_train_epochs, examples, what, max_steps, per_step)
+    return {"max_steps": max_steps}
 
 
-def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
+def fit_curriculum_to_budget(train_args, lengths, given: set) -> tuple[dict | None, dict]:
     """Check, before training, that the depth curriculum reaches the longest training length within the step budget.
 
     needed = `trainers.schedules.curriculum_steps_needed` (the fixed pace's exact count; the mastery curriculum's
@@ -64,11 +67,12 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
     mastery curriculum, grows by the smallest curriculum_increment whose needed steps fit ¾ of the budget; where none
     does (a budget of a few steps), training has no curriculum (every length from the first step). When they
     gave one, a pace that cannot reach the longest length within max_steps is refused naming the numbers (one that
-    leaves less than ¼ of the budget is warned about). Returns summary.json's "curriculum" plan, or None without a
-    curriculum. `lengths`: the training lengths present."""
+    leaves less than ¼ of the budget is warned about). Returns summary.json's "curriculum" plan (None without a
+    curriculum) and the curriculum fields adapted (field -> value; {} where nothing changes). `lengths`: the training
+    lengths present."""
     a = train_args
     if a.curriculum_start_depth is None or a.curriculum_start_depth >= a.max_train_depth:
-        return None
+        return None, {}
     window = a.curriculum_window if a.curriculum_advance_accuracy is not None else None
     kind = "mastery" if window is not None else "fixed pace"
 
@@ -85,7 +89,7 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
     message = (f"the {kind} curriculum from length {a.curriculum_start_depth} ({pace}) needs {steps} optimizer steps "
                f"to reach the longest training length {a.max_train_depth}; --max_steps is {a.max_steps}")
     if steps <= share:
-        return plan
+        return plan, {}
     mine = [f"--{name}" for name in PACE_FLAGS if name in given]
     if mine:
         if steps > a.max_steps:
@@ -93,7 +97,7 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
                              f"a larger --curriculum_increment, or a shorter --max_train_depth (you set "
                              f"{', '.join(mine)}).")
         logger.warning("%s: less than a quarter of the budget trains at every length.", message)
-        return plan
+        return plan, {}
     every, increment = a.curriculum_every_steps, a.curriculum_increment
     growths = len(fixed_pace_levels(a.curriculum_start_depth, increment, a.max_train_depth)) - 1
     if window is None and share // growths >= 1:
@@ -106,11 +110,11 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
                            "curriculum (every length from the first step); give a larger --max_steps for one.",
                            message, round(100 * CURRICULUM_SHARE))
             plan["adapted"] = {"curriculum_start_depth": None, "curriculum_advance_accuracy": None, "steps_needed": 0}
-            a.curriculum_start_depth, a.curriculum_advance_accuracy = None, None
-            fields = getattr(type(a), "__dataclass_fields__", {})
-            if "curriculum_window" in fields:  # a window with no mastery test to read it is refused (validate_par)
-                a.curriculum_window = fields["curriculum_window"].default
-            return plan
+            off = {"curriculum_start_depth": None, "curriculum_advance_accuracy": None}
+            window_field = getattr(a, "__dataclass_fields__", {}).get("curriculum_window")
+            if window_field is not None:  # a window with no mastery test to read it is refused (validate_par)
+                off["curriculum_window"] = window_field.default
+            return plan, off
         every = every if window is not None else 1
     adapted = {"curriculum_increment": increment, "curriculum_every_steps": every}
     changed = {k: v for k, v in adapted.items() if v != getattr(a, k)}
@@ -119,9 +123,7 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> dict | None:
                    " ".join(f"--{k} {v}" for k, v in changed.items()), needed(increment, every),
                    ", ".join(f"--{n}" for n in PACE_FLAGS[1:3]))
     plan["adapted"] = {**changed, "steps_needed": needed(increment, every)}
-    for name, value in changed.items():
-        setattr(a, name, value)
-    return plan
+    return plan, changed
 
 
 def curriculum_outcome(plan: dict | None, cap_at, steps: int) -> dict | None:
