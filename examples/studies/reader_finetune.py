@@ -5,6 +5,7 @@ better than the frozen encoder?
     python examples/studies/reader_finetune.py --steps 0                     # the frozen encoder (a row, no training)
     python examples/studies/reader_finetune.py --steps 200 --seed 0          # one fine-tune, read sets 2 and 3
     python examples/studies/reader_finetune.py --tag grouped_v2_st400_lr2e-05_t0.05 --seeds 0 1 2 --final_set4  # once
+                                       # (set 4 read by the frozen encoder too, as the baseline, in that same run)
 
 Training data: the recipe `qwen_stage2_determiners`' trained wordings (`sentence_reader.recipe_format()`: 61) and the
 grammar's groups (`--grammar_groups` groups of 15 sentences, one per meaning, the style and form of a group shared by
@@ -260,7 +261,10 @@ def main(argv=None) -> dict:
     if args.final_set4:
         if "set4" in results:
             raise SystemExit(f"{OUT} already holds set 4 (read once, {results['set4']['date']}): not read again.")
-        rows = []
+        frozen = Path(get_reader("all-minilm-l6-v2").ensure(quiet=True))  # the baseline, read in the same one time
+        rows = [{"tag": "frozen", "seed": None, "folder": "all-minilm-l6-v2 (frozen)",
+                 **read_sets(frozen, fmt, study, helper, ("set2", "set3", "set4"))}]
+        print(f"frozen: {brief(rows[-1])}")
         for seed in seeds:
             folder = RUNS / f"{tag}_s{seed}"
             trained_row = next((r for r in results["rows"] if r["tag"] == tag and r["seed"] == seed), None)
