@@ -136,12 +136,12 @@ def add_sentence_reader(checkpoint: str | Path, reader_folder: str | Path, encod
         raise SystemExit("give --calibration_file or --threshold, not both.")
     if not 0.0 < target <= 1.0:
         raise SystemExit(f"--target must be in (0, 1]; got {target}.")
-    target_folder = checkpoint / READER_FOLDER
-    copy_encoder(reader_folder, target_folder)
-    try:
+    try:  # checked before anything is written into the checkpoint
         given = example_sentences(prompt_format, examples) if examples is not None else []
     except ValueError as error:
         raise SystemExit(f"--examples: {error}") from error
+    target_folder = checkpoint / READER_FOLDER
+    copy_encoder(reader_folder, target_folder)
     reader = SentenceReader(prompt_format, AutoModel.from_pretrained(target_folder),
                             AutoTokenizer.from_pretrained(target_folder), examples=given)
     reader.save(target_folder)

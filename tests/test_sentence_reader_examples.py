@@ -4,6 +4,7 @@ meaning read that is nearest the sentence (`Reading.replacement`). The tiny rand
 checkpoint of tests/test_sentence_reader.py; every expectation derived from the reader's own numbers."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -11,7 +12,15 @@ from transformers import pipeline
 
 from modeling_par.record_format import load_prompt_format
 from modeling_par.sentence_reader import encode_sentences, example_sentences
-from tests.test_sentence_reader import KNOWN_OPS, NEW_OP, SOURCE, add_reader, checkpoint_with_reader, prompt
+from tests.test_sentence_reader import (
+    KNOWN_OPS,
+    NEW_OP,
+    SOURCE,
+    add_reader,
+    checkpoint_with_reader,
+    prompt,
+    tiny_encoder,
+)
 
 EXAMPLE = "Go button pushed now."  # a user's wording of the operation start (no task file lists it)
 EXAMPLES = {"operations": {"start": [EXAMPLE]}, "initial": ["Shift start: the reactor is {state} again."]}
@@ -85,3 +94,33 @@ def test_the_command_line_reads_an_examples_file(tmp_path):
     with pytest.raises(SystemExit, match=r"--examples: examples\['operations'\] must map"):
         add_reader.main(["--checkpoint", str(ckpt), "--reader_folder", str(tmp_path / "encoder"), "--threshold",
                          "0.5", "--examples", str(wrong)])
+
+
+def test_one_wording_given_for_two_meanings_is_refused(fmt):
+    """An example written the same (as the format compares units) for two meanings would be read, known and with
+    confidence 1.0, as whichever came first: refused, naming both."""
+    with pytest.raises(ValueError, match=r"examples: 'Do it' is given as operation 'abort' and as operation 'start'"):
+        example_sentences(fmt, {"operations": {"start": ["Do it."], "abort": ["Do it"]}})
+    with pytest.raises(ValueError, match=r"examples: 'Reactor idle\.' is given as operation 'start' and as start "
+                                         r"'idle'"):
+        example_sentences(fmt, {"initial": ["Reactor {state}."], "operations": {"start": ["Reactor idle."]}})
+    again = example_sentences(fmt, {"operations": {"start": ["Do it.", "Do it"]}})  # one meaning twice: harmless
+    assert [k.text for k in again] == ["Do it.", "Do it"]
+
+
+def test_a_question_example_may_keep_its_question_mark(fmt):
+    """A question stem written with its '?' is the same example as the stem alone (not 'not one sentence')."""
+    with_mark = example_sentences(fmt, {"query": ["Which state is the reactor in?"]})
+    without = example_sentences(fmt, {"query": ["Which state is the reactor in"]})
+    assert [k.text for k in with_mark] == [k.text for k in without] == ["Which state is the reactor in ?"]
+
+
+def test_refused_examples_leave_the_checkpoint_untouched(tmp_path):
+    """--examples is checked before anything is written into the checkpoint (its reader/ folder and config)."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(SOURCE, ckpt)
+    config = (ckpt / "config.json").read_text()
+    with pytest.raises(SystemExit, match=r"--examples: examples\['operations'\] must map"):
+        add_reader.add_sentence_reader(ckpt, tiny_encoder(tmp_path), "tiny random BERT",
+                                       examples={"operations": {"launch": ["Go."]}})
+    assert not (ckpt / "reader").exists() and (ckpt / "config.json").read_text() == config

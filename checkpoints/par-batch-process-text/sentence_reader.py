@@ -236,11 +236,11 @@ STATE_SLOT = "{state}"  # where an example start sentence names its state (a tas
 def example_sentences(prompt_format: PromptFormat, examples: dict) -> list[KnownSentence]:
     """A user's own wordings of the checkpoint's sentences (few-shot reading: no training), as known sentences with
     `trained` False, in a task file's "text" shape: {"initial": start templates with "{state}" (one list per start
-    sentence when the format has several), "operations": {operation: wordings}, "query": question stems (one list per
-    question when several)}, every key optional. The reader then matches a new wording against them too, and the loop
-    reads the meaning's nearest *trained* wording in its place. Refused by field: an unknown key, operation or state
-    template, a wording that is not one sentence of the format, one that is a trained wording of another meaning, a
-    meaning training never worded."""
+    sentence when the format has several), "operations": {operation: wordings}, "query": question stems, their '?'
+    optional (one list per question when several)}, every key optional. The reader then matches a new wording against
+    them too, and the loop reads the meaning's nearest *trained* wording in its place. Refused by field: an unknown
+    key, operation or state template, a wording that is not one sentence of the format, one that is a trained wording
+    of another meaning or is given for two meanings, a meaning training never worded."""
     if not isinstance(examples, dict) or set(examples) - set(EXAMPLE_KEYS):
         raise ValueError(f"examples must be a dict with the keys {list(EXAMPLE_KEYS)} (a task file's \"text\" "
                          f"shape); got {sorted(examples) if isinstance(examples, dict) else type(examples).__name__}.")
@@ -258,17 +258,24 @@ def example_sentences(prompt_format: PromptFormat, examples: dict) -> list[Known
     for name, wordings in operations.items():
         out += [KnownSentence("operation", 0, name, w, False) for w in _wordings(wordings, f"operations.{name}")]
     for j, stems in enumerate(_per_slot(examples.get("query", []), len(prompt_format.query_names), "query")):
-        out += [KnownSentence("question", j, prompt_format.query_names[j], question_text(w), False) for w in stems]
+        out += [KnownSentence("question", j, prompt_format.query_names[j], question_text(_stem(w)), False)
+                for w in stems]
     trained = {sentence_key(prompt_format, k.text): k for k in known_sentences(prompt_format)}
     worded = {k.meaning for k in trained.values()}
+    given: dict[str, KnownSentence] = {}
     for example in out:
         if len(prompt_format.units(example.text)) != 1:
             raise ValueError(f"examples: {example.text!r} is not one sentence of this format (its sentence rule "
                              "cuts it in pieces): give one sentence per wording.")
-        same = trained.get(sentence_key(prompt_format, example.text))
+        key = sentence_key(prompt_format, example.text)
+        same = trained.get(key)
         if same is not None and same.meaning != example.meaning:
             raise ValueError(f"examples: {example.text!r} is given as {example.role} {example.name!r} but training "
                              f"used it for {same.role} {same.name!r}.")
+        first = given.setdefault(key, example)
+        if first.meaning != example.meaning:  # the reader would read it, known, as the first one's meaning
+            raise ValueError(f"examples: {example.text!r} is given as {example.role} {example.name!r} and as "
+                             f"{first.role} {first.name!r}: one wording, one meaning.")
         if example.meaning not in worded:
             raise ValueError(f"examples: {example.text!r} means {example.role} {example.name!r}, which training "
                              "never worded: the loop has no trained wording to read in its place.")
@@ -284,6 +291,12 @@ def _per_slot(value, slots: int, field: str) -> list[list[str]]:
     if slots != 1 and value:
         raise ValueError(f"examples[{field!r}]: the format has {slots} {field} sentences; give one list per sentence.")
     return [_wordings(value, field)] if value else []
+
+
+def _stem(question: str) -> str:
+    """A question example's words: a stem as a task file writes it, its '?' dropped where the user wrote one."""
+    text = collapse_whitespace(question)
+    return text[:-1].rstrip() if text.endswith(QUESTION_MARK) and text[:-1].strip() else text
 
 
 def _wordings(value, field: str) -> list[str]:
