@@ -159,6 +159,9 @@ def supcon(z: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.T
     logits = (z @ z.T / temperature).masked_fill(self_mask, -float("inf"))
     log_prob = logits.log_softmax(1)
     positive = (labels[:, None] == labels[None]) & ~self_mask
+    if not positive.any():  # the mean over no rows would be NaN, and the step would train on nothing
+        raise ValueError("supcon: no two sentences of one meaning in the batch (nothing to pull together); give "
+                         "--views 2 or more.")
     per_row = -log_prob.masked_fill(~positive, 0.0).sum(1) / positive.sum(1).clamp(min=1)
     return per_row[positive.any(1)].mean()
 
@@ -248,7 +251,11 @@ def brief(row: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.views < 2:  # one group per batch holds each meaning once: no positive pair for the loss
+        parser.error(f"--views must be at least 2 (each sentence's positives are its meaning in the other views); "
+                     f"got {args.views}.")
     torch.set_num_threads(1)
     seeds = args.seeds if args.seeds is not None else [args.seed]
     command = "python examples/studies/reader_finetune.py " + shlex.join(sys.argv[1:] if argv is None else argv)
