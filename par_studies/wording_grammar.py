@@ -18,7 +18,7 @@ the positives. Deterministic: `random.Random(seed)` only.
 
 Written from general knowledge of how plant and controller logs and operators write, not from the held-out sets.
 `held_out_wordings` lists the wordings of held-out task files (sets 1-3: the calibration and development sets) that
-training did not use, and `drop_held_out` removes a content phrase or generated sentence equal to one of them
+training did not use, and `generate` (its `held_out`) drops a content phrase or generated sentence equal to one of them
 (compared by `normalized`: lowercase, whitespace collapsed, trailing '.', '!', '?' dropped), so that no held-out
 wording enters training, dressed or not. Imports only the standard library.
 """

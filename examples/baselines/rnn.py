@@ -470,5 +470,6 @@ def main(argv=None, records: RecordFlags | None = None) -> dict:
         Path(args.results_json).write_text(json.dumps(results, indent=1))
     return results
 
+
 if __name__ == "__main__":
     run_cli(main)
