@@ -407,6 +407,10 @@ def check_arguments(model_args: ModelArguments, task_args: TaskArguments, data_a
     if task_args.probe_phrasing != "canonical" and task_args.rendering != "text":
         raise ValueError(f"--probe_phrasing {task_args.probe_phrasing} needs --rendering text (the "
                          f"{task_args.rendering} rendering has one phrasing).")
+    if train_args.probe_selects_best and task_args.probe_depth is None and not data_args.given:
+        raise ValueError(f"--metric_for_best_model {train_args.metric_for_best_model} follows the probe, and no probe "
+                         "runs: give --probe_depth (generated problems), or train on records with a validation split, "
+                         "or choose another metric.")
     if task_args.probe_depth is None and not data_args.given and given & set(PROBE_SETTINGS):
         raise ValueError("--probe_n, --probe_every_steps, --probe_seed, --probe_phrasing and --probe_stop_* need "
                          "--probe_depth "

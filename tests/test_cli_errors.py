@@ -49,6 +49,8 @@ TRAIN_PAR_CASES = [
     (["--init_from_parent", "{tmp}/checkpoint", "--gguf_file", "missing.gguf", "--rendering", "text"],
      "--gguf_file missing.gguf: no such file in --init_from_parent {tmp}/checkpoint (GGUF files there: "
      "['other.gguf'])"),
+    (["--metric_for_best_model", "probe_accuracy", "--load_best_model_at_end", "true", "--save_strategy", "steps"],
+     "--metric_for_best_model probe_accuracy follows the probe, and no probe runs: give --probe_depth"),
 ]
 
 
