@@ -315,7 +315,8 @@ def test_a_recorded_row_becomes_its_summary_entry_and_table_row():
     assert entry["accuracy"]["64"]["per_seed"] == [0.0, 0.0]  # cut by the stop rule: counted 0
     table = study.rows_table([record])
     assert "| nope_conv | 0 | 900 | 1000 | yes | 8 | 99.00 | 50.00 | 1.00 | 0.00 | – |" in table
-    assert "| nope_conv | 0 | profile | 16 | 100 50 |" in table
+    assert "profile" not in table  # the profiles go to profiles.md
+    assert "| nope_conv | 0 | profile | 16 | 100 50 |" in study.profiles_table([record])
 
 
 def test_a_tiny_row_trains_tests_profiles_and_collects(tmp_path, monkeypatch, scripts_in_process):
@@ -352,7 +353,8 @@ def test_a_tiny_row_trains_tests_profiles_and_collects(tmp_path, monkeypatch, sc
     assert [r["row"] for r in summary["rows"]] == ["nope_conv", "conv"]  # the study's row order
     assert summary["rows"][1]["accuracy_interpolated"] is not None
     readme = (tmp_path / "results" / "README.md").read_text()
-    assert "| conv | 0 | 3 |" in readme and "| conv | 0 | attention on operation k, core layer 2 | 4 |" in readme
+    profiles = (tmp_path / "results" / "profiles.md").read_text()
+    assert "| conv | 0 | 3 |" in readme and "| conv | 0 | attention on operation k, core layer 2 | 4 |" in profiles
     before = json.loads(study.record_path("conv", 0).read_text())["attention_pointer"]
     assert study.add_pointer("conv", 0)["attention_pointer"]["on_target"] == before["on_target"]  # --pointer again
     assert (tmp_path / "results" / "profiles.png").is_file()
