@@ -114,7 +114,7 @@ DENSE_LIGHT = {"--prefix_state_weight": "0.1"}  # the wavefront as a side object
 # the depth grows (+1, at least 50 steps apart) only once the last 20 steps at d_max average >= 90% answers right: the
 # fixed pace reaches d = 8 at step 300 whatever the model has learned, and two of six PoSE-family seeds never caught up
 MASTERY = {"--curriculum_advance_accuracy": "0.9"}
-PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose")
+PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose", "pose_conv")  # pose_conv: best from scratch
 
 
 def scheme_flags(scheme: str, init: str) -> dict:
