@@ -130,6 +130,10 @@ class ModelArguments:
     answer_feedback: bool = field(default=False, metadata={
         "help": "the loop state is the answer: each iteration restarts from e with the previous iteration's soft "
                 "answer written at the queries (config.answer_feedback; for a state the answers name whole)"})
+    answer_feedback_rows: str = field(default="all", metadata={
+        "help": "with --answer_feedback: all (every row restarts from e) | queries (only the query rows restart, with "
+                "the soft answer; the other rows keep the core's output: the full view's place in the prompt; "
+                "config.answer_feedback_rows)"})
     max_iterations: int = field(default=1100, metadata={"help": "the most iterations a forward may run"})
     checkpoint_core: bool = field(default=False, metadata={"help": "activation checkpointing of the core"})
     loop_view: str | None = field(default=None, metadata={

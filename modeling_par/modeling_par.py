@@ -118,6 +118,15 @@ def answer_feedback_state(e: torch.Tensor, answer_logits: torch.Tensor, columns:
     return e.scatter(1, index, e.gather(1, index) + written)
 
 
+def feedback_base(e: torch.Tensor, state: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """What answer feedback with `answer_feedback_rows="queries"` writes the soft answers into: the core's output s_k
+    with each query row col_q restarted from e,  base_t = e_t if t ∈ {col_q} else s_{k,t}; `answer_feedback_state` on
+    it gives s_k ← s_k with row col_q replaced by e_q + softmax(y_{k,q}) E.  # (b, t, h) ×2, (b, q) -> (b, t, h)
+    """
+    index = columns[..., None].expand(-1, -1, e.shape[-1])
+    return state.scatter(1, index, e.gather(1, index))
+
+
 def adapter_identity_init(hidden_size: int) -> torch.Tensor:
     """The adapter's initial weight W = [0 | I] ∈ R^{h×2h}, so W [e ; s] = s and R = 1 equals the parent."""
     return torch.cat([torch.zeros(hidden_size, hidden_size), torch.eye(hidden_size)], dim=1)
@@ -359,8 +368,12 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             reference_rms = update.raw_rms
         return LoopStep(iteration, update.state, update.raw_rms, reference_rms, readout, computed)
 
-    def feed_back(self, e: torch.Tensor, readout: Readout, columns: torch.Tensor) -> torch.Tensor:
-        """`answer_feedback_state` of iteration k's readout: e with the soft answers written at `columns`."""
+    def feed_back(self, e: torch.Tensor, readout: Readout, columns: torch.Tensor,
+                  state: torch.Tensor | None = None) -> torch.Tensor:
+        """`answer_feedback_state` of iteration k's readout: e with the soft answers written at `columns`; under
+        `answer_feedback_rows="queries"` (`state` s_k given) s_k with those rows restarted so (`feedback_base`)."""
+        if self.config.answer_feedback_rows == "queries":
+            e = feedback_base(e, state, columns)
         rows = self._candidate_rows(self.model.embed_tokens.weight.device)
         return answer_feedback_state(e, readout.answer_logits, columns, self.model.embed_tokens.weight[rows.answers])
 
@@ -538,7 +551,8 @@ ParLoopedQwenForStateTracking.register_for_auto_class("AutoModel")
 
 __all__ = ["ParLoopedQwenPreTrainedModel", "ParLoopedQwenForStateTracking", "ParLoopedOutput", "ParPrediction",
            "ParRuntimeOptions", "IterationView", "LoopState", "LoopStep", "Readout", "ReadoutInput", "ReferenceLoop",
-           "anchor_state_norm", "adapter_identity_init", "answer_feedback_state", "causal_depthwise_mix",
+           "anchor_state_norm", "adapter_identity_init", "answer_feedback_state", "feedback_base",
+           "causal_depthwise_mix",
            "default_compile_options", "grad_window_iterations", "halt_confirmed", "halt_iteration", "loop_view_mask",
            "operations_read",
            "padded_causal_mask", "par_eager_attention", "progress_shift", "token_segments", "positions_from_mask",

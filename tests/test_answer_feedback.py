@@ -100,3 +100,76 @@ def test_answer_feedback_runs_the_coda_once_per_iteration(local_window):
     calls.update(core=0, coda=0)
     model.predict(batch["input_ids"], halting=True, max_iterations=10, **inputs)
     assert calls["coda"] == calls["core"] > 0
+
+
+# ------------------------------------------------------------------------ answer_feedback_rows="queries" (full view)
+def test_feedback_base_restarts_only_the_query_rows():
+    from modeling_par.modeling_par import feedback_base
+
+    e, state = torch.randn(2, 5, 3), torch.randn(2, 5, 3)
+    columns = torch.tensor([[1, 4], [0, 2]])
+    out = feedback_base(e, state, columns)
+    expected = state.clone()
+    for b, row in enumerate(columns.tolist()):
+        expected[b, row] = e[b, row]
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+
+
+def full_view_states(rows: str, feedback: bool = True, iterations: int = 5):
+    model, tokenizer = task_model(loop_view="full", answer_feedback=feedback, answer_feedback_rows=rows)
+    batch = window_batch(tokenizer, OPS[:, :5])
+    with torch.no_grad():
+        out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                    query_positions=batch["query_positions"], num_iterations=iterations,
+                    readout_iterations=list(range(1, iterations + 1)), output_loop_states=True,
+                    output_prelude_states=True)
+    embeddings = model.model.embed_tokens.weight[model.config.answer_token_ids]
+    return out, batch, embeddings
+
+
+def test_query_row_feedback_writes_the_answer_at_the_queries_and_keeps_the_rest_of_the_state():
+    """Full view, `answer_feedback_rows="queries"`: at every iteration the query rows hold e_q + softmax(y_{k,q}) E
+    (the bottleneck) and the rows before the first query hold exactly the plain loop's state (they cannot see the
+    queries under causal attention), which differs from e: the state there is kept, not restarted."""
+    out, batch, embeddings = full_view_states("queries")
+    plain, _, _ = full_view_states("all", feedback=False)
+    queries = batch["query_positions"]
+    b = queries.shape[0]
+    soft = out.answer_logits.softmax(-1) @ embeddings  # (R, b, q, h)
+    e = out.prelude_states
+    first_query = int(queries.min())
+    for k in range(5):
+        state = out.loop_states[k]
+        torch.testing.assert_close(state[torch.arange(b)[:, None], queries],
+                                   e[torch.arange(b)[:, None], queries] + soft[k], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(state[:, :first_query], plain.loop_states[k][:, :first_query], atol=1e-5,
+                                   rtol=1e-4)
+    assert not torch.allclose(out.loop_states[3][:, :first_query], e[:, :first_query], atol=1e-3)
+    every_row, _, _ = full_view_states("all")  # the original feedback restarts those rows from e
+    torch.testing.assert_close(every_row.loop_states[3][:, :first_query], e[:, :first_query], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(answer_feedback_rows="some"), "one of ('all', 'queries')"),
+    (dict(answer_feedback_rows="queries", answer_feedback=False, loop_view="full"), "answer_feedback=True"),
+    (dict(answer_feedback_rows="queries", answer_feedback=True, loop_view="local", progress_positions=True,
+          bidirectional_queries=True), "loop_view='full'"),
+])
+def test_answer_feedback_rows_refuses_what_it_cannot_do(fields, message):
+    with pytest.raises(ValueError, match="answer_feedback_rows") as error:
+        task_model(**fields)
+    assert message in str(error.value)
+
+
+def test_answer_feedback_rows_survives_save_and_load(tmp_path):
+    from modeling_par import ParLoopedQwenForStateTracking
+
+    model, _ = task_model(loop_view="full", answer_feedback=True, answer_feedback_rows="queries")
+    model.save_pretrained(tmp_path)
+    loaded = ParLoopedQwenForStateTracking.from_pretrained(tmp_path)
+    assert loaded.config.answer_feedback_rows == "queries"
+    out, batch, _ = full_view_states("queries")
+    with torch.no_grad():
+        again = loaded(batch["input_ids"], attention_mask=batch["attention_mask"],
+                       query_positions=batch["query_positions"], num_iterations=5, readout_iterations=[5])
+    torch.testing.assert_close(again.answer_logits[0], out.answer_logits[-1], atol=0, rtol=0)

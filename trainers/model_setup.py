@@ -105,7 +105,8 @@ def par_fields(model_args, train_args=None, num_queries: int | None = None) -> d
     return dict(prefix_state_queries=prefix_queries,
         step_size=model_args.step_size, norm_anchoring=model_args.norm_anchoring, grad_window=model_args.grad_window,
         max_iterations=model_args.max_iterations, checkpoint_core=model_args.checkpoint_core,
-        answer_feedback=model_args.answer_feedback, position_encoding=model_args.position_encoding,
+        answer_feedback=model_args.answer_feedback, answer_feedback_rows=model_args.answer_feedback_rows,
+        position_encoding=model_args.position_encoding,
         core_conv_kernel=model_args.core_conv_kernel, **resolve_view(model_args),
     )
 

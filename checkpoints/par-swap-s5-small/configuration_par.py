@@ -18,6 +18,7 @@ from .record_format import load_prompt_format
 
 LOOP_VIEWS = ("full", "prefix", "local")
 POSITION_ENCODINGS = ("rope", "nope")
+FEEDBACK_ROWS = ("all", "queries")  # answer_feedback_rows
 # Every checkpoint names its pipeline: pipeline("state-tracking", model=DIR, trust_remote_code=True)
 CUSTOM_PIPELINES = {"state-tracking": {"impl": "pipeline_par.StateTrackingPipeline", "pt": ["AutoModel"], "tf": [],
                                        "type": "text"}}
@@ -76,6 +77,11 @@ class ParLoopedQwenConfig(Qwen2Config):
             the candidates times their input embeddings) added at its row, so only a distribution over the answers
             passes between iterations (`answer_feedback_state` in `modeling_par.py`; a finite-state bottleneck for a
             state that the answers name whole). Off: the paper's loop, whose state is the core's output.
+        answer_feedback_rows (`str`, defaults to `"all"`): with `answer_feedback`, which rows restart from e. `"all"`:
+            every row (above). `"queries"`: only the query rows restart, s_k ← s_k with row col_q replaced by
+            e_q + softmax(y_{k,q}) E (`answer_feedback_state` on `feedback_base`): the answer passes through the
+            bottleneck while the other rows keep the core's output, so the full view, which has no operation window
+            to say which operation comes next, can keep its place in the prompt there. Only with `loop_view="full"`.
         position_encoding (`str`, defaults to `"rope"`): how attention sees token order. `"rope"`: Qwen2's rotary
             embedding of the (possibly stretched / randomized / progress-shifted) positions. `"nope"`: no positional
             encoding (NoPE, Kazemnejad et al. 2023; FPRM): queries and keys are not rotated (`nope_positions`: every
@@ -119,6 +125,7 @@ class ParLoopedQwenConfig(Qwen2Config):
         prompt_format: dict | None = None,
         learned_halting: bool = False,
         answer_feedback: bool = False,
+        answer_feedback_rows: str = "all",
         position_encoding: str = "rope",
         core_conv_kernel: int = 0,
         prefix_state_queries: int = 0,
@@ -144,6 +151,7 @@ class ParLoopedQwenConfig(Qwen2Config):
         self.prompt_format = prompt_format
         self.learned_halting = learned_halting
         self.answer_feedback = answer_feedback
+        self.answer_feedback_rows = answer_feedback_rows
         self.position_encoding = position_encoding
         self.core_conv_kernel = core_conv_kernel
         self.prefix_state_queries = prefix_state_queries
@@ -185,6 +193,11 @@ class ParLoopedQwenConfig(Qwen2Config):
             fail("bidirectional_queries", "False with loop_view='full' and progress_positions=False (the full view "
                  "with ordinary positions reads no query region, so it would change nothing); use loop_view "
                  "'prefix'/'local' or progress_positions=True", self.bidirectional_queries)
+        if self.answer_feedback_rows not in FEEDBACK_ROWS:
+            fail("answer_feedback_rows", f"one of {FEEDBACK_ROWS}", self.answer_feedback_rows)
+        if self.answer_feedback_rows == "queries" and not (self.answer_feedback and self.loop_view == "full"):
+            fail("answer_feedback_rows", "'all' unless answer_feedback=True and loop_view='full' (only the full "
+                 "view's other rows iterate)", self.answer_feedback_rows)
         if self.position_encoding not in POSITION_ENCODINGS:
             fail("position_encoding", f"one of {POSITION_ENCODINGS}", self.position_encoding)
         if not is_int(self.core_conv_kernel) or self.core_conv_kernel < 0:
@@ -228,4 +241,4 @@ class ParLoopedQwenConfig(Qwen2Config):
                      f"lists {len(candidates)}", "…")
 
 
-__all__ = ["CUSTOM_PIPELINES", "LOOP_VIEWS", "POSITION_ENCODINGS", "ParLoopedQwenConfig"]
+__all__ = ["CUSTOM_PIPELINES", "FEEDBACK_ROWS", "LOOP_VIEWS", "POSITION_ENCODINGS", "ParLoopedQwenConfig"]

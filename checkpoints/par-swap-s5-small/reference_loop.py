@@ -77,7 +77,8 @@ class ReferenceLoop:
         computed = None
         if model.config.answer_feedback:  # the next iteration reads the answer alone (`answer_feedback_state`)
             computed = self.readouts([readout])[0]
-            update = update._replace(state=model.feed_back(self.prelude_out, computed, self.query_positions))
+            update = update._replace(state=model.feed_back(self.prelude_out, computed, self.query_positions,
+                                                           update.state))
         return [model.loop_step(k, update, current.reference_rms, readout, computed)]
 
     def readouts(self, inputs: list[ReadoutInput]) -> list[Readout]:

@@ -114,6 +114,9 @@ DENSE_LIGHT = {"--prefix_state_weight": "0.1"}  # the wavefront as a side object
 # the depth grows (+1, at least 50 steps apart) only once the last 20 steps at d_max average >= 90% answers right: the
 # fixed pace reaches d = 8 at step 300 whatever the model has learned, and two of six PoSE-family seeds never caught up
 MASTERY = {"--curriculum_advance_accuracy": "0.9"}
+# the carried answer through a finite-state bottleneck each iteration (the query rows restart from e + softmax(y) E,
+# the other rows keep their state, so the loop keeps its place): pose_conv's failure was the state drifting past k ≈ 10
+QUERY_FEEDBACK = {"--answer_feedback": "true", "--answer_feedback_rows": "queries"}
 PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose", "pose_conv")  # pose_conv: best from scratch
 
 
@@ -140,6 +143,8 @@ def declare_rows() -> dict[str, Row]:
                            DENSE, budget=BUDGET))
         rows.append(Row.of(f"{name}_mastery", f"scratch, full view, {name}, mastery curriculum (0.9)", FULL, SCRATCH,
                            flags, MASTERY, budget=BUDGET))
+        rows.append(Row.of(f"{name}_qfb", f"scratch, full view, {name}, answer feedback at the query rows", FULL,
+                           SCRATCH, flags, QUERY_FEEDBACK, budget=BUDGET))
         rows.append(Row.of(f"{name}_dense_light", f"scratch, full view, {name}, dense prefix targets at weight 0.1",
                            FULL, SCRATCH, flags, DENSE_LIGHT, budget=BUDGET))
     for init in ("smollm2", "random"):
@@ -163,7 +168,7 @@ def train_max_depth(row: str) -> int:
 def scheme_of(row: str) -> str:
     init = init_of(row)
     name = row if init == "scratch" else row.removeprefix(init + "_")
-    for suffix in ("_d16", "_d12", "_hold", "_mastery", "_dense_light", "_dense"):
+    for suffix in ("_d16", "_d12", "_hold", "_mastery", "_qfb", "_dense_light", "_dense"):
         name = name.removesuffix(suffix)
     return name
 
