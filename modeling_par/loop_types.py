@@ -86,6 +86,16 @@ class CandidateRows(NamedTuple):
     halts: torch.Tensor | None  # (2,) the ("Yes", "No") ids, or None without `halt_token_ids`
 
 
+class CandidateWeights(NamedTuple):
+    """The weight rows the readout and answer feedback read, indexed once per batch (`candidate_weights`) instead of at
+    every iteration: the LM-head rows of the answer candidates (C, h) and of ("Yes", "No") (2, h) or None, and the
+    candidates' input embeddings E (C, h)."""
+
+    answers: torch.Tensor
+    halts: torch.Tensor | None
+    embeddings: torch.Tensor
+
+
 class CoreUpdate(NamedTuple):
     """One iteration of the core on the whole prompt: s_k after anchoring (b, t, h) and rms(s_k) before anchoring
     (b, t, 1), detached."""
@@ -136,7 +146,7 @@ class LoopState(NamedTuple):
 class LoopStep(NamedTuple):
     """Iteration k of the loop: s_k after anchoring (b, rows, h), rms(s_k) before anchoring (b, rows, 1), the
     anchoring reference rms(s_1) (None without anchoring), and its readout's input (a `ReadoutInput` on the whole
-    prompt, a `window_path.WindowReadoutInput` on the local window: only its backend's `readouts` reads it).
+    prompt and on the local window alike: only its backend's `readouts` reads it).
     `computed`: that readout itself when the backend already ran it (answer feedback reads out every iteration),
     under the grad mode the iteration ran in; else None."""
 
@@ -233,6 +243,6 @@ class HaltingWindow:
         return self.answer_logits[(iteration - 1) % self.p_yes.shape[0], samples]
 
 
-__all__ = ["AdapterHalves", "CandidateRows", "CoreUpdate", "HaltingWindow", "IterationView", "LoopBackend",
-           "LoopParts", "LoopState", "LoopStep", "OperationRange", "ParLoopedOutput", "ParPrediction",
+__all__ = ["AdapterHalves", "CandidateRows", "CandidateWeights", "CoreUpdate", "HaltingWindow", "IterationView",
+           "LoopBackend", "LoopParts", "LoopState", "LoopStep", "OperationRange", "ParLoopedOutput", "ParPrediction",
            "PredictionRecord", "Readout", "ReadoutInput", "TokenSegments"]

@@ -86,7 +86,7 @@ def test_answer_feedback_runs_the_coda_once_per_iteration(local_window):
             return function(*args)
         return call
 
-    model._core_block = counted("core", model._core_block)
+    model._core_layers = counted("core", model._core_layers)  # the core layers, on either path
     model._coda_block = counted("coda", model._coda_block)
     out = model(batch["input_ids"], num_iterations=6, readout_iterations=list(range(1, 7)), **inputs)
     assert calls == {"core": 6, "coda": 6}

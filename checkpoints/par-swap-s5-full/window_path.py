@@ -21,13 +21,22 @@ model (`runtime.local_window` under `loop_view="local"`) in place of the whole-p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
 
-from .loop_types import LoopParts, LoopState, LoopStep, Readout, ReadoutInput
+from .loop_types import (
+    AdapterHalves,
+    CandidateWeights,
+    LoopParts,
+    LoopState,
+    LoopStep,
+    Readout,
+    ReadoutInput,
+)
 from .loop_views import LoopView, attention_bias, mask_dtype, operations_read, rotary_at
+from .split_adapter import adapter_halves, e_half_with, input_with
 
 
 @dataclass(frozen=True)
@@ -156,19 +165,12 @@ def local_window_rows(operation_ends: torch.Tensor, depth: torch.Tensor, iterati
     return WindowRows(index.clamp_min(0), valid)
 
 
-def op_rows_e(prelude_out: torch.Tensor, index: torch.Tensor, query_rows: int) -> torch.Tensor:
-    """e at a window's operation rows, (b, S, h): they restart from e each iteration. `index` (b, w) is the
-    window's token index, whose last `query_rows` columns are the query region."""
-    batch = torch.arange(index.shape[0], device=index.device)[:, None]
-    return prelude_out[batch, index[:, :index.shape[1] - query_rows]]
-
-
 class WindowView(NamedTuple):
-    """What one iteration's layers attend with on the window (or K iterations', with a leading K): the token index
-    (b, w) of each row ([the iteration's operation rows | the query region]), the mask (b, 1, w, w) and the rotary
-    cos/sin (b, w, head_dim)."""
+    """What one iteration's layers read on the window (or K iterations', with a leading K): e at the iteration's
+    operation rows (b, S, h), the mask (b, 1, w, w) and the rotary cos/sin (b, w, head_dim) of its rows
+    [the operation rows | the query region] (w = S + Q)."""
 
-    index: torch.Tensor
+    e_ops: torch.Tensor
     mask: torch.Tensor
     cos: torch.Tensor
     sin: torch.Tensor
@@ -177,38 +179,46 @@ class WindowView(NamedTuple):
 @dataclass(frozen=True)
 class WindowPlan:
     """Iterations first..first+K−1 of the local window, built in one vectorized pass (instead of ~30 small tensor
-    operations per iteration): token index (K, b, w), mask (K, b, 1, w, w), rotary cos/sin (K, b, w, head_dim); the
-    K windows share their op columns S (the longest span among them; shorter spans are padding rows)."""
+    operations per iteration): e at the op rows (K, b, S, h), mask (K, b, 1, w, w), rotary cos/sin (K, b, w, head_dim)
+    and the readout queries' rows among the window's (b, q); the K windows share their op columns S (the longest span
+    among them; shorter spans are padding rows). `steps`: each iteration's `WindowView`, unbound once per plan."""
 
     first: int
-    index: torch.Tensor
+    e_ops: torch.Tensor
     mask: torch.Tensor
     cos: torch.Tensor
     sin: torch.Tensor
+    columns: torch.Tensor
+    steps: tuple = field(init=False, repr=False)
+
+    def __post_init__(self):
+        views = zip(*(x.unbind(0) for x in (self.e_ops, self.mask, self.cos, self.sin)))
+        object.__setattr__(self, "steps", tuple(WindowView(*view) for view in views))
 
     def covers(self, first: int, count: int = 1) -> bool:
-        return self.first <= first and first + count <= self.first + self.index.shape[0]
+        return self.first <= first and first + count <= self.first + len(self.steps)
 
     def views(self, first: int, count: int) -> WindowView:
         """Iterations first..first+count−1 as one `WindowView` of (count, b, ...) tensors."""
         i = first - self.first
-        return WindowView(self.index[i:i + count], self.mask[i:i + count], self.cos[i:i + count],
-                          self.sin[i:i + count])
+        return WindowView(*(x[i:i + count] for x in (self.e_ops, self.mask, self.cos, self.sin)))
 
     def at(self, iteration: int) -> WindowView:
-        i = iteration - self.first
-        return WindowView(self.index[i], self.mask[i], self.cos[i], self.sin[i])
+        return self.steps[iteration - self.first]
 
     def select(self, keep: torch.Tensor) -> WindowPlan:
-        return WindowPlan(self.first, *(x[:, keep] for x in (self.index, self.mask, self.cos, self.sin)))
+        return WindowPlan(self.first, *(x[:, keep] for x in (self.e_ops, self.mask, self.cos, self.sin)),
+                          self.columns[keep])
 
 
 def window_plan(model, loop: LoopView, window: LocalWindow, first: int, count: int,
-                hidden: torch.Tensor) -> WindowPlan:
+                prelude_out: torch.Tensor) -> WindowPlan:
     """The windows of iterations first..first+count−1, computed on the batch repeated `count` times: per row the
-    mask of `loop_views.loop_view_mask` (local) and the positions of `loop_views.rotary_at`, restricted to the window.
-    Row j · b + i is sample i at iteration first + j; it reads the batch's (b, t) and (b, D+1) tensors through its
-    sample index, never a copy of them: a plan costs O(count · window), not O(count · prompt)."""
+    mask of `loop_views.loop_view_mask` (local) and the positions of `loop_views.rotary_at`, restricted to the window,
+    and e at its op rows, gathered from `prelude_out` (b, t, h) with gradient when e has one (a plan built in a no-grad
+    iteration serves the gradient window too). Row j · b + i is sample i at iteration first + j; it reads the batch's
+    (b, t) and (b, D+1) tensors through its sample index, never a copy of them: a plan costs O(count · window), not
+    O(count · prompt)."""
     c = model.config
     b = window.query_index.shape[0]
     samples = torch.arange(b, device=loop.depth.device).repeat(count)  # (count·b,)
@@ -227,120 +237,113 @@ def window_plan(model, loop: LoopView, window: LocalWindow, first: int, count: i
                                       key_op & earlier & (segment[:, None, :] == segment[:, :, None]))
     allowed = allowed | torch.eye(index.shape[1], dtype=torch.bool, device=index.device)[None]
     cos, sin = rotary_at(c, model.model.rotary_emb, loop, loop.positions[samples[:, None], index], is_query, iteration,
-                         hidden, samples)
-    mask = attention_bias(allowed, mask_dtype(c, hidden))
-    return WindowPlan(first, *(x.reshape(count, b, *x.shape[1:]) for x in (index, mask, cos, sin)))
+                         prelude_out, samples)
+    mask = attention_bias(allowed, mask_dtype(c, prelude_out))
+    with torch.set_grad_enabled(prelude_out.requires_grad):  # e_ops and its per-iteration views keep e's gradient
+        e_ops = prelude_out[samples[:, None], op_index]  # (count·b, S, h)
+        return WindowPlan(first, *(x.reshape(count, b, *x.shape[1:]) for x in (e_ops, mask, cos, sin)),
+                          window.readout_columns + op_index.shape[1])
 
 
 class WindowPlans:
     """The window plans of one batch's loop (a cache): the current plan, replaced by one of max(count,
     `window_plan_iterations`) iterations when the iterations asked for leave it; `select` cuts it with the batch."""
 
-    def __init__(self, model, loop: LoopView, window: LocalWindow, plan: WindowPlan | None = None):
-        self.model, self.loop, self.window = model, loop, window
+    def __init__(self, model, loop: LoopView, window: LocalWindow, prelude_out: torch.Tensor,
+                 plan: WindowPlan | None = None):
+        self.model, self.loop, self.window, self.prelude_out = model, loop, window, prelude_out
         self.plan = plan
 
-    def covering(self, first: int, count: int, hidden: torch.Tensor) -> WindowPlan:
+    def covering(self, first: int, count: int) -> WindowPlan:
         if self.plan is None or not self.plan.covers(first, count):
             size = max(count, self.model.runtime.window_plan_iterations)
-            self.plan = window_plan(self.model, self.loop, self.window, first, size, hidden)
+            self.plan = window_plan(self.model, self.loop, self.window, first, size, self.prelude_out)
         return self.plan
 
-    def select(self, keep: torch.Tensor, loop: LoopView, window: LocalWindow) -> WindowPlans:
-        """The plans of the samples `keep` (the batch shrank to `loop` / `window`)."""
-        return WindowPlans(self.model, loop, window, None if self.plan is None else self.plan.select(keep))
+    def select(self, keep: torch.Tensor, loop: LoopView, window: LocalWindow, prelude_out: torch.Tensor
+               ) -> WindowPlans:
+        """The plans of the samples `keep` (the batch shrank to `loop` / `window` / `prelude_out`)."""
+        return WindowPlans(self.model, loop, window, prelude_out, None if self.plan is None else self.plan.select(keep))
 
 
 # ------------------------------------------------------------------------------------------ the update on the window
 class WindowUpdate(NamedTuple):
-    """Iteration k on the window (K iterations', with a leading K, from `window_block`): the core output on the
-    operation rows (b, S, h), s_k of the query region after anchoring (b, Q, h), its rms before anchoring (b, Q, 1)."""
+    """Iteration k on the window (K iterations', with a leading K, from `window_block`): s_k of the query region after
+    anchoring (b, Q, h), its rms before anchoring (b, Q, 1), and the rows the readout's coda reads, [the core output on
+    the operation rows | s_k] (b, S + Q, h), anchored."""
 
-    operations: torch.Tensor
     state: torch.Tensor
     raw_rms: torch.Tensor
+    rows: torch.Tensor
 
 
-def window_update(model, e_half, state, reference_rms, e_ops, mask, cos, sin) -> WindowUpdate:
+def window_update(model, e_half, state, reference_rms, e_ops, mask, cos, sin,
+                  halves: AdapterHalves | None) -> WindowUpdate:
     """s_k = anchor(C(W [e ; s_{k−1}])) on the window's rows [iteration k's op rows | the query region]: the op rows
     `e_ops` (b, S, h) restart from e (so their adapter input is W [e ; e]); `e_half` (b, Q, h) is the query region's
-    W_e e. The queries are anchored against rms(s_1) = `reference_rms` (None at iteration 1: not anchored); the op rows
-    against their own rms, which is their iteration-1 rms since they compute the same value every iteration. One unit,
-    so `compile_core` fuses it whole."""
+    W_e e and `halves` the adapter's (W_e, W_s) as the loop cut them once per batch (`adapter_halves`; None: the
+    adapter is called whole). The queries are anchored against rms(s_1) = `reference_rms` (None at iteration 1: not
+    anchored); the op rows against their own rms, which is their iteration-1 rms since they compute the same value
+    every iteration. rms is computed once, for every row: the trace reads it detached, the anchoring with its
+    gradient. One unit, so `compile_core` fuses it whole."""
     span, x = e_ops.shape[1], state
     if span:  # else no operation is left to read (past d): the query region alone
-        e_half, x = torch.cat([model.adapter_e_half(e_ops), e_half], 1), torch.cat([e_ops, state], 1)
-    new_rows = model._core_block(e_half, x, mask, cos, sin)
-    operations, new_state = new_rows[:, :span], new_rows[:, span:]
-    raw_rms = model.state_rms(new_state).detach()  # (b, Q, 1)
+        e_half, x = torch.cat([e_half_with(halves, e_ops), e_half], 1), torch.cat([e_ops, state], 1)
+    rows = model._core_layers(input_with(halves, model.adapter, e_half, x), mask, cos, sin)
+    rms = model.state_rms(rows)  # (b, S + Q, 1)
     if model.config.norm_anchoring and reference_rms is not None:
-        new_state = model.anchor_state_norm(new_state, reference_rms)
-        if span:
-            operations = model.anchor_state_norm(operations, model.state_rms(operations).detach())
-    return WindowUpdate(operations, new_state, raw_rms)
+        reference = torch.cat([rms[:, :span].detach(), reference_rms], 1) if span else reference_rms
+        rows = model.anchor_state_norm(rows, reference, rms)
+    return WindowUpdate(rows[:, span:], rms[:, span:].detach(), rows)
 
 
-def window_block(model, e_half, state, reference_rms, prelude_out, index, mask, cos, sin) -> WindowUpdate:
+def window_block(model, e_half, state, reference_rms, e_ops, mask, cos, sin,
+                 halves: AdapterHalves | None) -> WindowUpdate:
     """Iterations k..k+K−1 of the local window as one no-grad unit: K times `window_update` from a window plan's
-    (K, b, ...) slices. Bit-identical to K single iterations when their window plans coincide; when a unit starts a
-    new plan, the plans' op-column padding differs, so attention sums round differently (~1e-7 relative in fp32, as
-    with another `window_plan_iterations`). Returns the K updates stacked, (K, b, ...)."""
+    (K, b, ...) slices (`e_ops` (K, b, S, h): e at each iteration's op rows). Bit-identical to K single iterations
+    when their window plans coincide; when a unit starts a new plan, the plans' op-column padding differs, so
+    attention sums round differently (~1e-7 relative in fp32, as with another `window_plan_iterations`). Returns the
+    K updates stacked, (K, b, ...)."""
     updates = []
-    for i in range(index.shape[0]):
-        update = window_update(model, e_half, state, reference_rms, op_rows_e(prelude_out, index[i], state.shape[1]),
-                               mask[i], cos[i], sin[i])
+    for i in range(mask.shape[0]):
+        update = window_update(model, e_half, state, reference_rms, e_ops[i], mask[i], cos[i], sin[i], halves)
         updates.append(update)
         state = update.state
-    return WindowUpdate(torch.stack([u.operations for u in updates]), torch.stack([u.state for u in updates]),
-                        torch.stack([u.raw_rms for u in updates]))
-
-
-class WindowReadoutInput(NamedTuple):
-    """What the readout of one window iteration reads: the coda runs on [operations | state] (the queries attend to
-    iteration k's op rows) with the window's mask and rotary; `columns` (b, q) are the readout queries' rows in
-    `state`."""
-
-    operations: torch.Tensor  # (b, S, h)
-    state: torch.Tensor  # (b, Q, h)
-    mask: torch.Tensor
-    cos: torch.Tensor
-    sin: torch.Tensor
-    columns: torch.Tensor
-
-    def select(self, keep: torch.Tensor) -> WindowReadoutInput:
-        return WindowReadoutInput(*(x[keep] for x in self))
-
-    def coda_input(self) -> ReadoutInput:
-        return ReadoutInput(torch.cat([self.operations, self.state], 1), self.mask, self.cos, self.sin,
-                            self.columns + self.operations.shape[1])
+    return WindowUpdate(*(torch.stack(parts) for parts in zip(*updates)))
 
 
 # ---------------------------------------------------------------------------------------------------- the backend
 @dataclass(frozen=True)
 class WindowLoop:
     """The loop on the local window, a `loop_types.LoopBackend`: the prelude run per segment, then each iteration on
-    [its operation rows | the query region], the loop state being the query region's (b, Q, h)."""
+    [its operation rows | the query region], the loop state being the query region's (b, Q, h). What every iteration
+    reads is built once per batch: the adapter's halves, W_e e of the query region, e at the op rows (per window
+    plan), and the readout's and the answer feedback's weight rows (`CandidateWeights`)."""
 
     model: Any
     parts: LoopParts
     loop: LoopView
     window: LocalWindow
     prelude_out: torch.Tensor  # (b, t, h) e; 0 at padding (never read)
-    e_half: torch.Tensor  # (b, Q, h) W_e e of the query region (`adapter_e_half`)
+    e_half: torch.Tensor  # (b, Q, h) W_e e of the query region (`e_half_with`)
     plans: WindowPlans
+    halves: AdapterHalves | None  # (W_e, W_s), or None: the adapter is called whole (`adapter_halves`)
+    weights: CandidateWeights
 
     @classmethod
     def prepare(cls, model, hidden, attention_mask, query_positions, positions, position_scale,
                 operation_ends) -> WindowLoop:
-        """e = P(x) block by block (`segmented_prelude`: O(prompt), no (b, t, t) mask), and the query region."""
+        """e = P(x) block by block (`segmented_prelude`: O(prompt), no (b, t, t) mask), the query region, and what
+        every iteration reads (under the caller's grad mode, so the gradient window's iterations train them)."""
         loop = LoopView.of(operation_ends, attention_mask, positions, position_scale, None)
         cos, sin = rotary_at(model.config, model.model.rotary_emb, loop, loop.positions, loop.query_region, 0, hidden)
         parts = model.parts
         blocks = segment_rows(loop, attention_mask, model.config.bidirectional_queries)
         prelude_out = segmented_prelude(parts.prelude, model.config, blocks, hidden, cos, sin)
         window = local_window_of(loop, prelude_out, query_positions)
-        return cls(model, parts, loop, window, prelude_out, model.adapter_e_half(window.query_e),
-                   WindowPlans(model, loop, window))
+        halves = adapter_halves(model)
+        return cls(model, parts, loop, window, prelude_out, e_half_with(halves, window.query_e),
+                   WindowPlans(model, loop, window, prelude_out), halves, model.candidate_weights())
 
     @property
     def num_queries(self) -> int:
@@ -361,51 +364,49 @@ class WindowLoop:
         if (count > 1 and not torch.is_grad_enabled() and first + count - 1 <= last and not config.answer_feedback
                 and (current.reference_rms is not None or not config.norm_anchoring)):
             return self._block(current, first, count)
-        view = self.plans.covering(first, 1, current.state).at(first)
+        plan = self.plans.covering(first, 1)
+        view = plan.at(first)
         state = current.state.contiguous()  # one stride for the compiled graph whether s came from a block or not
-        e_ops = op_rows_e(self.prelude_out, view.index, state.shape[1])
-        update = self.model.run_core(self.parts.window_update, self.e_half, state, current.reference_rms, e_ops,
-                                     view.mask, view.cos, view.sin)
-        readout = WindowReadoutInput(update.operations, update.state, view.mask, view.cos, view.sin,
-                                     self.window.readout_columns)
+        update = self.model.run_core(self.parts.window_update, self.e_half, state, current.reference_rms, view.e_ops,
+                                     view.mask, view.cos, view.sin, self.halves)
+        readout = ReadoutInput(update.rows, view.mask, view.cos, view.sin, plan.columns)
         computed = None
         if config.answer_feedback:  # the next iteration reads the answer alone (`answer_feedback_state`)
             computed = self.readouts([readout])[0]
-            update = update._replace(state=self.model.feed_back(self.window.query_e, computed,
-                                                                self.window.readout_columns))
+            update = update._replace(state=self.model.answer_feedback_state(
+                self.window.query_e, computed.answer_logits, self.window.readout_columns, self.weights.embeddings))
         return [self.model.loop_step(first, update, current.reference_rms, readout, computed)]
 
     def _block(self, current: LoopState, first: int, count: int) -> list[LoopStep]:
         """Iterations first..first+K−1 in one `window_block` call, as K `LoopStep`s: what K single steps give."""
-        views = self.plans.covering(first, count, current.state).views(first, count)
-        out = self.parts.window_block(self.e_half, current.state.contiguous(), current.reference_rms,
-                                      self.prelude_out, views.index, views.mask, views.cos, views.sin)
-        columns = self.window.readout_columns
+        plan = self.plans.covering(first, count)
+        views = plan.views(first, count)
+        out = self.parts.window_block(self.e_half, current.state.contiguous(), current.reference_rms, views.e_ops,
+                                      views.mask, views.cos, views.sin, self.halves)
         return [LoopStep(first + i, out.state[i], out.raw_rms[i], current.reference_rms,
-                         WindowReadoutInput(out.operations[i], out.state[i], views.mask[i], views.cos[i],
-                                            views.sin[i], columns))
+                         ReadoutInput(out.rows[i], views.mask[i], views.cos[i], views.sin[i], plan.columns))
                 for i in range(count)]
 
-    def readouts(self, inputs: list[WindowReadoutInput]) -> list[Readout]:
+    def readouts(self, inputs: list[ReadoutInput]) -> list[Readout]:
         """y_k = Q(s_k) on [iteration k's op rows | s_k]: one coda call per group of iterations whose windows have
         the same shape (the span may change between plans)."""
-        coda_inputs = [item.coda_input() for item in inputs]
+        if len(inputs) == 1:
+            return self.model.readout(inputs, self.weights)
         groups: dict[tuple, list[int]] = {}
-        for n, item in enumerate(coda_inputs):
+        for n, item in enumerate(inputs):
             groups.setdefault((item.rows.shape, item.mask.shape), []).append(n)
         out: list[Readout | None] = [None] * len(inputs)
         for members in groups.values():
-            for n, result in zip(members, self.model.readout([coda_inputs[n] for n in members])):
+            for n, result in zip(members, self.model.readout([inputs[n] for n in members], self.weights)):
                 out[n] = result
         return out
 
     def select(self, keep: torch.Tensor) -> WindowLoop:
-        loop, window = self.loop.select(keep), self.window.select(keep)
-        return WindowLoop(self.model, self.parts, loop, window, self.prelude_out[keep], self.e_half[keep],
-                          self.plans.select(keep, loop, window))
+        loop, window, prelude_out = self.loop.select(keep), self.window.select(keep), self.prelude_out[keep]
+        return WindowLoop(self.model, self.parts, loop, window, prelude_out, self.e_half[keep],
+                          self.plans.select(keep, loop, window, prelude_out), self.halves, self.weights)
 
 
-__all__ = ["LocalWindow", "SegmentRows", "WindowLoop", "WindowPlan", "WindowPlans", "WindowReadoutInput",
-           "WindowRows", "WindowUpdate", "WindowView", "local_window_of", "local_window_rows", "op_rows_e",
-           "operation_rows", "preamble_query_rows", "segment_rows", "segmented_prelude", "window_block",
-           "window_plan", "window_update"]
+__all__ = ["LocalWindow", "SegmentRows", "WindowLoop", "WindowPlan", "WindowPlans", "WindowRows", "WindowUpdate",
+           "WindowView", "local_window_of", "local_window_rows", "operation_rows", "preamble_query_rows",
+           "segment_rows", "segmented_prelude", "window_block", "window_plan", "window_update"]

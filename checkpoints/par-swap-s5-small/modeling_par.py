@@ -51,6 +51,7 @@ from .input_checks import (
 from .loop_types import (
     AdapterHalves,
     CandidateRows,
+    CandidateWeights,
     CoreUpdate,
     HaltingWindow,
     IterationView,
@@ -95,12 +96,14 @@ def state_rms(state: torch.Tensor) -> torch.Tensor:
     return state.float().pow(2).mean(-1, keepdim=True).clamp_min(_RMS_EPS).sqrt()
 
 
-def anchor_state_norm(state: torch.Tensor, reference_rms: torch.Tensor) -> torch.Tensor:
+def anchor_state_norm(state: torch.Tensor, reference_rms: torch.Tensor, rms: torch.Tensor | None = None
+                      ) -> torch.Tensor:
     """State-norm anchoring: s_k ← s_k · rms(s_1) / rms(s_k), per token.
 
-    `reference_rms` is rms(s_1) of the same token, detached by the caller.  # (b, t, h), (b, t, 1) -> (b, t, h)
+    `reference_rms` is rms(s_1) of the same token, detached by the caller; `rms` is `state_rms(state)` (not detached)
+    when the caller has it already.  # (b, t, h), (b, t, 1) -> (b, t, h)
     """
-    return state * (reference_rms / state_rms(state)).to(state.dtype)
+    return state * (reference_rms / (state_rms(state) if rms is None else rms)).to(state.dtype)
 
 
 def answer_feedback_state(e: torch.Tensor, answer_logits: torch.Tensor, columns: torch.Tensor,
@@ -165,6 +168,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
     # the PAR mechanisms, for the local window's update too (window_path cannot import this file, which imports it)
     state_rms = staticmethod(state_rms)
     anchor_state_norm = staticmethod(anchor_state_norm)
+    answer_feedback_state = staticmethod(answer_feedback_state)
 
     def __init__(self, config: ParLoopedQwenConfig):
         super().__init__(config)
@@ -202,6 +206,13 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
     @property
     def coda(self) -> nn.ModuleList:
         return self.model.layers[self.config.prelude_layers + self.config.core_layers :]
+
+    def _stack(self, part: str) -> tuple:
+        """The layers of `part` ("prelude", "core" or "coda") as a plain tuple, for the loop's hot path: slicing the
+        ModuleList (the properties above) builds a new module at every call."""
+        p, c = self.config.prelude_layers, self.config.core_layers
+        start, stop = {"prelude": (0, p), "core": (p, p + c), "coda": (p + c, None)}[part]
+        return tuple(self.model.layers)[start:stop]
 
     def freeze_prelude(self) -> ParLoopedQwenForStateTracking:
         """Stop training the token embeddings and the prelude P (e = P(x) stays the parent's): a retrofit then keeps the
@@ -324,25 +335,29 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         return adapter_input(self, e_half, s)
 
     def _core_block(self, e_half, s, mask, cos, sin, token_valid=None):
-        """C(W [e ; s]) — one pass of the shared core, from e's half of the adapter (`adapter_e_half`); with
-        `config.core_conv_kernel`, every core layer's input goes through its own `causal_depthwise_mix` first, padding
-        (`token_valid` (b, t) 0) read as zeros."""
-        hidden = self.adapter_input(e_half, s)
+        """C(W [e ; s]) — one pass of the shared core (`_core_layers`), from e's half of the adapter
+        (`adapter_e_half`)."""
+        return self._core_layers(self.adapter_input(e_half, s), mask, cos, sin, token_valid)
+
+    def _core_layers(self, hidden, mask, cos, sin, token_valid=None):
+        """C(u) on the adapter's output u = W [e ; s]: the core layers; with `config.core_conv_kernel`, every core
+        layer's input goes through its own `causal_depthwise_mix` first, padding (`token_valid` (b, t) 0) read as
+        zeros."""
         if self.core_conv is None:
-            return self._run_layers(self.core, hidden, mask, cos, sin)
+            return self._run_layers(self._stack("core"), hidden, mask, cos, sin)
         valid = None if token_valid is None else token_valid[..., None].to(hidden.dtype)
-        for conv, layer in zip(self.core_conv, self.core):  # each core layer reads its convolved input
+        for conv, layer in zip(self.core_conv, self._stack("core")):  # each core layer reads its convolved input
             mixed = causal_depthwise_mix(hidden if valid is None else hidden * valid, conv.weight)
             hidden = self._run_layers([layer], mixed, mask, cos, sin)
         return hidden
 
     def _prelude_block(self, hidden, mask, cos, sin):
         """e = P(x): the prelude layers on the embedded prompt."""
-        return self._run_layers(self.prelude, hidden, mask, cos, sin)
+        return self._run_layers(self._stack("prelude"), hidden, mask, cos, sin)
 
     def _coda_block(self, hidden, mask, cos, sin):
         """Q(s): the coda layers, then the final norm."""
-        return self.model.norm(self._run_layers(self.coda, hidden, mask, cos, sin))
+        return self.model.norm(self._run_layers(self._stack("coda"), hidden, mask, cos, sin))
 
     def core_update(self, e_half, x, mask, cos, sin, reference_rms, token_valid=None) -> CoreUpdate:
         """s_k = anchor(C(W [e ; s_{k−1}])): the core block, then `anchor_state_norm` against rms(s_1) =
@@ -350,10 +365,10 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         One unit, so `compile_core` fuses it whole. Returns s_k and rms(s_k) before anchoring (detached). `token_valid`
         (b, t): the real tokens, read by the core's convolution (`config.core_conv_kernel`) only."""
         new_state = self._core_block(e_half, x, mask, cos, sin, token_valid)
-        raw_rms = state_rms(new_state).detach()  # (b, t, 1)
+        rms = state_rms(new_state)  # (b, t, 1), computed once: the trace's (detached) and the anchoring's
         if self.config.norm_anchoring and reference_rms is not None:
-            new_state = anchor_state_norm(new_state, reference_rms)
-        return CoreUpdate(new_state, raw_rms)
+            new_state = anchor_state_norm(new_state, reference_rms, rms)
+        return CoreUpdate(new_state, rms.detach())
 
     def run_core(self, update, *args):
         """`update(*args)` (a core update), under activation checkpointing with `config.checkpoint_core` in training."""
@@ -378,25 +393,38 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
         return answer_feedback_state(e, readout.answer_logits, columns, self.model.embed_tokens.weight[rows.answers])
 
     # ------------------------------------------------------------------------------------------------------- readout
-    def readout(self, inputs: list[ReadoutInput]) -> list[Readout]:
+    def readout(self, inputs: list[ReadoutInput], weights: CandidateWeights | None = None) -> list[Readout]:
         """y_k = Q(s_k) of one or more iterations in one coda call: their inputs (same shapes) stacked along the batch,
         which computes per row exactly what separate calls compute (tested). The coda and final norm on each input's
         rows with its view, then the LM-head rows of the candidates at its readout columns: answer logits
-        (b, q, candidates) and halt logits (b, 2) of (Yes, No) at the last query, or None without halt ids."""
+        (b, q, candidates) and halt logits (b, 2) of (Yes, No) at the last query, or None without halt ids.
+        `weights`: those rows as a loop indexed them once per batch (`candidate_weights`); default indexed here."""
         first = inputs[0]
         if len(inputs) == 1:
             x, mask, cos, sin, columns = first
         else:
             x, cos, sin, columns = (torch.cat([item[n] for item in inputs]) for n in (0, 2, 3, 4))
             mask = None if first.mask is None else torch.cat([item.mask for item in inputs])
-        hidden = self.parts.coda(x, mask, cos, sin)
+        coda = self._coda_block if self.compiled is None else self.compiled.coda  # `parts.coda`, without building parts
+        hidden = coda(x, mask, cos, sin)
         at_queries = hidden.gather(1, columns[..., None].expand(-1, -1, hidden.shape[-1]))  # (n·b, q, h)
-        rows = self._candidate_rows(self.lm_head.weight.device)
-        answers = F.linear(at_queries, self.lm_head.weight[rows.answers]).chunk(len(inputs))
-        if rows.halts is None:
+        weights = self.candidate_weights() if weights is None else weights
+        answers = F.linear(at_queries, weights.answers)
+        answers = (answers,) if len(inputs) == 1 else answers.chunk(len(inputs))
+        if weights.halts is None:
             return [Readout(a, None) for a in answers]
-        halts = F.linear(at_queries[:, -1], self.lm_head.weight[rows.halts]).chunk(len(inputs))
+        halts = F.linear(at_queries[:, -1], weights.halts)
+        halts = (halts,) if len(inputs) == 1 else halts.chunk(len(inputs))
         return [Readout(a, h) for a, h in zip(answers, halts)]
+
+    def candidate_weights(self) -> CandidateWeights:
+        """The LM-head rows of the answer candidates and of (Yes, No), and the candidates' input embeddings, indexed
+        from the current weights (under the current grad mode): what `readout` and answer feedback read."""
+        rows = self._candidate_rows(self.lm_head.weight.device)
+        embeddings = self.model.embed_tokens.weight
+        return CandidateWeights(self.lm_head.weight[rows.answers],
+                                None if rows.halts is None else self.lm_head.weight[rows.halts],
+                                embeddings[rows.answers.to(embeddings.device)])
 
     def _candidate_rows(self, device: torch.device) -> CandidateRows:
         """LM-head rows of the answer candidates and of (Yes, No), built once per (ids, device), not per readout."""
@@ -458,7 +486,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
                     if len(pending) == self.runtime.readout_batch_iterations or step.iteration == reads[-1]:
                         readouts += backend.readouts(pending)  # one coda call for up to `readout_batch_iterations`
                         pending = []
-                rms_trace.append(step.raw_rms[..., 0])
+                rms_trace.append(step.raw_rms)
                 if output_loop_states:
                     states.append(step.state)
             current = steps[-1].loop_state()
@@ -468,7 +496,7 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
             answer_logits=torch.stack([r.answer_logits for r in readouts]),
             halt_logits=torch.stack([r.halt_logits for r in readouts]) if readouts[0].halt_logits is not None else None,
             readout_iterations=torch.tensor(reads, device=input_ids.device),
-            state_rms=(torch.stack(rms_trace) * valid).sum(-1) / valid.sum(-1),
+            state_rms=(torch.stack(rms_trace)[..., 0] * valid).sum(-1) / valid.sum(-1),
             loop_states=tuple(states) if output_loop_states else None,
             prelude_states=backend.prelude_out if output_prelude_states else None,
         )

@@ -41,9 +41,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .loop_types import Readout
+from .loop_types import Readout, ReadoutInput
 from .loop_views import attention_bias, encoded_positions, mask_dtype, stretch_positions
-from .window_path import WindowReadoutInput
 
 STATE_FORMAT = 1  # the version of `StateStream.state_dict()`
 MASK_CACHE_SIZE = 256  # window masks kept per stream (`StateStream._mask`)
@@ -327,7 +326,7 @@ class StateStream:
     def _iterate(self, pending: list[PendingOperation], tokens: int) -> tuple[torch.Tensor, torch.Tensor, Readout]:
         """Iteration K = (groups read) + 1 from s_{K−1} on [`pending`, the group's operations | the query region],
         `tokens` = T_d the tokens so far: `window_path.window_update` and the readout on the same rows
-        (`WindowReadoutInput`), then, with answer feedback, the state the next iteration reads
+        (`update.rows`), then, with answer feedback, the state the next iteration reads
         (`answer_feedback_state`). Returns s_K, its rms before anchoring and the readout; changes nothing."""
         model = self.model
         num_queries = self.query_ids.numel()
@@ -339,10 +338,9 @@ class StateStream:
         mask = self._mask(lengths, num_queries, self.query_e)
         cos, sin = self._rotary(self.query_e, positions)
         update = model.parts.window_update(model.adapter_e_half(self.query_e), self.state, self.reference_rms, e_ops,
-                                           mask, cos, sin)
+                                           mask, cos, sin, model._adapter_halves())
         columns = torch.tensor([self.query_positions], device=self.query_e.device)
-        (readout,) = model.readout([WindowReadoutInput(update.operations, update.state, mask, cos, sin,
-                                                       columns).coda_input()])
+        (readout,) = model.readout([ReadoutInput(update.rows, mask, cos, sin, columns + e_ops.shape[1])])
         state = update.state
         if model.config.answer_feedback:  # the next iteration restarts from e with the soft answers written in
             state = model.feed_back(self.query_e, readout, columns)
