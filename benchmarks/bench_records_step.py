@@ -3,20 +3,26 @@
 One optimizer step (forward, backward, AdamW) on a batch of 64 records of one length d, one thread, as
 `train_par.py --train_file` and `examples/baselines/rnn.py` run it: PAR with the local view, its gradient window
 (readouts at the last min(d, 8) iterations), eager (no torch.compile); the RNN reads every token and is read at the
-last operation. Printed per model and length: seconds per step (median of `--repeats` timed steps after 3 warm-up
-steps), FLOPs per step
+last operation. The row "+ answer feedback" is the model the recipe chooses for final-state records whose answer is
+the whole state (`par_cli.recipe`: `answer_feedback`, hidden 64, 1 + 1 + 1 layers, eager) with the attention
+`train_par.py` gives it on a CPU ("par_eager", `state_tracking.evaluation.default_attn_implementation`); the other PAR
+rows keep transformers' default attention (sdpa), as they were first measured. Printed per model and length: seconds
+per step (median of `--repeats` timed steps after 3 warm-up steps), FLOPs per step
 (PAR: `torch.utils.flop_counter.FlopCounterMode`, matrix products and attention; the RNNs: `rnn_step_flops`, their
-matrix products), and the achieved GFLOP/s.
+matrix products), the achieved GFLOP/s, and the tensor operations one step dispatches (`count_ops`: forward, backward
+and AdamW; independent of the machine's load, unlike the seconds).
 
     python benchmarks/bench_records_step.py [--lengths 8,16] [--repeats 20] [--out results/own_data_cpu/step_cost.json]
     python benchmarks/bench_records_step.py --profile [--lengths 16]   # where a step's time goes, per model
+    python benchmarks/bench_records_step.py --models "answer feedback" --repeats 10   # one model's rows only
 
 `--profile`: each model's step once more under `torch.profiler`, its self CPU time grouped (`op_category`): matrix
 products, attention, elementwise and normalization, the optimizer, autograd bookkeeping, and everything else (Python
 and dispatch: the step's wall time minus the ops' self time, the profiler's own overhead included, so an upper
 bound). The figures are shares of one step.
 
-The records are `examples/studies/own_data.py --make_data`'s register3 final-states file (written if missing).
+The records are `examples/studies/own_data.py --make_data`'s register3 final-states file (written if missing). A change
+to modeling_par is measured before / after in one process by `benchmarks/ab_records_step.py`.
 """
 
 from __future__ import annotations
@@ -39,21 +45,31 @@ MODELS = {  # name -> builder arguments (PAR: hidden, intermediate, prelude / co
     "PAR h128 1+2+1 (the records default)": ("par", dict(hidden=128, intermediate=256, layers=(1, 2, 1))),
     "PAR h64 1+2+1": ("par", dict(hidden=64, intermediate=128, layers=(1, 2, 1))),
     "PAR h64 1+1+1": ("par", dict(hidden=64, intermediate=128, layers=(1, 1, 1))),
+    "PAR h64 1+1+1 + answer feedback (the recipe's choice)": ("par", dict(
+        hidden=64, intermediate=128, layers=(1, 1, 1), answer_feedback=True, attn="par_eager")),
     "LSTM 288": ("rnn", dict(cell="lstm", hidden=288)),
     "GRU 336": ("rnn", dict(cell="gru", hidden=336)),
 }
 
 
-def par_model(token_ids: dict, hidden: int, intermediate: int, layers: tuple[int, int, int]):
-    from modeling_par import ParLoopedQwenConfig, ParLoopedQwenForStateTracking
-
-    config = ParLoopedQwenConfig(
+def par_model(token_ids: dict, hidden: int, intermediate: int, layers: tuple[int, int, int],
+              answer_feedback: bool = False, attn: str | None = None, package=None):
+    """A fresh PAR model of the records defaults (local view, progress positions, bidirectional queries, gradient
+    window 8) of this size, with answer feedback or not, in training mode; `attn`: the attention implementation
+    (None: transformers' default); `package`: the `modeling_par` module to build it from (default: this checkout's)."""
+    if package is None:
+        import modeling_par as package
+    config = package.ParLoopedQwenConfig(
         vocab_size=token_ids["vocab_size"], pad_token_id=token_ids["pad_token_id"], hidden_size=hidden,
         intermediate_size=intermediate, num_attention_heads=4, num_key_value_heads=4, prelude_layers=layers[0],
         core_layers=layers[1], coda_layers=layers[2], max_position_embeddings=4096,
         answer_token_ids=token_ids["answer_token_ids"], halt_token_ids=token_ids["halt_token_ids"],
-        loop_view="local", progress_positions=True, bidirectional_queries=True, grad_window=8)
-    return ParLoopedQwenForStateTracking(config).train()
+        loop_view="local", progress_positions=True, bidirectional_queries=True, grad_window=8,
+        answer_feedback=answer_feedback)
+    model = package.ParLoopedQwenForStateTracking(config).train()
+    if attn is not None:
+        model.set_attn_implementation(attn)
+    return model
 
 
 def rnn_step_flops(cell: str, hidden: int, shape) -> int:
@@ -87,6 +103,23 @@ def step_function(kind: str, model, batch: dict, depth: int):
         optimizer.step()
 
     return step
+
+
+def count_ops(step) -> int:
+    """The tensor operations (ATen ops, views included) one call of `step` dispatches: forward, backward and the
+    optimizer's, counted under a `TorchDispatchMode`."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    with Counter() as counter:
+        step()
+    return counter.count
 
 
 CATEGORIES = (  # (category, substrings of an op's name), the first match wins
@@ -131,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", default=None)
     parser.add_argument("--profile", action="store_true", help="where a step's time goes (torch.profiler), per model")
+    parser.add_argument("--models", default=None, help="only the models whose name contains one of these "
+                        "comma-separated words, e.g. 'answer feedback,LSTM' (default: every model)")
     return parser
 
 
@@ -163,7 +198,8 @@ def build_model(kind: str, spec: dict, records):
 
 
 def measure_step(kind: str, spec: dict, model, batch: dict, depth: int, repeats: int) -> tuple:
-    """(the step's closure, median seconds per step after 3 warm-up steps, FLOPs per step, how they were counted)."""
+    """(the step's closure, median seconds per step after 3 warm-up steps, FLOPs per step, how they were counted,
+    tensor operations per step)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     step = step_function(kind, model, batch, depth)
@@ -180,7 +216,7 @@ def measure_step(kind: str, spec: dict, model, batch: dict, depth: int, repeats:
         flops, source = counter.get_total_flops(), "FlopCounterMode"
     else:
         flops, source = rnn_step_flops(spec["cell"], spec["hidden"], batch["input_ids"].shape), "analytic"
-    return step, statistics.median(times), flops, source
+    return step, statistics.median(times), flops, source, count_ops(step)
 
 
 def main(argv=None) -> dict:
@@ -196,15 +232,18 @@ def main(argv=None) -> dict:
     depths = np.asarray(encoded["depth"])
     collate = StateTrackingCollator(records.tokenizer.pad_token_id, padding_side="right")
     rows = []
+    words = None if args.models is None else [w.strip() for w in args.models.split(",")]
     for name, (kind, spec) in MODELS.items():
+        if words is not None and not any(w in name for w in words):
+            continue
         model = build_model(kind, spec, records)
         parameters = sum(p.numel() for p in model.parameters())
         for depth in (int(d) for d in args.lengths.split(",")):
             batch = collate([encoded[int(i)] for i in np.flatnonzero(depths == depth)[:args.batch_size]])
-            step, seconds, flops, source = measure_step(kind, spec, model, batch, depth, args.repeats)
+            step, seconds, flops, source, ops = measure_step(kind, spec, model, batch, depth, args.repeats)
             rows.append({"model": name, "parameters": parameters, "depth": depth, "seconds_per_step": round(seconds, 5),
                          "gflops_per_step": round(flops / 1e9, 3), "flops_counted_by": source,
-                         "gflops_per_second": round(flops / seconds / 1e9, 1)})
+                         "gflops_per_second": round(flops / seconds / 1e9, 1), "ops_per_step": ops})
             if args.profile:
                 rows[-1]["profile"] = profile_step(step)
             print(json.dumps(rows[-1]), flush=True)
