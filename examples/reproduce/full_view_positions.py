@@ -117,6 +117,8 @@ MASTERY = {"--curriculum_advance_accuracy": "0.9"}
 # the carried answer through a finite-state bottleneck each iteration (the query rows restart from e + softmax(y) E,
 # the other rows keep their state, so the loop keeps its place): pose_conv's failure was the state drifting past k ≈ 10
 QUERY_FEEDBACK = {"--answer_feedback": "true", "--answer_feedback_rows": "queries"}
+# twice the steps (the _qfb row's probe was still rising when its 2,000 steps ended); resumable across sessions
+LONG = {"--max_steps": "4000", "--max_train_seconds": "14400"}
 PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose", "pose_conv")  # pose_conv: best from scratch
 
 
@@ -145,6 +147,9 @@ def declare_rows() -> dict[str, Row]:
                            flags, MASTERY, budget=BUDGET))
         rows.append(Row.of(f"{name}_qfb", f"scratch, full view, {name}, answer feedback at the query rows", FULL,
                            SCRATCH, flags, QUERY_FEEDBACK, budget=BUDGET))
+        long_flags = {**flags, **({"--stretch_steps": LONG["--max_steps"]} if name == "stretch_all" else {})}
+        rows.append(Row.of(f"{name}_qfb_4k", f"scratch, full view, {name}, answer feedback at the query rows, 4,000 "
+                           "steps", FULL, {**SCRATCH, **LONG}, long_flags, QUERY_FEEDBACK, budget=14400))
         rows.append(Row.of(f"{name}_dense_light", f"scratch, full view, {name}, dense prefix targets at weight 0.1",
                            FULL, SCRATCH, flags, DENSE_LIGHT, budget=BUDGET))
     for init in ("smollm2", "random"):
@@ -168,7 +173,7 @@ def train_max_depth(row: str) -> int:
 def scheme_of(row: str) -> str:
     init = init_of(row)
     name = row if init == "scratch" else row.removeprefix(init + "_")
-    for suffix in ("_d16", "_d12", "_hold", "_mastery", "_qfb", "_dense_light", "_dense"):
+    for suffix in ("_d16", "_d12", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light", "_dense"):
         name = name.removesuffix(suffix)
     return name
 
