@@ -35,6 +35,15 @@ def run_logged(command: list[str], log: Path | None = None) -> None:
         raise SystemExit(f"command failed ({code}): {' '.join(command)}" + (f"; log: {log}" if log else ""))
 
 
+def previous_results(out: Path, final_key: str | None) -> dict:
+    """A study's results file as it stands ({} when absent); `final_key` (a held-out set asked for) refused when the
+    file already holds it: a test set is read once, at the end."""
+    previous = json.loads(out.read_text()) if out.is_file() else {}
+    if final_key and final_key in previous:
+        raise SystemExit(f"{out} already holds {final_key} (read once, {previous[final_key]['date']}): not read again.")
+    return previous
+
+
 def latest_checkpoint(folder: Path) -> Path | None:
     """The newest *complete* checkpoint-<step> folder of a run, or None: `trainers.last_complete_checkpoint`
     (a checkpoint whose saving was cut off, e.g. by the end of a session, has no trainer_state.json and is

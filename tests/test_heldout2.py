@@ -594,3 +594,20 @@ def test_the_second_held_out_set_is_attached_to_the_recipe_it_tested(tmp_path):
     recipes = {"other": {}}  # a set read on a recipe no longer summarised is attached to none
     report.attach_second_held_out_set(recipes, path)
     assert recipes == {"other": {}}
+
+
+def test_a_held_out_set_is_read_once(tmp_path):
+    """`par_studies.runs.previous_results`: a study's results as they stand, and a held-out set already in them
+    refused by name (the sentence-reader studies' --final_set3 / --final_set4)."""
+    import json
+
+    import pytest
+
+    from par_studies.runs import previous_results
+
+    out = tmp_path / "results.json"
+    assert previous_results(out, "set3") == {}
+    out.write_text(json.dumps({"set2": {"date": "2026-12-06"}, "set3": {"date": "2026-12-07"}}))
+    assert previous_results(out, None)["set2"] == {"date": "2026-12-06"}
+    with pytest.raises(SystemExit, match=r"already holds set3 \(read once, 2026-12-07\)"):
+        previous_results(out, "set3")

@@ -41,6 +41,7 @@ import torch  # noqa: E402
 
 from modeling_par.sentence_reader import SentenceReader, example_sentences  # noqa: E402
 from par_studies.parents import get_reader  # noqa: E402
+from par_studies.runs import previous_results  # noqa: E402
 from state_tracking import load_task  # noqa: E402
 
 TASKS = REPO / "examples" / "tasks"
@@ -123,9 +124,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--final_set4", action="store_true", help="also read set 4 (once, at the end)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    previous = json.loads(OUT.read_text()) if OUT.is_file() else {}
-    if args.final_set4 and "set4" in previous:
-        raise SystemExit(f"{OUT} already holds set 4 (read once, {previous['set4']['date']}): not read again.")
+    previous = previous_results(OUT, "set4" if args.final_set4 else None)
     study = _module("examples/studies/sentence_reader.py")
     helper = _module("examples/add_sentence_reader.py")
     spec = get_reader("all-minilm-l6-v2")

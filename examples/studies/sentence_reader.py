@@ -47,6 +47,7 @@ import transformers  # noqa: E402
 from modeling_par.prompt_format import CANDIDATE  # noqa: E402
 from modeling_par.sentence_reader import SentenceReader  # noqa: E402
 from par_studies.parents import get_reader  # noqa: E402
+from par_studies.runs import previous_results  # noqa: E402
 from state_tracking import load_task, prompt_format_of  # noqa: E402
 
 TASKS = REPO / "examples" / "tasks"
@@ -138,9 +139,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--final_set3", action="store_true", help="also read set 3 (once, at the end)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    previous = json.loads(OUT.read_text()) if OUT.is_file() else {}
-    if args.final_set3 and "set3" in previous:
-        raise SystemExit(f"{OUT} already holds set 3 (read once, {previous['set3']['date']}): not read again.")
+    previous = previous_results(OUT, "set3" if args.final_set3 else None)
     helper = _add_sentence_reader()
     spec = get_reader("all-minilm-l6-v2")
     folder = spec.ensure(quiet=True)
