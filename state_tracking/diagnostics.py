@@ -204,6 +204,41 @@ def attention_pointer_profile(model: Any, tokenizer: Any, task: Task, depths: Se
     return {"depths": list(depths), **results, "n_per_depth": n_per_depth, "seed": seed, "rendering": rendering}
 
 
+def readout_margins(model: Any, tokenizer: Any, task: Task, depth: int, n: int = 128, seed: int = 0,
+                    rendering: str = "text", batch_size: int = 64) -> dict[str, Any]:
+    """Inside the loop at one depth: per iteration k = 1..d, on `n` fresh problems, the share whose readout is z_k,
+    the margin of the readout, m_k = min over queries q of (y_{k,q}[z_{k,q}] − max_{c ≠ z_{k,q}} y_{k,q}[c]) (median
+    and 10th percentile over problems; > 0 iff every query is right), and the state's norm drift before anchoring,
+    mean over problems of `state_rms_k / state_rms_1` (`ParLoopedOutput.state_rms`). A margin that shrinks step by
+    step says the carried state drifts; a flat margin that collapses says a step breaks."""
+    check_rendering(rendering)
+    rng = np.random.default_rng(derive_seed("margins", seed, depth))
+    ops = task.sample_ops(rng, n, depth)
+    targets = torch.as_tensor(task.prefix_states(ops, None)[:, 1:])  # (n, d, Q) candidate indices
+    collate = StateTrackingCollator(tokenizer.pad_token_id, padding_side="right")
+    model.eval()
+    margins, drift = [], []
+    for start, batch in collated_batches(encode_batch(task, tokenizer, rendering, ops, None), collate, n, batch_size,
+                                         model.device):
+        with torch.inference_mode():
+            out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                        query_positions=batch["query_positions"], num_iterations=depth,
+                        readout_iterations=list(range(1, depth + 1)))
+        logits = out.answer_logits.float().permute(1, 0, 2, 3)  # (b, d, Q, C)
+        target = targets[start : start + logits.shape[0]].to(logits.device)
+        right = logits.gather(-1, target[..., None]).squeeze(-1)
+        other = logits.scatter(-1, target[..., None], float("-inf")).amax(-1)
+        margins.append((right - other).amin(-1).cpu())  # (b, d)
+        rms = out.state_rms.float()  # (R, b)
+        drift.append((rms / rms[:1]).T.cpu())
+    margin, ratio = torch.cat(margins), torch.cat(drift)
+    return {"depth": depth, "n": n, "seed": seed,
+            "accuracy": (margin > 0).float().mean(0).tolist(),
+            "margin_median": margin.median(0).values.tolist(),
+            "margin_p10": margin.quantile(0.1, dim=0).tolist(),
+            "state_rms_ratio": ratio.mean(0).tolist()}
+
+
 def prefix_state_alignment(answers: np.ndarray, states: np.ndarray) -> dict[str, list]:
     """Which prefix state each iteration reads. answers (n, R, Q): the readouts y_1 … y_R; states (n, d + 1, Q): the
     states z_0 … z_d of the same problems.

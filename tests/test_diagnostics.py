@@ -117,3 +117,33 @@ def test_prefix_state_alignment_counts_matches_ties_and_strangers():
     assert result == {"read_state": [1, 2], "read_fraction": [1.0, 0.5], "no_prefix_state": [0.0, 0.5]}
     with pytest.raises(ValueError, match=r"answers must be \(n, R, Q\) and states \(n, d \+ 1, Q\)"):
         prefix_state_alignment(answers[0], states)
+
+
+def test_readout_margins_agree_with_the_readouts_and_the_norm_trace():
+    """`readout_margins`: a margin > 0 exactly where every query's argmax is z_k (checked against
+    `iteration_readouts` on the same problems), the 10th percentile under the median, and the drift trace = 1 at
+    k = 1."""
+    import numpy as np
+
+    from state_tracking.data import derive_seed
+    from state_tracking.diagnostics import iteration_readouts, readout_margins
+    from tests.test_loop_views import SWAP, task_model
+
+    model, tokenizer = task_model(loop_view="full")
+    result = readout_margins(model, tokenizer, SWAP, depth=5, n=24, seed=3, rendering="symbolic", batch_size=10)
+    ops = SWAP.sample_ops(np.random.default_rng(derive_seed("margins", 3, 5)), 24, 5)
+    answers = iteration_readouts(model, tokenizer, SWAP, ops, None, 5, rendering="symbolic")
+    expected = (answers == SWAP.prefix_states(ops, None)[:, 1:]).all(-1).mean(0)
+    np.testing.assert_allclose(result["accuracy"], expected)
+    assert all(p10 <= median for p10, median in zip(result["margin_p10"], result["margin_median"]))
+    assert result["state_rms_ratio"][0] == 1.0 and len(result["state_rms_ratio"]) == 5
+
+    class OwnAnswers:  # the task, with the model's own readouts as the prefix states: every margin must be > 0
+        def __getattr__(self, name):
+            return getattr(SWAP, name)
+
+        def prefix_states(self, ops, initial):
+            return np.concatenate([SWAP.prefix_states(ops, initial)[:, :1], answers], axis=1)
+
+    own = readout_margins(model, tokenizer, OwnAnswers(), depth=5, n=24, seed=3, rendering="symbolic", batch_size=10)
+    assert own["accuracy"] == [1.0] * 5 and min(own["margin_p10"]) > 0
