@@ -333,7 +333,7 @@ def test_a_tiny_row_trains_tests_profiles_and_collects(tmp_path, monkeypatch, sc
     tiny = {"--max_steps": "3", "--hidden_size": "16", "--intermediate_size": "32", "--num_attention_heads": "2",
             "--num_key_value_heads": "2", "--probe_n": "4", "--eval_n": "4", "--save_steps": "2",
             "--max_train_depth": "2", "--probe_depth": "2", "--eval_depths": "2"}
-    monkeypatch.setattr(study, "row_flags", lambda row: {**original(row), **tiny})
+    monkeypatch.setattr(study, "row_flags", lambda row, seed=0: {**original(row, seed), **tiny})
     monkeypatch.setattr(study, "train_max_depth", lambda row: 2)
     for row in ("conv", "nope_conv"):
         record = study.run_row(row, 0)
@@ -457,3 +457,15 @@ def test_the_attention_pointer_profile_follows_the_core_layers_at_every_iteratio
     with pytest.raises(ValueError, match="full view"):
         attention_pointer_profile(tiny_model(loop_view="local"), TOKENIZER, TASK, [3], n_per_depth=2,
                                   rendering="symbolic")
+
+
+def test_a_fine_tuned_row_starts_from_its_source_row_of_the_same_seed(tmp_path, monkeypatch):
+    """`<scheme>_hold_ft` fine-tunes the scheme's own run of the same seed (its folder filled in by row_flags), and
+    refuses to start, naming the row to run first, while that run has not finished."""
+    study = load_example("examples/reproduce/full_view_positions.py")
+    monkeypatch.setattr(study, "RUN_DIR", tmp_path / "runs")
+    flags = study.row_flags("pose_conv_hold_ft", 2)
+    assert flags["--init_from_par"] == str(tmp_path / "runs" / "pose_conv_s2")
+    assert flags["--depth_schedule"] == "hold" and flags["--max_steps"] == "500"
+    with pytest.raises(SystemExit, match="pose_conv_s2, which has not finished training; run that row with --seed 2"):
+        study.run_row("pose_conv_hold_ft", 2)

@@ -117,6 +117,11 @@ MASTERY = {"--curriculum_advance_accuracy": "0.9"}
 # the carried answer through a finite-state bottleneck each iteration (the query rows restart from e + softmax(y) E,
 # the other rows keep their state, so the loop keeps its place): pose_conv's failure was the state drifting past k ≈ 10
 QUERY_FEEDBACK = {"--answer_feedback": "true", "--answer_feedback_rows": "queries"}
+# the iterations past the ones trained, taught on a model that already knows its range: the scheme's own row (same
+# seed) fine-tuned with the hold tail (R = d + X, X ~ U{0..8}, targets z_d past d, the last 16 iterations with
+# gradient) at a fifth of the learning rate, every depth <= 8 from the start (drift.json: a step breaks past k_train)
+HOLD_FINE_TUNE = {"--learning_rate": "2e-4", "--warmup_steps": "20", "--max_steps": "500",
+                  "--curriculum_start_depth": "8"}
 # twice the steps (the _qfb row's probe was still rising when its 2,000 steps ended); resumable across sessions
 LONG = {"--max_steps": "4000", "--max_train_seconds": "14400"}
 PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose", "pose_conv")  # pose_conv: best from scratch
@@ -150,6 +155,10 @@ def declare_rows() -> dict[str, Row]:
         long_flags = {**flags, **({"--stretch_steps": LONG["--max_steps"]} if name == "stretch_all" else {})}
         rows.append(Row.of(f"{name}_qfb_4k", f"scratch, full view, {name}, answer feedback at the query rows, 4,000 "
                            "steps", FULL, {**SCRATCH, **LONG}, long_flags, QUERY_FEEDBACK, budget=14400))
+        rows.append(Row.of(f"{name}_hold_ft", f"scratch, full view, {name}: its trained row fine-tuned with hold "
+                           "iterations", FULL, {**SCRATCH, **HOLD_FINE_TUNE, "--init_from_par": f"<{name}>"},
+                           {**flags, **({"--stretch_steps": HOLD_FINE_TUNE["--max_steps"]} if name == "stretch_all"
+                                        else {})}, HOLD, budget=BUDGET))
         rows.append(Row.of(f"{name}_dense_light", f"scratch, full view, {name}, dense prefix targets at weight 0.1",
                            FULL, SCRATCH, flags, DENSE_LIGHT, budget=BUDGET))
     for init in ("smollm2", "random"):
@@ -173,7 +182,7 @@ def train_max_depth(row: str) -> int:
 def scheme_of(row: str) -> str:
     init = init_of(row)
     name = row if init == "scratch" else row.removeprefix(init + "_")
-    for suffix in ("_d16", "_d12", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light", "_dense"):
+    for suffix in ("_d16", "_d12", "_hold_ft", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light", "_dense"):
         name = name.removesuffix(suffix)
     return name
 
@@ -191,9 +200,13 @@ def record_path(row: str, seed: int) -> Path:
     return OUT / "runs" / f"{row}_s{seed}.json"
 
 
-def row_flags(row: str) -> dict:
-    """The row's train_par.py flags, the parent's cache folder filled in."""
+def row_flags(row: str, seed: int = 0) -> dict:
+    """The row's train_par.py flags, the parent's cache folder filled in, and a fine-tuned row's `--init_from_par
+    <row>` as that row's run folder for `seed`."""
     flags = combine(row, common(train_max_depth(row)), ROWS[row].flags)
+    source = flags.get("--init_from_par", "")
+    if source.startswith("<"):
+        flags["--init_from_par"] = str(run_path(source.strip("<>"), seed))
     if flags.get("--init_from_qwen2") == PARENT:
         from par_studies.parents import get_parent
 
@@ -292,7 +305,11 @@ def scrub(text: str) -> str:
 
 
 def run_row(row: str, seed: int) -> dict:
-    segments = train_segment(run_path(row, seed), seed, row_flags(row), row)
+    flags = row_flags(row, seed)
+    if "--init_from_par" in flags and not (Path(flags["--init_from_par"]) / "summary.json").is_file():
+        raise SystemExit(f"--row {row}: it fine-tunes {flags['--init_from_par']}, which has not finished training; "
+                         f"run that row with --seed {seed} first")
+    segments = train_segment(run_path(row, seed), seed, flags, row)
     record = evaluate(row, seed, segments)
     save_record(record, record_path(row, seed))
     return record
