@@ -467,5 +467,6 @@ def test_a_fine_tuned_row_starts_from_its_source_row_of_the_same_seed(tmp_path, 
     flags = study.row_flags("pose_conv_hold_ft", 2)
     assert flags["--init_from_par"] == str(tmp_path / "runs" / "pose_conv_s2")
     assert flags["--depth_schedule"] == "hold" and flags["--max_steps"] == "500"
+    assert "--probe_stop_accuracy" not in flags  # it starts in range: the stop rule would end it at its first probe
     with pytest.raises(SystemExit, match="pose_conv_s2, which has not finished training; run that row with --seed 2"):
         study.run_row("pose_conv_hold_ft", 2)

@@ -207,6 +207,8 @@ def row_flags(row: str, seed: int = 0) -> dict:
     source = flags.get("--init_from_par", "")
     if source.startswith("<"):
         flags["--init_from_par"] = str(run_path(source.strip("<>"), seed))
+        for flag in ("--probe_stop_accuracy", "--probe_stop_patience"):  # it starts in range: train all its steps
+            flags.pop(flag)
     if flags.get("--init_from_qwen2") == PARENT:
         from par_studies.parents import get_parent
 
