@@ -54,10 +54,8 @@ def steps_per_checkout(bench, packages: dict, spec: dict, token_ids: dict, batch
     out = {}
     for label, package in packages.items():
         torch.manual_seed(0)
-        attn = spec.get("attn")
-        own = {"attn": f"par_eager_{label}"} if attn == "par_eager" else {}  # this checkout's "par_eager"
-        model = bench.par_model(token_ids, **{**spec, **own}, package=package)
-        step = bench.step_function("par", model, batch, depth)
+        model = bench.par_model(token_ids, **spec, attn=f"par_eager_{label}", package=package)  # its own "par_eager"
+        step = bench.step_function("par", model, batch, depth, fused=True)  # as the Trainer steps
         for _ in range(3):
             step()
         out[label] = (model, step)

@@ -2,11 +2,13 @@
 
 One optimizer step (forward, backward, AdamW) on a batch of 64 records of one length d, one thread, as
 `train_par.py --train_file` and `examples/baselines/rnn.py` run it: PAR with the local view, its gradient window
-(readouts at the last min(d, 8) iterations), eager (no torch.compile); the RNN reads every token and is read at the
-last operation. The row "+ answer feedback" is the model the recipe chooses for final-state records whose answer is
-the whole state (`par_cli.recipe`: `answer_feedback`, hidden 64, 1 + 1 + 1 layers, eager) with the attention
-`train_par.py` gives it on a CPU ("par_eager", `state_tracking.evaluation.default_attn_implementation`); the other PAR
-rows keep transformers' default attention (sdpa), as they were first measured. Printed per model and length: seconds
+(readouts at the last min(d, 8) iterations), eager (no torch.compile), the attention `train_par.py` gives it on a CPU
+("par_eager", `state_tracking.evaluation.default_attn_implementation`) and the Trainer's default optimizer (AdamW,
+`fused=True`: TrainingArguments' `optim="adamw_torch_fused"`); the RNN reads every token, is read at the last
+operation and steps rnn.py's `torch.optim.AdamW` (defaults). The row "+ answer feedback" is the model the recipe
+chooses for final-state records whose answer is the whole state (`par_cli.recipe`: `answer_feedback`, hidden 64,
+1 + 1 + 1 layers). `--as_first_measured`: PAR with transformers' default attention (sdpa) and a plain AdamW, as the
+figures before 2026-12-07 were measured. Printed per model and length: seconds
 per step (median of `--repeats` timed steps after 3 warm-up steps), FLOPs per step
 (PAR: `torch.utils.flop_counter.FlopCounterMode`, matrix products and attention; the RNNs: `rnn_step_flops`, their
 matrix products), the achieved GFLOP/s, and the tensor operations one step dispatches (`count_ops`: forward, backward
@@ -46,7 +48,7 @@ MODELS = {  # name -> builder arguments (PAR: hidden, intermediate, prelude / co
     "PAR h64 1+2+1": ("par", dict(hidden=64, intermediate=128, layers=(1, 2, 1))),
     "PAR h64 1+1+1": ("par", dict(hidden=64, intermediate=128, layers=(1, 1, 1))),
     "PAR h64 1+1+1 + answer feedback (the recipe's choice)": ("par", dict(
-        hidden=64, intermediate=128, layers=(1, 1, 1), answer_feedback=True, attn="par_eager")),
+        hidden=64, intermediate=128, layers=(1, 1, 1), answer_feedback=True)),
     "LSTM 288": ("rnn", dict(cell="lstm", hidden=288)),
     "GRU 336": ("rnn", dict(cell="gru", hidden=336)),
 }
@@ -80,11 +82,12 @@ def rnn_step_flops(cell: str, hidden: int, shape) -> int:
     return 3 * 2 * gates * (hidden + hidden) * hidden * batch * tokens
 
 
-def step_function(kind: str, model, batch: dict, depth: int):
-    """One optimizer step's closure: the loss each training script computes on this batch, backward, AdamW."""
+def step_function(kind: str, model, batch: dict, depth: int, fused: bool | None = None):
+    """One optimizer step's closure: the loss each training script computes on this batch, backward, AdamW
+    (`fused`: torch.optim.AdamW's `fused`; None: its default, as rnn.py steps)."""
     import torch
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
     rows = torch.arange(batch["input_ids"].shape[0])
     final = batch["step_labels"][rows, depth]  # (b, Q)
 
@@ -164,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", default=None)
     parser.add_argument("--profile", action="store_true", help="where a step's time goes (torch.profiler), per model")
+    parser.add_argument("--as_first_measured", action="store_true",
+                        help="PAR with sdpa attention and a plain AdamW, as measured before 2026-12-07")
     parser.add_argument("--models", default=None, help="only the models whose name contains one of these "
                         "comma-separated words, e.g. 'answer feedback,LSTM' (default: every model)")
     return parser
@@ -181,8 +186,9 @@ def read_records():
     return read_record_splits(RecordColumns(), str(FILE), validation_split_percentage=0)
 
 
-def build_model(kind: str, spec: dict, records):
-    """A freshly seeded model of `MODELS`' kind and spec, in training mode."""
+def build_model(kind: str, spec: dict, records, as_first_measured: bool = False):
+    """A freshly seeded model of `MODELS`' kind and spec, in training mode; PAR with train_par.py's attention on a
+    CPU (`as_first_measured`: transformers' default, sdpa)."""
     import torch
 
     from par_studies import repo_module
@@ -191,18 +197,22 @@ def build_model(kind: str, spec: dict, records):
     token_ids = record_token_ids(records.tokenizer, records.record_format)
     torch.manual_seed(0)
     if kind == "par":
-        return par_model(token_ids, **spec)
+        from state_tracking.evaluation import default_attn_implementation
+
+        attn = None if as_first_measured else default_attn_implementation("local", "cpu")
+        return par_model(token_ids, **spec, attn=attn)
     num_queries, num_candidates = len(records.record_format.query_names), len(records.record_format.candidates)
     tracker = repo_module("examples.baselines.rnn").RNNStateTracker
     return tracker(spec["cell"], token_ids["vocab_size"], spec["hidden"], 1, num_queries, num_candidates).train()
 
 
-def measure_step(kind: str, spec: dict, model, batch: dict, depth: int, repeats: int) -> tuple:
+def measure_step(kind: str, spec: dict, model, batch: dict, depth: int, repeats: int, fused: bool | None = None
+                 ) -> tuple:
     """(the step's closure, median seconds per step after 3 warm-up steps, FLOPs per step, how they were counted,
     tensor operations per step)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    step = step_function(kind, model, batch, depth)
+    step = step_function(kind, model, batch, depth, fused=fused)
     for _ in range(3):
         step()
     times = []
@@ -236,12 +246,15 @@ def main(argv=None) -> dict:
     for name, (kind, spec) in MODELS.items():
         if words is not None and not any(w in name for w in words):
             continue
-        model = build_model(kind, spec, records)
+        model = build_model(kind, spec, records, args.as_first_measured)
+        fused = True if kind == "par" and not args.as_first_measured else None  # the Trainer's adamw_torch_fused
         parameters = sum(p.numel() for p in model.parameters())
         for depth in (int(d) for d in args.lengths.split(",")):
             batch = collate([encoded[int(i)] for i in np.flatnonzero(depths == depth)[:args.batch_size]])
-            step, seconds, flops, source, ops = measure_step(kind, spec, model, batch, depth, args.repeats)
-            rows.append({"model": name, "parameters": parameters, "depth": depth, "seconds_per_step": round(seconds, 5),
+            step, seconds, flops, source, ops = measure_step(kind, spec, model, batch, depth, args.repeats, fused)
+            attention = getattr(model.config, "_attn_implementation", None) if kind == "par" else None
+            rows.append({"model": name, "parameters": parameters, "depth": depth, "optimizer_fused": bool(fused),
+                         "attention": attention, "seconds_per_step": round(seconds, 5),
                          "gflops_per_step": round(flops / 1e9, 3), "flops_counted_by": source,
                          "gflops_per_second": round(flops / seconds / 1e9, 1), "ops_per_step": ops})
             if args.profile:
@@ -256,6 +269,7 @@ def main(argv=None) -> dict:
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     return result
+
 
 if __name__ == "__main__":
     main()
