@@ -21,9 +21,10 @@ var_swap5, and register3's first 1,000 records) and two written for this study, 
   increments modulo 3 (`c = (c + 1) % 3`), copies (`b = d`), resets (`a = 0`) and swaps (`a, d = d, a`); 1..16
   operations after the assignments (so no record is shorter than 5 statements); the state is the mapping of the four.
 Each test file: 1,024 records at 16, 64 and 256 operations (var_swap5 and counters4: plus their initial assignments).
-Variants (`VARIANTS`, `--variant V`): the same command with a few flags added, PAR only, to measure what a miss is
-owed to; their records go to results/own_data_cpu/defaults/variants/ (with the curriculum's progress over the steps)
-and never into the defaults table.
+Variants (`VARIANTS`, `--variant V`): the same command with a few flags added, PAR only unless they name
+`--baselines`, to measure what a miss is owed to or what cuts PAR's time; their records go to
+results/own_data_cpu/defaults/variants/ (with the curriculum's progress over the steps) and never into the defaults
+table.
 RPNI is not run on swap_s5, var_swap5 and counters4: it did not finish in 834 s (swap_s5, 15,200 records), 150 s
 (var_swap5) and 300 s (counters4, 1,000 records).
 """
@@ -67,7 +68,7 @@ LOGS = {
 }
 
 LOAD = "two runs at a time"  # what else ran beside each run; PAR_LOAD in the environment says otherwise
-# variant -> (what it asks, the flags added to the data flags); PAR only (no baselines)
+# variant -> (what it asks, the flags added to the data flags); PAR only unless its flags name --baselines
 VARIANTS = {
     "long_budget": ("is the miss the step budget? 15,000 steps instead of the default 6,000", {"--max_steps": "15000"}),
     # the recipe the rules chose on the logs whose records start short (register3, batch_process, swap-S5, elevator)
@@ -81,6 +82,13 @@ VARIANTS = {
              "each, successive halving, the winner resumed) pick better than the rules?", {"--recipe": "race"}),
     "race_500": ("does a longer race (500 steps in the first round, 1,000 in the second) pick better?",
                  {"--recipe": "race", "--race_steps": "500"}),
+    # issue 71 (3): the records step is dispatch-bound (benchmarks/bench_records_step.py: at d = 16 a batch of 256
+    # costs PAR ~2x a batch of 64, the LSTM ~4x), so fewer, larger steps may cut PAR's time; the LSTM (rnn.py's
+    # defaults, batch 64) runs in the same command, so the ratio is measured under one load
+    "batch256": ("do 4x larger batches (256, the learning rate kept) cut PAR's time to the result?",
+                 {"--per_device_train_batch_size": "256", "--baselines": "lstm"}),
+    "batch256_lr2e-3": ("do 4x larger batches with the learning rate doubled (2e-3) cut PAR's time to the result?",
+                        {"--per_device_train_batch_size": "256", "--learning_rate": "2e-3", "--baselines": "lstm"}),
 }
 
 # ---- the elevator log: 4 floors x doors x mode = 16 states, free-text events in three wordings each ----
@@ -243,9 +251,9 @@ def curriculum_progress(curve: list[dict]) -> list[list[int]]:
 
 def run(log: str, seed: int, variant: str | None = None, rerecord: bool = False) -> dict:
     """One run: train_par.py with only the data flags and --baselines lstm,rpni; its record under
-    results/own_data_cpu/defaults/. With `variant`: the variant's flags added, PAR only, its record under
-    defaults/variants/. `rerecord`: the record written again from the run's folder (its summary.json), not trained
-    again (its wall_seconds is then the training's own seconds)."""
+    results/own_data_cpu/defaults/. With `variant`: the variant's flags added, PAR only unless they name --baselines,
+    its record under defaults/variants/. `rerecord`: the record written again from the run's folder (its
+    summary.json), not trained again (its wall_seconds is then the training's own seconds)."""
     spec = LOGS[log]
     name = f"{log}_s{seed}" if variant is None else f"{log}_{variant}_s{seed}"
     folder = RUNS / name
@@ -265,7 +273,7 @@ def run(log: str, seed: int, variant: str | None = None, rerecord: bool = False)
         run_logged(command, folder / "train.log")
     summary = json.loads((folder / "summary.json").read_text())
     recipe = summary["recipe"]
-    if variant is None:
+    if summary.get("baselines"):
         rows = {row["method"]: row for row in summary["baselines"]["rows"]}
     else:
         evaluation = json.loads((folder / "eval_test.json").read_text())
@@ -422,7 +430,8 @@ def main(args=None) -> None:
     parser.add_argument("--rerecord", action="store_true",
                         help="with --log: the run's record written again from its folder's summary.json")
     parser.add_argument("--variant", choices=list(VARIANTS), default=None,
-                        help="with --log: the variant's flags added, PAR only (records under defaults/variants/)")
+                        help="with --log: the variant's flags added, PAR only unless they name --baselines "
+                        "(records under defaults/variants/)")
     parser.add_argument("--per_length", default=None, metavar="RUN",
                         help="a run of a generated log (a folder under runs/own_data/defaults, e.g. counters4_s0 or "
                              "superseded/counters4_s0) on fresh records of each length")
