@@ -50,6 +50,7 @@ MODELS = {  # name -> builder arguments (PAR: hidden, intermediate, prelude / co
     "PAR h64 1+1+1 + answer feedback (the recipe's choice)": ("par", dict(
         hidden=64, intermediate=128, layers=(1, 1, 1), answer_feedback=True)),
     "LSTM 288": ("rnn", dict(cell="lstm", hidden=288)),
+    "LSTM 128 (rnn.py's default)": ("rnn", dict(cell="lstm", hidden=128)),
     "GRU 336": ("rnn", dict(cell="gru", hidden=336)),
 }
 
