@@ -124,6 +124,8 @@ HOLD_FINE_TUNE = {"--learning_rate": "2e-4", "--warmup_steps": "20", "--max_step
                   "--curriculum_start_depth": "8"}
 # twice the steps (the _qfb row's probe was still rising when its 2,000 steps ended); resumable across sessions
 LONG = {"--max_steps": "4000", "--max_train_seconds": "14400"}
+# half the learning rate: two of six PoSE-family seeds never learned d <= 8 at lr 1e-3, their loss jumping by 1-3 nats
+LOW_LR = {"--learning_rate": "5e-4"}
 PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose", "pose_conv")  # pose_conv: best from scratch
 
 
@@ -159,6 +161,8 @@ def declare_rows() -> dict[str, Row]:
                            "iterations", FULL, {**SCRATCH, **HOLD_FINE_TUNE, "--init_from_par": f"<{name}>"},
                            {**flags, **({"--stretch_steps": HOLD_FINE_TUNE["--max_steps"]} if name == "stretch_all"
                                         else {})}, HOLD, budget=BUDGET))
+        rows.append(Row.of(f"{name}_lr5e4", f"scratch, full view, {name}, lr 5e-4", FULL, {**SCRATCH, **LOW_LR}, flags,
+                           budget=BUDGET))
         rows.append(Row.of(f"{name}_dense_light", f"scratch, full view, {name}, dense prefix targets at weight 0.1",
                            FULL, SCRATCH, flags, DENSE_LIGHT, budget=BUDGET))
     for init in ("smollm2", "random"):
@@ -182,7 +186,8 @@ def train_max_depth(row: str) -> int:
 def scheme_of(row: str) -> str:
     init = init_of(row)
     name = row if init == "scratch" else row.removeprefix(init + "_")
-    for suffix in ("_d16", "_d12", "_hold_ft", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light", "_dense"):
+    for suffix in ("_d16", "_d12", "_hold_ft", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light", "_dense",
+                   "_lr5e4"):
         name = name.removesuffix(suffix)
     return name
 
