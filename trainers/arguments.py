@@ -67,6 +67,11 @@ class ParTrainingArguments(TrainingArguments):
                 "the state head reads z_j at the last token of every operation j <= c*k (objectives.prefix_state_"
                 "targets), summed over the window like the answer loss; needs a model with config.prefix_state_"
                 "queries (train_par sets it) and batches with operation_ends; 0: off"})
+    waiting_row_weight: float = field(default=0.0, metadata={
+        "help": "weight of the waiting-row stability loss (objectives.waiting_row_change): at each supervised "
+                "iteration k the mean squared relative change of the rows of operations j > c*k + 1, which the loop "
+                "has not reached; asks those rows to wait at a fixed point instead of counting passes (issue 68); "
+                "needs batches with operation_ends; 0: off"})
     phrasing_alignment_form: str = field(default="unit", metadata={
         "help": "the alignment loss's form: unit (objectives.phrasing_alignment_loss, the spread of unit-normalized "
                 "encodings) or variance_ratio (objectives.within_operation_variance_ratio: the share of the centred "
@@ -183,6 +188,8 @@ class ParTrainingArguments(TrainingArguments):
             self._fail("phrasing_alignment_weight", "≥ 0")
         if not self.prefix_state_weight >= 0:
             self._fail("prefix_state_weight", "≥ 0")
+        if not self.waiting_row_weight >= 0:
+            self._fail("waiting_row_weight", "≥ 0")
         if self.phrasing_alignment_form not in PHRASING_ALIGNMENT_FORMS:
             self._fail("phrasing_alignment_form", f"one of {sorted(PHRASING_ALIGNMENT_FORMS)}")
         if self.halt_label_offset < 0:

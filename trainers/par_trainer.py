@@ -33,6 +33,7 @@ from .objectives import (
     prefix_state_targets,
     progress_targets,
     readout_accuracy,
+    waiting_row_change,
 )
 from .schedules import DepthBatchSampler, MasteryCurriculum, curriculum_cap, stretch_max_scale
 
@@ -283,7 +284,7 @@ class ParTrainer(Trainer):
             readout_iterations=list(plan.all_reads), position_scale=plan.position_scale,
             operation_ends=inputs.get("operation_ends"), position_ids=plan.position_ids,
             output_prelude_states=self.args.phrasing_alignment_weight > 0,
-            output_loop_states=self.args.prefix_state_weight > 0,
+            output_loop_states=self.args.prefix_state_weight > 0 or self.args.waiting_row_weight > 0,
         )
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -315,6 +316,13 @@ class ParTrainer(Trainer):
             loss_prefix = self.prefix_state_loss(inputs, out, iterations)
             loss = loss + self.args.prefix_state_weight * loss_prefix
             self._log_value("loss_prefix_state", loss_prefix.item())
+        if self.args.waiting_row_weight > 0:
+            if inputs.get("operation_ends") is None:
+                raise ValueError("waiting_row_weight > 0 needs batches with operation_ends (a generated task's or a "
+                                 "records file's dataset).")
+            loss_wait = waiting_row_change(out.loop_states, inputs["operation_ends"], iterations, c)
+            loss = loss + self.args.waiting_row_weight * loss_wait
+            self._log_value("loss_waiting_rows", loss_wait.item())
         if self.args.phrasing_alignment_weight > 0:
             if inputs.get("operation_ends") is None or inputs.get("ops") is None:
                 raise ValueError("phrasing_alignment_weight > 0 needs batches with operation_ends and ops (a generated "

@@ -124,6 +124,11 @@ HOLD_FINE_TUNE = {"--learning_rate": "2e-4", "--warmup_steps": "20", "--max_step
                   "--curriculum_start_depth": "8"}
 # twice the steps (the _qfb row's probe was still rising when its 2,000 steps ended); resumable across sessions
 LONG = {"--max_steps": "4000", "--max_train_seconds": "14400"}
+# the rows of operations the loop has not reached held at a fixed point (trainers.objectives.waiting_row_change):
+# row_freeze.json found they change by ~75% of their norm at every pass, so each can count its passes, and a row
+# that starts late breaks exactly where it missed a pass; a count learned to k_train fails past it
+STILL = {"--waiting_row_weight": "1"}
+STILL_LIGHT = {"--waiting_row_weight": "0.1"}
 # half the learning rate: two of six PoSE-family seeds never learned d <= 8 at lr 1e-3, their loss jumping by 1-3 nats
 LOW_LR = {"--learning_rate": "5e-4"}
 PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose", "pose_conv")  # pose_conv: best from scratch
@@ -161,6 +166,10 @@ def declare_rows() -> dict[str, Row]:
                            "iterations", FULL, {**SCRATCH, **HOLD_FINE_TUNE, "--init_from_par": f"<{name}>"},
                            {**flags, **({"--stretch_steps": HOLD_FINE_TUNE["--max_steps"]} if name == "stretch_all"
                                         else {})}, HOLD, budget=BUDGET))
+        rows.append(Row.of(f"{name}_still", f"scratch, full view, {name}, waiting rows held still (weight 1)", FULL,
+                           SCRATCH, flags, STILL, budget=BUDGET))
+        rows.append(Row.of(f"{name}_still_light", f"scratch, full view, {name}, waiting rows held still (weight 0.1)",
+                           FULL, SCRATCH, flags, STILL_LIGHT, budget=BUDGET))
         rows.append(Row.of(f"{name}_lr5e4", f"scratch, full view, {name}, lr 5e-4", FULL, {**SCRATCH, **LOW_LR}, flags,
                            budget=BUDGET))
         rows.append(Row.of(f"{name}_dense_light", f"scratch, full view, {name}, dense prefix targets at weight 0.1",
@@ -187,7 +196,7 @@ def scheme_of(row: str) -> str:
     init = init_of(row)
     name = row if init == "scratch" else row.removeprefix(init + "_")
     for suffix in ("_d16", "_d12", "_hold_ft", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light", "_dense",
-                   "_lr5e4"):
+                   "_lr5e4", "_still_light", "_still"):
         name = name.removesuffix(suffix)
     return name
 
