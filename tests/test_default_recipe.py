@@ -213,6 +213,9 @@ def test_model_size_and_regularization_rules():
     assert model_size_rule(BASE, feedback=False)[0] == {}  # the small model without feedback missed (59.77%)
     assert regularization_rule(few, feedback=True)[0] == {"grad_window": 16, "weight_decay": 0.1}
     assert regularization_rule(BASE, feedback=True)[0] == regularization_rule(few, feedback=False)[0] == {}
+    # the boundary: MANY_RECORDS records are many (the 16,000-record rows), one fewer is few
+    at = dataclasses.replace(BASE, records=MANY_RECORDS)
+    assert model_size_rule(at, feedback=True)[0] == small and regularization_rule(at, feedback=True)[0] == {}
 
 
 def test_curriculum_optimizer_and_compile_rules():
