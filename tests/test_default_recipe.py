@@ -266,6 +266,15 @@ def test_notes_name_what_no_recipe_learns():
     assert any("var_swap5_long" in n for n in notes) and any("250 records" in n for n in notes)
     assert any("120" in n for n in choose_recipe(dataclasses.replace(BASE, labels=120, step_states=True)).notes)
     assert choose_recipe(BASE).notes == []
+    # the boundaries: FEW_RECORDS_NOTE records, a shortest record under LONG_SHORTEST_NOTE, MANY_LABELS_NOTE labels
+    # are not noted; one past each is
+    from par_cli.recipe import FEW_RECORDS_NOTE, LONG_SHORTEST_NOTE, MANY_LABELS_NOTE
+
+    assert choose_recipe(dataclasses.replace(BASE, records=FEW_RECORDS_NOTE)).notes == []
+    assert len(choose_recipe(dataclasses.replace(BASE, records=FEW_RECORDS_NOTE - 1)).notes) == 1
+    assert choose_recipe(dataclasses.replace(SWAPS, shortest=LONG_SHORTEST_NOTE - 1)).notes == []
+    assert choose_recipe(dataclasses.replace(BASE, labels=MANY_LABELS_NOTE, step_states=True)).notes == []
+    assert len(choose_recipe(dataclasses.replace(BASE, labels=MANY_LABELS_NOTE + 1, step_states=True)).notes) == 1
 
 
 def test_the_rules_on_records_built_to_trigger_them(tmp_path):
