@@ -37,6 +37,27 @@ def test_the_steps_a_curriculum_needs_follow_its_formula_and_a_perfect_learner()
     assert 0.8 < step / curriculum_steps_needed(2, 1, 30, 20, window=5, lengths=lengths) < 1.25
 
 
+def test_the_budget_check_at_its_boundaries():
+    """A fixed pace from 2 to 8, +1 every 100 steps, needs 600 steps: kept as it is at a budget whose three quarters
+    are 600 steps, adapted one step below; a pace the user gave is kept (with a warning) at 600 steps of budget and
+    refused at 599."""
+    from types import SimpleNamespace
+
+    from trainers.step_budget import fit_curriculum_to_budget
+
+    def args(max_steps):
+        return SimpleNamespace(curriculum_start_depth=2, max_train_depth=8, curriculum_window=5,
+                               curriculum_advance_accuracy=None, curriculum_increment=1, curriculum_every_steps=100,
+                               max_steps=max_steps)
+
+    plan, changed = fit_curriculum_to_budget(args(800), range(1, 9), set())
+    assert plan["steps_needed"] == 600 and changed == {}
+    assert fit_curriculum_to_budget(args(799), range(1, 9), set())[1] == {"curriculum_every_steps": 99}
+    assert fit_curriculum_to_budget(args(600), range(1, 9), {"curriculum_every_steps"})[1] == {}
+    with pytest.raises(ValueError, match="needs 600 optimizer steps .* --max_steps is 599"):
+        fit_curriculum_to_budget(args(599), range(1, 9), {"curriculum_every_steps"})
+
+
 def test_a_pace_the_budget_cannot_reach_is_refused_when_given_and_adapted_when_chosen(tmp_path, caplog):
     path = write_csv(tmp_path / "orders.csv", orders(120, 1, 30, 0))
     run = TINY + ["--train_file", path, *COLUMNS, "--max_steps", "40"]
