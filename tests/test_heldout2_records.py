@@ -15,10 +15,6 @@ from par_studies.pretrained_smollm2 import (
     runner,
     training,
 )
-from tests.conftest import load_example
-
-train_par = load_example("examples/train_par.py")
-study = load_example("examples/reproduce/pretrained_smollm2.py")  # the script: its command line (main)
 
 
 def test_read_as_names_the_operations_the_answers_fit():
