@@ -220,7 +220,9 @@ def row_flags(row: str, seed: int = 0) -> dict:
     flags = combine(row, common(train_max_depth(row)), ROWS[row].flags)
     source = flags.get("--init_from_par", "")
     if source.startswith("<"):
-        flags["--init_from_par"] = str(run_path(source.strip("<>"), seed))
+        from state_tracking.evaluation import repo_relative
+
+        flags["--init_from_par"] = repo_relative(run_path(source.strip("<>"), seed))  # train_par runs in the repo
         for flag in ("--probe_stop_accuracy", "--probe_stop_patience"):  # it starts in range: train all its steps
             flags.pop(flag)
     if flags.get("--init_from_qwen2") == PARENT:
