@@ -6,16 +6,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers import ParTrainer, operation_index, waiting_row_change
+from modeling_par.loop_views import token_segments
+from trainers import ParTrainer, waiting_row_change
 
 # two prompts of 10 tokens: the preamble ends at 1, operations end at 3, 5, 7 (and 9 in the second), then the question
 ENDS = torch.tensor([[1, 3, 5, 7, -1], [1, 3, 5, 7, 9]])
 T, H = 12, 4
+MASK = torch.ones(2, T)
 
 
-def test_operation_index_names_each_tokens_operation_and_marks_the_question_and_padding():
-    assert operation_index(ENDS, T).tolist() == [[0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1],
-                                                 [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, -1, -1]]
+def test_the_loss_reads_each_tokens_operation_from_the_loops_own_segments():
+    """The preamble is 0, operation j's tokens j, the question d + 1 (`token_segments`, which the loss reads)."""
+    assert token_segments(ENDS, MASK).segments.tolist() == [[0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 4],
+                                                            [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]]
 
 
 def test_waiting_row_change_is_the_mean_squared_relative_change_of_the_rows_not_reached():
@@ -26,7 +29,7 @@ def test_waiting_row_change_is_the_mean_squared_relative_change_of_the_rows_not_
     # k = 3: j > 4 (none); k = 1 has no s_0 here and is skipped
     rows = torch.tensor([8, 9])
     expected = ((states[1][1, rows] - states[0][1, rows]).pow(2).sum(-1) / states[0][1, rows].pow(2).sum(-1)).mean()
-    torch.testing.assert_close(waiting_row_change(states, ENDS, iterations), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(waiting_row_change(states, ENDS, MASK, iterations), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_only_the_waiting_rows_count():
@@ -34,12 +37,12 @@ def test_only_the_waiting_rows_count():
     moved = base.clone()
     moved[:, :8] += 5.0  # the preamble and operations 1-3 (reached or read at k = 2) and the question move freely
     moved[:, 10:] -= 3.0
-    assert waiting_row_change([base, moved], ENDS, torch.tensor([2])).item() == 0.0
+    assert waiting_row_change([base, moved], ENDS, MASK, torch.tensor([2])).item() == 0.0
     moved[1, 8] += 1.0  # a token of operation 4, which k = 2 has not reached
-    assert waiting_row_change([base, moved], ENDS, torch.tensor([2])).item() > 0.0
+    assert waiting_row_change([base, moved], ENDS, MASK, torch.tensor([2])).item() > 0.0
     # nothing waits at the last iterations, or with a step size that reads two operations per iteration
-    assert waiting_row_change([base, moved, moved], ENDS, torch.tensor([3])).item() == 0.0
-    assert waiting_row_change([base, moved], ENDS, torch.tensor([2]), step_size=2).item() == 0.0
+    assert waiting_row_change([base, moved, moved], ENDS, MASK, torch.tensor([3])).item() == 0.0
+    assert waiting_row_change([base, moved], ENDS, MASK, torch.tensor([2]), step_size=2).item() == 0.0
 
 
 def test_the_trainer_adds_the_waiting_row_loss_and_refuses_a_negative_weight(tmp_path):

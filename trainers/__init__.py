@@ -25,7 +25,6 @@ from .objectives import (
     hold_iterations,
     iterations_for_depth,
     operation_encodings,
-    operation_index,
     phrasing_alignment_loss,
     prefix_state_targets,
     progress_targets,
@@ -73,5 +72,5 @@ __all__ = [
     "readout_accuracy", "require_complete_checkpoint", "FreezePreludeCallback", "freeze_prelude_weights",
     "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",
     "stretch_max_scale", "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback",
-    "trained_seconds", "operation_index", "waiting_row_change", "within_operation_variance_ratio",
+    "trained_seconds", "waiting_row_change", "within_operation_variance_ratio",
 ]

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from modeling_par.loop_views import token_segments
+
 OBJECTIVES = ("par", "final_every_iteration", "final_only")
 YES, NO = 0, 1  # column order of the model's halt_logits: (Yes, No)
 UNRECORDED = -100  # a target that was not recorded (state_tracking.data.LABEL_PAD_ID): no loss, no accuracy
@@ -178,21 +180,12 @@ def readout_accuracy(answer_logits: torch.Tensor, targets: torch.Tensor) -> torc
     return (right & scored).sum(-1).float() / scored.sum(-1).clamp(min=1)
 
 
-def operation_index(operation_ends: torch.Tensor, length: int) -> torch.Tensor:
-    """Which operation each token belongs to: j(t) = #{i : 0 <= e_i < t} over `operation_ends` e (B, D + 1) (e_0 the
-    preamble's last token, so the preamble is j = 0 and operation j's tokens lie in (e_{j−1}, e_j]); tokens after the
-    last operation (the question) and padding get −1.  # (B, T)"""
-    positions = torch.arange(length, device=operation_ends.device)[None, :, None]
-    valid = operation_ends >= 0
-    index = (valid[:, None, :] & (operation_ends[:, None, :] < positions)).sum(-1)
-    last = torch.where(valid, operation_ends, torch.full_like(operation_ends, -1)).amax(-1, keepdim=True)
-    return torch.where(torch.arange(length, device=operation_ends.device)[None, :] <= last, index, -1)
-
-
 def waiting_row_change(states: tuple[torch.Tensor, ...] | list[torch.Tensor], operation_ends: torch.Tensor,
-                       iterations: torch.Tensor, step_size: int = 1, eps: float = 1e-6) -> torch.Tensor:
+                       attention_mask: torch.Tensor, iterations: torch.Tensor, step_size: int = 1,
+                       eps: float = 1e-6) -> torch.Tensor:
     """Stability of the rows the loop has not reached yet (issue 68): over the supervised iterations k ≥ 2 and the
-    tokens t of every operation j > c·k + 1 (two or more past the one iteration k reads),
+    tokens t of every operation j > c·k + 1 (two or more past the one iteration k reads; j ≤ d, the question's rows
+    excluded; each token's operation from `modeling_par.loop_views.token_segments`),
 
         L_wait = mean_{k, b, t} ||s_k[b, t] − s_{k−1}[b, t]||² / (||s_{k−1}[b, t]||² + ε),
 
@@ -200,12 +193,13 @@ def waiting_row_change(states: tuple[torch.Tensor, ...] | list[torch.Tensor], op
     every iteration before the loop reaches them; a row that moves at every pass can tell how many passes it has had,
     and a count learned to k_train fails past it (results/full_view_positions/row_freeze.json). At a fixed point L_wait
     is 0 whatever the wait. 0 when no token waits (e.g. every k ≥ d − 1)."""
-    index = operation_index(operation_ends, states[0].shape[1])  # (B, T)
+    segments, depth, _ = token_segments(operation_ends, attention_mask)
+    operation = segments <= depth[:, None]  # the preamble and the operations, not the question
     total, count = states[0].new_zeros(()), 0
     for k in iterations.tolist():
         if k < 2:
             continue
-        waiting = index > step_size * k + 1
+        waiting = operation & (segments > step_size * k + 1)
         if not bool(waiting.any()):
             continue
         now, before = states[k - 1][waiting], states[k - 2][waiting]

@@ -320,7 +320,8 @@ class ParTrainer(Trainer):
             if inputs.get("operation_ends") is None:
                 raise ValueError("waiting_row_weight > 0 needs batches with operation_ends (a generated task's or a "
                                  "records file's dataset).")
-            loss_wait = waiting_row_change(out.loop_states, inputs["operation_ends"], iterations, c)
+            loss_wait = waiting_row_change(out.loop_states, inputs["operation_ends"], inputs["attention_mask"],
+                                           iterations, c)
             loss = loss + self.args.waiting_row_weight * loss_wait
             self._log_value("loss_waiting_rows", loss_wait.item())
         if self.args.phrasing_alignment_weight > 0:

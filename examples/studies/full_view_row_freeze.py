@@ -63,15 +63,13 @@ def active_iterations(kind: str, g: int, operation_ends, attention_mask):
     always = torch.full((b, t), -(10**6), dtype=torch.long)
     if kind == "none":
         return always, never
-    positions = torch.arange(t)[None, :]
-    ends = operation_ends.cpu()
-    valid = ends >= 0
-    last_end = torch.where(valid, ends, torch.full_like(ends, -1)).amax(-1, keepdim=True)  # the last operation's end
-    before_question = positions <= last_end
+    from modeling_par.loop_views import token_segments
+
+    segments, depth, _ = token_segments(operation_ends.cpu(), attention_mask.cpu())  # j of each token; d + 1: question
+    before_question = segments <= depth[:, None]
     if kind == "prompt":
         return always, torch.where(before_question, torch.full_like(never, g), never)
-    # operation index of each token: how many operation ends (preamble's included) lie strictly before it
-    index = (torch.where(valid, ends, torch.full_like(ends, 10**6))[:, None, :] < positions[..., None]).sum(-1)
+    index = segments
     if kind == "operation":
         return always, torch.where(before_question, index + g, never)
     return torch.where(before_question, index - g, always), torch.where(before_question, index + 1, never)
@@ -136,6 +134,7 @@ def waiting_rows(model, tokenizer, task, depth: int, n: int) -> dict:
     import numpy as np
     import torch
 
+    from modeling_par.loop_views import token_segments
     from state_tracking import StateTrackingCollator
     from state_tracking.diagnostics import collated_batches
     from state_tracking.tokenization import encode_batch
@@ -144,13 +143,13 @@ def waiting_rows(model, tokenizer, task, depth: int, n: int) -> dict:
     collate = StateTrackingCollator(tokenizer.pad_token_id, padding_side="right")
     change, cosine, count = np.zeros(depth), np.zeros(depth), np.zeros(depth)
     for _, batch in collated_batches(encode_batch(task, tokenizer, "text", ops, None), collate, n, 32, "cpu"):
-        start, _ = active_iterations("window", 0, batch["operation_ends"], batch["attention_mask"])  # start = j
+        segments, operations, _ = token_segments(batch["operation_ends"], batch["attention_mask"])  # j per token, d
         with torch.inference_mode():
             out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
                         query_positions=batch["query_positions"], num_iterations=depth, output_loop_states=True)
         states = out.loop_states  # s_1 .. s_d, each (b, t, h)
         for k in range(2, depth + 1):
-            waiting = (start > k + 1) & (start < 10**5)  # rows of operations j > k + 1 (not the question's)
+            waiting = (segments > k + 1) & (segments <= operations[:, None])  # operations j > k + 1, not the question
             if not waiting.any():
                 continue
             now, before, first = states[k - 1][waiting], states[k - 2][waiting], states[0][waiting]
