@@ -129,6 +129,8 @@ LONG = {"--max_steps": "4000", "--max_train_seconds": "14400"}
 # that starts late breaks exactly where it missed a pass; a count learned to k_train fails past it
 STILL = {"--waiting_row_weight": "1"}
 STILL_LIGHT = {"--waiting_row_weight": "0.1"}
+# `*_still_ft`: the trained row (same seed) fine-tuned as `*_hold_ft` but with STILL instead of hold iterations: from
+# scratch, weight 1 kept the loop from learning its range; on a loop that already knows it, do still rows extrapolate?
 # half the learning rate: two of six PoSE-family seeds never learned d <= 8 at lr 1e-3, their loss jumping by 1-3 nats
 LOW_LR = {"--learning_rate": "5e-4"}
 PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose", "pose_conv")  # pose_conv: best from scratch
@@ -162,14 +164,16 @@ def declare_rows() -> dict[str, Row]:
         long_flags = {**flags, **({"--stretch_steps": LONG["--max_steps"]} if name == "stretch_all" else {})}
         rows.append(Row.of(f"{name}_qfb_4k", f"scratch, full view, {name}, answer feedback at the query rows, 4,000 "
                            "steps", FULL, {**SCRATCH, **LONG}, long_flags, QUERY_FEEDBACK, budget=14400))
-        rows.append(Row.of(f"{name}_hold_ft", f"scratch, full view, {name}: its trained row fine-tuned with hold "
-                           "iterations", FULL, {**SCRATCH, **HOLD_FINE_TUNE, "--init_from_par": f"<{name}>"},
-                           {**flags, **({"--stretch_steps": HOLD_FINE_TUNE["--max_steps"]} if name == "stretch_all"
-                                        else {})}, HOLD, budget=BUDGET))
         rows.append(Row.of(f"{name}_still", f"scratch, full view, {name}, waiting rows held still (weight 1)", FULL,
                            SCRATCH, flags, STILL, budget=BUDGET))
         rows.append(Row.of(f"{name}_still_light", f"scratch, full view, {name}, waiting rows held still (weight 0.1)",
                            FULL, SCRATCH, flags, STILL_LIGHT, budget=BUDGET))
+        fine_tune = {**SCRATCH, **HOLD_FINE_TUNE, "--init_from_par": f"<{name}>"}  # its own trained row, same seed
+        ft_flags = {**flags, **({"--stretch_steps": HOLD_FINE_TUNE["--max_steps"]} if name == "stretch_all" else {})}
+        rows.append(Row.of(f"{name}_hold_ft", f"scratch, full view, {name}: its trained row fine-tuned with hold "
+                           "iterations", FULL, fine_tune, ft_flags, HOLD, budget=BUDGET))
+        rows.append(Row.of(f"{name}_still_ft", f"scratch, full view, {name}: its trained row fine-tuned with waiting "
+                           "rows held still (weight 1)", FULL, fine_tune, ft_flags, STILL, budget=BUDGET))
         rows.append(Row.of(f"{name}_lr5e4", f"scratch, full view, {name}, lr 5e-4", FULL, {**SCRATCH, **LOW_LR}, flags,
                            budget=BUDGET))
         rows.append(Row.of(f"{name}_dense_light", f"scratch, full view, {name}, dense prefix targets at weight 0.1",
@@ -196,7 +200,7 @@ def scheme_of(row: str) -> str:
     init = init_of(row)
     name = row if init == "scratch" else row.removeprefix(init + "_")
     for suffix in ("_d16", "_d12", "_hold_ft", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light", "_dense",
-                   "_lr5e4", "_still_light", "_still"):
+                   "_lr5e4", "_still_ft", "_still_light", "_still"):
         name = name.removesuffix(suffix)
     return name
 
