@@ -281,10 +281,10 @@ def test_every_study_row_parses_with_the_scheme_and_init_its_name_says(tmp_path,
         scheme = study.scheme_of(name)
         assert model_args.loop_view == "full" and name.startswith(("smollm2_", "random_", scheme))
         assert model_args.position_encoding == ("nope" if scheme.startswith("nope") else "rope")
-        assert model_args.core_conv_kernel == (4 if scheme in ("nope_conv", "conv", "pose_conv") else 0)
+        assert model_args.core_conv_kernel == (4 if scheme.endswith("conv") else 0)
         assert train_args.stretch_steps == (train_args.max_steps if scheme == "stretch_all" else
                                             500 if scheme == "stretch_end" else 0)
-        assert (train_args.pose_max_positions is not None) == (scheme in ("pose", "pose_conv"))
+        assert train_args.pose_max_positions == {"pose": 1024, "pose_conv": 1024, "pose_near_conv": 320}.get(scheme)
         assert (train_args.random_positions_max is not None) == (scheme == "randomized")
         assert (train_args.depth_schedule == "hold") == ("_hold" in name)
         assert train_args.prefix_state_weight == (1.0 if name.endswith("_dense") else

@@ -25,7 +25,7 @@ is the package's from-scratch recipe (hidden 128, prelude 1 + core 2 + coda 1, t
   can compute each operation's state at its own tokens instead of counting iterations to find operation k;
   `*_dense_light`: the same at weight 0.1 (weight 1 kept `pose_dense` out of its range);
 - `pose_conv`: PoSE and the causal convolution together (the convolution reaches the previous operation's tokens, the
-  wavefront's one hop, without a position).
+  wavefront's one hop, without a position); `pose_near_conv`: the same with PoSE's skips within [0, 320).
 
 Test: 1,024 fresh prompts per depth at 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid after two depths under
 2%), and for rotary rows the same with test-time position interpolation (positions × d_train / d, 256 prompts); the
@@ -63,6 +63,7 @@ OUT = REPO / "results" / "full_view_positions"
 RUN_DIR = REPO / "runs" / "full_view_positions"
 N, N_INTERPOLATED, PROFILE_N, POINTER_N = 1024, 256, 256, 64
 BUDGET = 7200  # a guard only: rows end on their steps or the in-range probe
+NEAR_RANGE = "320"  # `pose_near_conv`'s PoSE range: the d = 64 test prompt's length, rounded up
 POSITION_RANGE = "1024"  # random / PoSE positions: beyond the longest test prompt (d = 64: ~300 tokens; d = 128: ~560)
 
 
@@ -106,6 +107,10 @@ SCHEMES = {
     "conv": ({"--core_conv_kernel": "4"}, "rope + causal conv (4)", None),  # keeps a parent's rotary
     "pose_conv": ({"--pose_max_positions": POSITION_RANGE, "--core_conv_kernel": "4"}, "rope + PoSE + causal conv (4)",
                   None),
+    # PoSE's skips within [0, 320), just past the d = 64 test prompt (~300 tokens), where [0, 1024) put most training
+    # distances beyond every test prompt: conv's contiguous positions held a state best, PoSE + conv extrapolated best
+    "pose_near_conv": ({"--pose_max_positions": NEAR_RANGE, "--core_conv_kernel": "4"},
+                       "rope + PoSE (320) + causal conv (4)", None),
 }
 HOLD = hold_tail(extra=8, grad_window=16)
 DENSE = {"--prefix_state_weight": "1"}
