@@ -285,7 +285,7 @@ def test_every_study_row_parses_with_the_scheme_and_init_its_name_says(tmp_path,
         assert train_args.stretch_steps == (train_args.max_steps if scheme == "stretch_all" else
                                             500 if scheme == "stretch_end" else 0)
         assert train_args.pose_max_positions == {"pose": 1024, "pose_conv": 1024, "pose_near_conv": 320}.get(scheme)
-        assert (train_args.random_positions_max is not None) == (scheme == "randomized")
+        assert (train_args.random_positions_max is not None) == scheme.startswith("randomized")
         assert (train_args.depth_schedule == "hold") == ("_hold" in name)
         assert train_args.prefix_state_weight == (1.0 if name.endswith("_dense") else
                                                   0.1 if name.endswith("_dense_light") else 0.0)

@@ -25,7 +25,8 @@ is the package's from-scratch recipe (hidden 128, prelude 1 + core 2 + coda 1, t
   can compute each operation's state at its own tokens instead of counting iterations to find operation k;
   `*_dense_light`: the same at weight 0.1 (weight 1 kept `pose_dense` out of its range);
 - `pose_conv`: PoSE and the causal convolution together (the convolution reaches the previous operation's tokens, the
-  wavefront's one hop, without a position); `pose_near_conv`: the same with PoSE's skips within [0, 320).
+  wavefront's one hop, without a position); `pose_near_conv`: the same with PoSE's skips within [0, 320);
+  `randomized_conv`: randomized positions and the convolution.
 
 Test: 1,024 fresh prompts per depth at 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid after two depths under
 2%), and for rotary rows the same with test-time position interpolation (positions × d_train / d, 256 prompts); the
@@ -111,6 +112,8 @@ SCHEMES = {
     # distances beyond every test prompt: conv's contiguous positions held a state best, PoSE + conv extrapolated best
     "pose_near_conv": ({"--pose_max_positions": NEAR_RANGE, "--core_conv_kernel": "4"},
                        "rope + PoSE (320) + causal conv (4)", None),
+    "randomized_conv": ({"--random_positions_max": POSITION_RANGE, "--core_conv_kernel": "4"},
+                        "rope + randomized positions + causal conv (4)", None),
 }
 HOLD = hold_tail(extra=8, grad_window=16)
 DENSE = {"--prefix_state_weight": "1"}
