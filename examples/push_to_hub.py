@@ -371,6 +371,18 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
         raise ValueError(f"--dtype must be one of {sorted(DTYPES)}; got {dtype!r}.")
     if output_dir.exists() and any(output_dir.iterdir()):
         raise ValueError(f"--output_dir {output_dir} exists and is not empty; give a new folder.")
+    model = _model_for_export(checkpoint, dtype, rendering, learned_halting)
+    _write_model_files(model, checkpoint, output_dir)
+    card = _export_card(model, checkpoint, repo_id, results, training_data, limits, measured)
+    (output_dir / "README.md").write_text(card)
+    return output_dir
+
+
+def _model_for_export(checkpoint: Path, dtype: str | None, rendering: str | None,
+                      learned_halting: bool | None) -> ParLoopedQwenForStateTracking:
+    """The checkpoint's model as `export_for_hub` writes it: with the task's segmentation rule for `rendering` (the
+    trained sentences kept where the config already records them for that rendering) and `learned_halting` where
+    given, checked (`validate_par`), then cast to `dtype`."""
     model = ParLoopedQwenForStateTracking.from_pretrained(checkpoint)
     if rendering is not None:
         from state_tracking import load_task_from_dir, prompt_format_of
@@ -385,6 +397,12 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
     model.config.validate_par(require_answers=True)
     if dtype is not None:
         model = model.to(DTYPES[dtype])
+    return model
+
+
+def _write_model_files(model, checkpoint: Path, output_dir: Path) -> None:
+    """The weights and config, the remote code, the tokenizer and task files and any sentence reader, into
+    `output_dir`."""
     model.save_pretrained(output_dir, safe_serialization=True)
     write_remote_code(output_dir)  # the files its config names and their imports, as they are in modeling_par/
     for name in TOKENIZER_FILES + EXTRA_FILES:
@@ -392,6 +410,12 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
             shutil.copy2(checkpoint / name, output_dir / name)
     if (checkpoint / "reader").is_dir():  # a sentence reader (examples/add_sentence_reader.py) travels with its config
         shutil.copytree(checkpoint / "reader", output_dir / "reader")
+
+
+def _export_card(model, checkpoint: Path, repo_id: str | None, results: str | Path | None,
+                 training_data: str | None, limits: str | None, measured: dict | None) -> str:
+    """The model card of `export_for_hub` (see its docstring for where the results, model-index, training data,
+    limits and name come from)."""
     results_markdown, run = None, None
     if results is None and measured is None:  # a records run folder tells its own results and data
         run = records_run(checkpoint)
@@ -412,11 +436,9 @@ def export_for_hub(checkpoint: str | Path, output_dir: str | Path, repo_id: str 
         results_markdown, index = source.get("results"), source.get("model_index")
     name = repo_id.split("/")[-1] if repo_id else (
         "par-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run["task"]).strip("-") if run else checkpoint.name)
-    card = render_card(model, repo_id or f"local/{name}", results_markdown,
+    return render_card(model, repo_id or f"local/{name}", results_markdown,
                        training_data or source.get("training_data"), limits or source.get("limits"), measured, index,
                        model_name=name)
-    (output_dir / "README.md").write_text(card)
-    return output_dir
 
 
 def build_parser() -> argparse.ArgumentParser:

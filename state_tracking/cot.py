@@ -206,6 +206,13 @@ def build_cot_dataset(
         input_ids[positions] = np.concatenate([prompt, completion], axis=1)
         completion_mask[positions[:, length:]] = 1
 
+    return _cot_table(offsets, input_ids, completion_mask, prompt_lengths, source)
+
+
+def _cot_table(offsets: np.ndarray, input_ids: np.ndarray, completion_mask: np.ndarray, prompt_lengths: np.ndarray,
+               source: pa.Table) -> Dataset:
+    """The columns of :func:`build_cot_dataset` as a Dataset: ``input_ids`` and ``completion_mask`` cut at the row
+    ``offsets``, ``prompt_length``, and ``depth``, ``ops``, ``step_labels`` as in the ``source`` table."""
     arrow_offsets = pa.array(offsets.astype(np.int32))
     table = pa.table(
         {
@@ -363,17 +370,31 @@ def evaluate_cot(
     if hasattr(model, "eval"):
         model.eval()
 
-    per_depth = []
-    for depth in depths:
-        ops, initial = draw_test_problems(task, depth, n_per_depth, seed, random_initial)
-        states = task.prefix_states(ops, initial)  # (n, d + 1, Q)
-        prompts = encode_batch(task, tokenizer, "symbolic", ops, initial)["input_ids"]
-        max_new_tokens = cot_completion_length(task, depth) + int(extra_new_tokens)
-        generated = generate_cot(model, prompts, ids, max_new_tokens, batch_size, device)
-        row = score_cot(generated, states, ids, task)
-        row.update(depth=depth, max_new_tokens=max_new_tokens, n=n_per_depth)
-        per_depth.append(row)
+    per_depth = [_cot_depth_row(model, tokenizer, task, ids, depth, n_per_depth, seed, random_initial,
+                                extra_new_tokens, batch_size, device) for depth in depths]
+    return _cot_record(model, task, depths, per_depth, random_initial, seed, n_per_depth, batch_size,
+                       train_max_depth, device)
 
+
+def _cot_depth_row(model: Any, tokenizer: PreTrainedTokenizerBase, task: Task, ids: CotTokenIds, depth: int,
+                   n_per_depth: int, seed: int, random_initial: bool, extra_new_tokens: int, batch_size: int,
+                   device: str | torch.device | None) -> dict[str, Any]:
+    """One ``per_depth`` row of :func:`evaluate_cot`: the test problems at ``depth`` generated and scored
+    (:func:`score_cot`), with ``depth``, ``max_new_tokens`` and ``n``."""
+    ops, initial = draw_test_problems(task, depth, n_per_depth, seed, random_initial)
+    states = task.prefix_states(ops, initial)  # (n, d + 1, Q)
+    prompts = encode_batch(task, tokenizer, "symbolic", ops, initial)["input_ids"]
+    max_new_tokens = cot_completion_length(task, depth) + int(extra_new_tokens)
+    generated = generate_cot(model, prompts, ids, max_new_tokens, batch_size, device)
+    row = score_cot(generated, states, ids, task)
+    row.update(depth=depth, max_new_tokens=max_new_tokens, n=n_per_depth)
+    return row
+
+
+def _cot_record(model: Any, task: Task, depths: list[int], per_depth: list[dict[str, Any]], random_initial: bool,
+                seed: int, n_per_depth: int, batch_size: int, train_max_depth: int | None,
+                device: str | torch.device | None) -> dict[str, Any]:
+    """The JSON-ready result of :func:`evaluate_cot` from its ``per_depth`` rows and settings."""
     accuracies = [row["accuracy"] for row in per_depth]
     config = getattr(model, "config", None)
     return {

@@ -122,6 +122,19 @@ def build_dataset(
     rng = np.random.default_rng(seed)
     sample_depths = rng.choice(depth_values, size=n, p=depth_probs)  # (n,)
 
+    pieces, query_positions = _encode_problems(task, tokenizer, rendering, n, rng, sample_depths, seed,
+                                               random_initial, phrasing)
+    table, features = _problem_table(pieces, query_positions, sample_depths, n, task.num_queries)
+    fingerprint = _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial,
+                               phrasing)
+    return Dataset(InMemoryTable(table), info=DatasetInfo(features=features), fingerprint=fingerprint)
+
+
+def _encode_problems(task: Task, tokenizer: PreTrainedTokenizerBase, rendering: str, n: int, rng: np.random.Generator,
+                     sample_depths: np.ndarray, seed: int, random_initial: bool, phrasing: str
+                     ) -> tuple[dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]], np.ndarray]:
+    """The problems of :func:`build_dataset` (:func:`_draw_problems`) encoded depth by depth: per ragged column the
+    pieces (rows, row lengths, flat values) for :func:`_gather_ragged`, and the query positions (n, Q)."""
     pieces: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
         c: [] for c in ("input_ids", "operation_ends", "step_labels", "ops")
     }
@@ -135,8 +148,12 @@ def build_dataset(
         pieces["operation_ends"].append((rows, np.full(len(rows), depth + 1), operation_ends.reshape(-1)))
         pieces["step_labels"].append((rows, np.full(len(rows), states[0].size), states.reshape(-1)))
         pieces["ops"].append((rows, np.full(len(rows), ops.shape[1]), ops.reshape(-1)))
+    return pieces, query_positions
 
-    num_queries = task.num_queries
+
+def _problem_table(pieces: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]], query_positions: np.ndarray,
+                   sample_depths: np.ndarray, n: int, num_queries: int) -> tuple[pa.Table, Features]:
+    """The Arrow table of :func:`build_dataset` (columns in `COLUMNS` order, sample order) and its features."""
     columns = {
         "input_ids": _list_array(*_gather_ragged(pieces["input_ids"], n)),
         "query_positions": pa.FixedSizeListArray.from_arrays(
@@ -156,10 +173,7 @@ def build_dataset(
             "ops": List(Value("int32")),
         }
     )
-    table = pa.Table.from_arrays(list(columns.values()), schema=features.arrow_schema)
-    fingerprint = _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial,
-                               phrasing)
-    return Dataset(InMemoryTable(table), info=DatasetInfo(features=features), fingerprint=fingerprint)
+    return pa.Table.from_arrays(list(columns.values()), schema=features.arrow_schema), features
 
 
 def _draw_problems(task: Task, rng: np.random.Generator, sample_depths: np.ndarray, seed: int, random_initial: bool):
@@ -194,6 +208,34 @@ def trained_phrasings(
     fmt = prompt_format_of(task, rendering)
     rng = np.random.default_rng(seed)
     sample_depths = rng.choice(depth_values, size=n, p=depth_probs)
+    used_ops, used_op_units, used_preamble, used_queries = _used_units(task, fmt, rendering, rng, sample_depths, seed,
+                                                                       random_initial, phrasing)
+    names = task.op_names
+    if rendering == "symbolic":
+        operations = {names[o]: list(fmt.operations[names[o]]) for o in range(task.num_ops) if o in used_ops}
+        preamble = [[c for c in task.candidate_names if c in used] for used in used_preamble] if random_initial else []
+        queries: list[list[str]] = []
+    else:
+        operations = {name: [u for u in fmt.operations[name] if (o, collapse_whitespace(u)) in used_op_units]
+                      for o, name in enumerate(names)}
+        operations = {name: units for name, units in operations.items() if units}
+        preamble = [[t.replace(CANDIDATE, c) for t in templates for c in task.candidate_names
+                     if collapse_whitespace(t.replace(CANDIDATE, c)) in used_preamble[j]]
+                    for j, templates in enumerate(fmt.preamble)]
+        queries = [[w for w in words if collapse_whitespace(w) in used_queries[j]]
+                   for j, words in enumerate(fmt.queries)]
+    spread = depths if not isinstance(depths, range) else (depths.start, depths.stop - 1)
+    source = (f"state_tracking.data.trained_phrasings: the prompts of build_dataset(task {task.name!r}, rendering "
+              f"{rendering!r}, n={n}, depths={spread!r}, seed={seed}, random_initial={random_initial}, "
+              f"phrasing={phrasing!r})")
+    return {"operations": operations, "preamble": preamble, "queries": queries, "source": source}
+
+
+def _used_units(task: Task, fmt, rendering: str, rng: np.random.Generator, sample_depths: np.ndarray, seed: int,
+                random_initial: bool, phrasing: str) -> tuple[set, set, list[set[str]], list[set[str]]]:
+    """What the prompts of :func:`trained_phrasings` use, drawn again (:func:`_draw_problems`): the operations
+    (symbolic), the (operation, unit) pairs (text), per preamble slot its units (the start state's candidates when
+    symbolic) and per query its units."""
     q, p = task.num_queries, len(fmt.preamble)
     used_ops: set[int] = set()
     used_op_units: set[tuple[int, str]] = set()
@@ -215,25 +257,7 @@ def trained_phrasings(
                 used_op_units.add((o, unit))
             for j in range(q):
                 used_queries[j].add(units[len(units) - q + j][:-1].rstrip())
-    names = task.op_names
-    if rendering == "symbolic":
-        operations = {names[o]: list(fmt.operations[names[o]]) for o in range(task.num_ops) if o in used_ops}
-        preamble = [[c for c in task.candidate_names if c in used] for used in used_preamble] if random_initial else []
-        queries: list[list[str]] = []
-    else:
-        operations = {name: [u for u in fmt.operations[name] if (o, collapse_whitespace(u)) in used_op_units]
-                      for o, name in enumerate(names)}
-        operations = {name: units for name, units in operations.items() if units}
-        preamble = [[t.replace(CANDIDATE, c) for t in templates for c in task.candidate_names
-                     if collapse_whitespace(t.replace(CANDIDATE, c)) in used_preamble[j]]
-                    for j, templates in enumerate(fmt.preamble)]
-        queries = [[w for w in words if collapse_whitespace(w) in used_queries[j]]
-                   for j, words in enumerate(fmt.queries)]
-    spread = depths if not isinstance(depths, range) else (depths.start, depths.stop - 1)
-    source = (f"state_tracking.data.trained_phrasings: the prompts of build_dataset(task {task.name!r}, rendering "
-              f"{rendering!r}, n={n}, depths={spread!r}, seed={seed}, random_initial={random_initial}, "
-              f"phrasing={phrasing!r})")
-    return {"operations": operations, "preamble": preamble, "queries": queries, "source": source}
+    return used_ops, used_op_units, used_preamble, used_queries
 
 
 def _fingerprint(task, tokenizer, rendering, n, depth_values, depth_probs, seed, random_initial, phrasing) -> str:
@@ -302,15 +326,7 @@ def truncate_to_prefix(
         raise ValueError(f"truncate_to_prefix needs columns {missing} in the example or batch")
     single = np.ndim(_to_numpy(example_or_batch["depth"])) == 0
     depth = np.atleast_1d(_to_numpy(example_or_batch["depth"])).astype(np.int64)  # (B,)
-    ops_column, labels_column = example_or_batch["ops"], example_or_batch["step_labels"]
-    if single:
-        ops_column, labels_column = [ops_column], [labels_column]
-    ops_rows = [_to_numpy(row)[:d] for row, d in zip(ops_column, depth)]
-    labels_rows = [_to_numpy(row)[: d + 1] for row, d in zip(labels_column, depth)]
-    if (any(len(row) != d for row, d in zip(ops_rows, depth))
-            or any(len(row) != d + 1 for row, d in zip(labels_rows, depth))):
-        raise ValueError("every example needs depth ops and depth + 1 rows of step_labels")
-
+    ops_rows, labels_rows = _problem_rows(example_or_batch, depth, single)
     keep = np.broadcast_to(np.asarray(_to_numpy(j), dtype=np.int64), depth.shape)
     if (keep < 0).any() or (keep > depth).any():
         raise ValueError(f"prefix length j must satisfy 0 <= j <= depth for every example, got j={keep.tolist()} "
@@ -319,15 +335,45 @@ def truncate_to_prefix(
     if not random_initial and not (initial == task.default_initial(len(initial))).all():
         raise ValueError("an example starts from a non-default state; pass random_initial=True for such data")
     if rendering == "symbolic" and "input_ids" in example_or_batch:
-        extra = task.num_queries if random_initial else 0
-        ids_column, masks = example_or_batch["input_ids"], example_or_batch.get("attention_mask")
-        if single:
-            ids_column, masks = [ids_column], None if masks is None else [masks]
-        lengths = [int(_to_numpy(m).sum()) for m in masks] if masks is not None else [len(r) for r in ids_column]
-        if any(length != 1 + extra + d + task.num_queries for length, d in zip(lengths, depth)):
-            raise ValueError(f"input_ids lengths do not match a symbolic prompt with random_initial={random_initial}")
+        _check_symbolic_lengths(example_or_batch, depth, single, task, random_initial)
+    batch = _encode_prefixes(keep, ops_rows, labels_rows, initial, task, tokenizer, rendering, random_initial)
+    return {c: values[0] for c, values in batch.items()} if single else batch
 
-    batch: dict[str, list] = {c: [None] * len(depth) for c in COLUMNS}
+
+def _problem_rows(example_or_batch: Mapping[str, Any], depth: np.ndarray,
+                  single: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per example of :func:`truncate_to_prefix` its ops (d,) and step labels (d + 1, Q), padding removed;
+    `ValueError` where an example has fewer."""
+    ops_column, labels_column = example_or_batch["ops"], example_or_batch["step_labels"]
+    if single:
+        ops_column, labels_column = [ops_column], [labels_column]
+    ops_rows = [_to_numpy(row)[:d] for row, d in zip(ops_column, depth)]
+    labels_rows = [_to_numpy(row)[: d + 1] for row, d in zip(labels_column, depth)]
+    if (any(len(row) != d for row, d in zip(ops_rows, depth))
+            or any(len(row) != d + 1 for row, d in zip(labels_rows, depth))):
+        raise ValueError("every example needs depth ops and depth + 1 rows of step_labels")
+    return ops_rows, labels_rows
+
+
+def _check_symbolic_lengths(example_or_batch: Mapping[str, Any], depth: np.ndarray, single: bool, task: Task,
+                            random_initial: bool) -> None:
+    """`ValueError` where an example's ``input_ids`` (unpadded by ``attention_mask`` when given) is not as long as a
+    symbolic prompt of its depth with ``random_initial``."""
+    extra = task.num_queries if random_initial else 0
+    ids_column, masks = example_or_batch["input_ids"], example_or_batch.get("attention_mask")
+    if single:
+        ids_column, masks = [ids_column], None if masks is None else [masks]
+    lengths = [int(_to_numpy(m).sum()) for m in masks] if masks is not None else [len(r) for r in ids_column]
+    if any(length != 1 + extra + d + task.num_queries for length, d in zip(lengths, depth)):
+        raise ValueError(f"input_ids lengths do not match a symbolic prompt with random_initial={random_initial}")
+
+
+def _encode_prefixes(keep: np.ndarray, ops_rows: list[np.ndarray], labels_rows: list[np.ndarray],
+                     initial: np.ndarray, task: Task, tokenizer: PreTrainedTokenizerBase, rendering: str,
+                     random_initial: bool) -> dict[str, list]:
+    """The batch of :func:`truncate_to_prefix` in columns (`COLUMNS`): each example's first ``keep`` operations
+    encoded again, one vectorised encode per prefix length."""
+    batch: dict[str, list] = {c: [None] * len(keep) for c in COLUMNS}
     for k in np.unique(keep):  # one vectorised encode per prefix length
         rows = np.flatnonzero(keep == k)
         ops = np.stack([ops_rows[r][:k] for r in rows]).reshape(len(rows), int(k))
@@ -339,7 +385,7 @@ def truncate_to_prefix(
             batch["step_labels"][r] = labels_rows[r][: k + 1].tolist()
             batch["depth"][r] = int(k)
             batch["ops"][r] = ops[i].tolist()
-    return {c: values[0] for c, values in batch.items()} if single else batch
+    return batch
 
 
 def _to_numpy(x: Any) -> np.ndarray:

@@ -290,26 +290,14 @@ def progress_profile(
         ``read_fraction`` / ``no_prefix_state`` (per depth, per k: :func:`prefix_state_alignment`), and the settings.
     """
     check_rendering(rendering)
-    depths = check_test_depths(depths)
-    if not isinstance(extra_iterations, int) or extra_iterations < 0:
-        raise ValueError(f"extra_iterations must be an integer >= 0, got {extra_iterations!r}")
-    if padding_control_depth is not None and not 1 <= padding_control_depth <= depths[0]:
-        raise ValueError(f"padding_control_depth must lie in [1, smallest depth={depths[0]}], "
-                         f"got {padding_control_depth}")
+    depths = _check_profile_arguments(depths, extra_iterations, padding_control_depth)
     c = int(model.config.step_size)
     profiles, finals, first_failure, alignments = [], [], [], []
     for depth in depths:
-        rng = np.random.default_rng(derive_seed("profile", seed, depth, padding_control_depth))
-        if padding_control_depth is None:
-            ops = task.sample_ops(rng, n_per_depth, depth)
-        else:
-            ops = padded_operations(task, rng, n_per_depth, padding_control_depth, depth)
-        initial = task.sample_initial(rng, n_per_depth) if random_initial else None
-        states = task.prefix_states(ops, initial)  # (n, d + 1, Q)
         completing = math.ceil(depth / c)
         num_iterations = completing + extra_iterations
-        k = np.arange(1, num_iterations + 1)
-        targets = states[:, np.minimum(c * k, depth)]  # (n, R, Q)
+        ops, initial, states, targets = _profile_problems(task, depth, c, num_iterations, n_per_depth, seed,
+                                                          random_initial, padding_control_depth)
         words = np.random.default_rng(derive_seed("profile_phrasing", seed, depth))
         scale = None if interpolate_from_depth is None else interpolation_scale(interpolate_from_depth, depth)
         answers = iteration_readouts(model, tokenizer, task, ops, initial, num_iterations, rendering=rendering,
@@ -322,6 +310,47 @@ def progress_profile(
         finals.append(accuracy[completing - 1])
         below = [i + 1 for i, a in enumerate(accuracy) if a < 0.5]
         first_failure.append(below[0] if below else None)
+    return _profile_result(task, padding_control_depth, depths, profiles, finals, first_failure, alignments, c,
+                           extra_iterations=extra_iterations, n_per_depth=n_per_depth, seed=seed, rendering=rendering,
+                           random_initial=random_initial, phrasing=phrasing,
+                           interpolate_from_depth=interpolate_from_depth)
+
+
+def _check_profile_arguments(depths: Sequence[int], extra_iterations: int,
+                             padding_control_depth: int | None) -> list[int]:
+    """The checked test depths of :func:`progress_profile` (`check_test_depths`); `ValueError` on a bad
+    ``extra_iterations`` or ``padding_control_depth``."""
+    depths = check_test_depths(depths)
+    if not isinstance(extra_iterations, int) or extra_iterations < 0:
+        raise ValueError(f"extra_iterations must be an integer >= 0, got {extra_iterations!r}")
+    if padding_control_depth is not None and not 1 <= padding_control_depth <= depths[0]:
+        raise ValueError(f"padding_control_depth must lie in [1, smallest depth={depths[0]}], "
+                         f"got {padding_control_depth}")
+    return depths
+
+
+def _profile_problems(task: Task, depth: int, c: int, num_iterations: int, n: int, seed: int, random_initial: bool,
+                      padding_control_depth: int | None) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray]:
+    """The problems of one depth of :func:`progress_profile`, from ``derive_seed("profile", seed, depth, d0)``: ops
+    (n, d), start states (None without ``random_initial``), prefix states (n, d + 1, Q) and the targets z_min(c·k, d)
+    of k = 1..R (n, R, Q)."""
+    rng = np.random.default_rng(derive_seed("profile", seed, depth, padding_control_depth))
+    if padding_control_depth is None:
+        ops = task.sample_ops(rng, n, depth)
+    else:
+        ops = padded_operations(task, rng, n, padding_control_depth, depth)
+    initial = task.sample_initial(rng, n) if random_initial else None
+    states = task.prefix_states(ops, initial)  # (n, d + 1, Q)
+    k = np.arange(1, num_iterations + 1)
+    targets = states[:, np.minimum(c * k, depth)]  # (n, R, Q)
+    return ops, initial, states, targets
+
+
+def _profile_result(task: Task, padding_control_depth: int | None, depths: list[int], profiles: list,
+                    finals: list, first_failure: list, alignments: list[dict], c: int,
+                    **settings: Any) -> dict[str, Any]:
+    """The JSON-ready result of :func:`progress_profile`: the profiles per depth, then the step size and
+    ``settings`` in the order given."""
     return {
         "task": task.name,
         "kind": "padding_control" if padding_control_depth is not None else "progress_profile",
@@ -335,13 +364,7 @@ def progress_profile(
         "read_fraction": [a["read_fraction"] for a in alignments],
         "no_prefix_state": [a["no_prefix_state"] for a in alignments],
         "step_size": c,
-        "extra_iterations": extra_iterations,
-        "n_per_depth": n_per_depth,
-        "seed": seed,
-        "rendering": rendering,
-        "random_initial": random_initial,
-        "phrasing": phrasing,
-        "interpolate_from_depth": interpolate_from_depth,
+        **settings,
     }
 
 

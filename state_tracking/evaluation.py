@@ -257,40 +257,54 @@ def evaluate_length_generalization(
             thread each (``torch.set_num_threads(1)`` for the call, restored after). On a small CPU this keeps every
             core busy where one batch's small matrices leave intra-op threads idle; the answers are the same.
         interpolate_positions: test-time position interpolation, a diagnostic: at depth d the positions are scaled
-            by λ = min(1, train_max_depth / d) (`interpolated_position_ids`; needs
-            ``train_max_depth``), so a longer prompt spans the training range of positions.
+            by λ = min(1, train_max_depth / d) (`interpolated_position_ids`; needs ``train_max_depth``), so a longer
+            prompt spans the training range of positions.
     Returns:
-        A JSON-ready dict: ``depths``, ``accuracy`` (overall state accuracy per depth, aligned with
-        ``depths``), ``per_depth`` (accuracy, ``per_query_accuracy`` by query name,
-        ``mean_iterations`` (all samples; never-halted ones count at the limit), ``fraction_not_halted``,
-        ``mean_iterations_halted`` and ``accuracy_halted`` (confirmed halts only; None if none),
-        ``num_iterations`` (forced R)), ``d50``,
-        ``extrapolation_factor`` (None without ``train_max_depth``), and everything needed to rerun:
-        task spec, n, seed, mode, rendering, model config, tokenizer, versions, date and machine.
+        A JSON-ready dict: ``depths``, ``accuracy`` (overall state accuracy per depth, aligned with ``depths``),
+        ``per_depth`` (accuracy, ``per_query_accuracy`` by query name, ``mean_iterations`` (all samples; never-halted
+        ones count at the limit), ``fraction_not_halted``, ``mean_iterations_halted`` and ``accuracy_halted``
+        (confirmed halts only; None if none), ``num_iterations`` (forced R)), ``d50``, ``extrapolation_factor``
+        (None without ``train_max_depth``), and everything needed to rerun: task spec, n, seed, mode, rendering,
+        model config, tokenizer, versions, date and machine.
     """
     depths, step_size = check_evaluation_arguments(model, task, depths, n_per_depth, mode, batch_size, rendering,
                                                    train_max_depth, step_size, workers, fixed_iterations, phrasing,
                                                    interpolate_positions)
     token_ids = model_matches_tokenizer(model, tokenizer, task)
     device = torch.device(device) if device is not None else model.device
-    collate = StateTrackingCollator(token_ids["pad_token_id"], padding_side="right")
+    settings = dict(mode=mode, rendering=rendering, phrasing=phrasing, random_initial=random_initial, seed=seed,
+                    n_per_depth=n_per_depth, batch_size=batch_size, workers=workers,
+                    fixed_iterations=fixed_iterations, interpolate_positions=interpolate_positions,
+                    step_size=step_size, train_max_depth=train_max_depth)
+    per_depth = _evaluate_depths(model, tokenizer, task, token_ids, depths, settings, device, progress)
+    return evaluation_record(model, tokenizer, task, token_ids, depths, per_depth, settings, device)
 
+
+def _evaluate_depths(model: Any, tokenizer: PreTrainedTokenizerBase, task: Task, token_ids: dict, depths: list[int],
+                    settings: dict, device: torch.device, progress: bool) -> list[dict[str, Any]]:
+    """The `per_depth` rows of `evaluate_length_generalization` (`depth_result`), one per depth in order, with its
+    checked `settings` (mode, rendering, phrasing, seed, ...); a progress bar over the batches unless `progress` is
+    False."""
+    mode, batch_size, seed = settings["mode"], settings["batch_size"], settings["seed"]
+    collate = StateTrackingCollator(token_ids["pad_token_id"], padding_side="right")
     if hasattr(model, "eval"):
         model.eval()
     per_depth = []
-    batches_per_depth = math.ceil(n_per_depth / batch_size)
+    batches_per_depth = math.ceil(settings["n_per_depth"] / batch_size)
     bar = tqdm(total=batches_per_depth * len(depths), desc=f"eval {task.name} ({mode})", disable=not progress)
     for depth in depths:
-        ops, initial = draw_test_problems(task, depth, n_per_depth, seed, random_initial)
+        ops, initial = draw_test_problems(task, depth, settings["n_per_depth"], seed, settings["random_initial"])
         targets = task.final_states(ops, initial)  # (n, Q)
-        encoded = encode_batch(task, tokenizer, rendering, ops, initial, phrasing, phrasing_rng(phrasing, seed, depth))
-        num_iterations = math.ceil(depth / step_size) if mode == "forced" else None
-        if fixed_iterations is not None:
-            num_iterations = int(fixed_iterations)
+        encoded = encode_batch(task, tokenizer, settings["rendering"], ops, initial, settings["phrasing"],
+                               phrasing_rng(settings["phrasing"], seed, depth))
+        num_iterations = math.ceil(depth / settings["step_size"]) if mode == "forced" else None
+        if settings["fixed_iterations"] is not None:
+            num_iterations = int(settings["fixed_iterations"])
 
-        scale = interpolation_scale(train_max_depth, depth) if interpolate_positions else None
+        scale = (interpolation_scale(settings["train_max_depth"], depth) if settings["interpolate_positions"]
+                 else None)
         answers, iterations, halted = predict_encoded(model, encoded, collate, mode, num_iterations, batch_size,
-                                                      workers, device, on_batch=lambda: bar.update(1),
+                                                      settings["workers"], device, on_batch=lambda: bar.update(1),
                                                       position_interpolation=scale)
         if answers.shape != targets.shape:
             raise ValueError(f"model.predict returned answers of shape {answers.shape[1:]} per batch row, "
@@ -299,12 +313,7 @@ def evaluate_length_generalization(
         accuracy = per_depth[-1]["accuracy"]
         bar.set_postfix(depth=depth, accuracy=f"{accuracy:.3f}")
     bar.close()
-
-    settings = dict(mode=mode, rendering=rendering, phrasing=phrasing, random_initial=random_initial, seed=seed,
-                    n_per_depth=n_per_depth, batch_size=batch_size, workers=workers,
-                    fixed_iterations=fixed_iterations, interpolate_positions=interpolate_positions,
-                    step_size=step_size, train_max_depth=train_max_depth)
-    return evaluation_record(model, tokenizer, task, token_ids, depths, per_depth, settings, device)
+    return per_depth
 
 
 def interpolation_scale(train_max_depth: int, depth: int) -> float:

@@ -83,11 +83,7 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> tuple[dict | No
     plan = {"kind": kind, "longest_length": int(a.max_train_depth), "start": int(a.curriculum_start_depth),
             "increment": int(a.curriculum_increment), "every_steps": int(a.curriculum_every_steps),
             "steps_needed": steps, "max_steps": int(a.max_steps), "adapted": None}
-    pace = (f"+{a.curriculum_increment} every {a.curriculum_every_steps} steps" if window is None else
-            f"+{a.curriculum_increment} per growth, window {a.curriculum_window} at the frontier length, growths at "
-            f"least {a.curriculum_every_steps} steps apart, if every length were mastered at once")
-    message = (f"the {kind} curriculum from length {a.curriculum_start_depth} ({pace}) needs {steps} optimizer steps "
-               f"to reach the longest training length {a.max_train_depth}; --max_steps is {a.max_steps}")
+    message = _budget_message(a, kind, window, steps)
     if steps <= share:
         return plan, {}
     mine = [f"--{name}" for name in PACE_FLAGS if name in given]
@@ -98,6 +94,23 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> tuple[dict | No
                              f"{', '.join(mine)}).")
         logger.warning("%s: less than a quarter of the budget trains at every length.", message)
         return plan, {}
+    return _adapt_pace(a, plan, message, needed, window, share)
+
+
+def _budget_message(a, kind: str, window: int | None, steps: int) -> str:
+    """What the curriculum needs against the budget, the opening of `fit_curriculum_to_budget`'s warnings and
+    errors."""
+    pace = (f"+{a.curriculum_increment} every {a.curriculum_every_steps} steps" if window is None else
+            f"+{a.curriculum_increment} per growth, window {a.curriculum_window} at the frontier length, growths at "
+            f"least {a.curriculum_every_steps} steps apart, if every length were mastered at once")
+    return (f"the {kind} curriculum from length {a.curriculum_start_depth} ({pace}) needs {steps} optimizer steps "
+            f"to reach the longest training length {a.max_train_depth}; --max_steps is {a.max_steps}")
+
+
+def _adapt_pace(a, plan: dict, message: str, needed, window: int | None, share: int) -> tuple[dict, dict]:
+    """The pace chosen when the user gave none and the curriculum needs more than `share` steps (see
+    `fit_curriculum_to_budget`): the plan with its "adapted" entry and the fields changed, logged; no curriculum
+    (`_no_curriculum`) where no pace fits. `needed(increment, every)`: the steps a pace needs."""
     every, increment = a.curriculum_every_steps, a.curriculum_increment
     growths = len(fixed_pace_levels(a.curriculum_start_depth, increment, a.max_train_depth)) - 1
     if window is None and share // growths >= 1:
@@ -106,15 +119,7 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> tuple[dict | No
         increment = next((k for k in range(increment + 1, a.max_train_depth - a.curriculum_start_depth + 1)
                           if needed(k, every if window is not None else 1) <= share), None)
         if increment is None:  # no pace fits: train every length from the first step
-            logger.warning("%s: no pace reaches the longest length within %d%% of it, so training has no depth "
-                           "curriculum (every length from the first step); give a larger --max_steps for one.",
-                           message, round(100 * CURRICULUM_SHARE))
-            plan["adapted"] = {"curriculum_start_depth": None, "curriculum_advance_accuracy": None, "steps_needed": 0}
-            off = {"curriculum_start_depth": None, "curriculum_advance_accuracy": None}
-            window_field = getattr(a, "__dataclass_fields__", {}).get("curriculum_window")
-            if window_field is not None:  # a window with no mastery test to read it is refused (validate_par)
-                off["curriculum_window"] = window_field.default
-            return plan, off
+            return _no_curriculum(a, plan, message)
         every = every if window is not None else 1
     adapted = {"curriculum_increment": increment, "curriculum_every_steps": every}
     changed = {k: v for k, v in adapted.items() if v != getattr(a, k)}
@@ -124,6 +129,20 @@ def fit_curriculum_to_budget(train_args, lengths, given: set) -> tuple[dict | No
                    ", ".join(f"--{n}" for n in PACE_FLAGS[1:3]))
     plan["adapted"] = {**changed, "steps_needed": needed(increment, every)}
     return plan, changed
+
+
+def _no_curriculum(a, plan: dict, message: str) -> tuple[dict, dict]:
+    """Where no pace fits the budget: training has no depth curriculum (every length from the first step), logged;
+    the plan with its "adapted" entry and the curriculum fields turned off."""
+    logger.warning("%s: no pace reaches the longest length within %d%% of it, so training has no depth "
+                   "curriculum (every length from the first step); give a larger --max_steps for one.",
+                   message, round(100 * CURRICULUM_SHARE))
+    plan["adapted"] = {"curriculum_start_depth": None, "curriculum_advance_accuracy": None, "steps_needed": 0}
+    off = {"curriculum_start_depth": None, "curriculum_advance_accuracy": None}
+    window_field = getattr(a, "__dataclass_fields__", {}).get("curriculum_window")
+    if window_field is not None:  # a window with no mastery test to read it is refused (validate_par)
+        off["curriculum_window"] = window_field.default
+    return plan, off
 
 
 def curriculum_outcome(plan: dict | None, cap_at, steps: int) -> dict | None:

@@ -177,18 +177,30 @@ class ParLoopedQwenConfig(Qwen2Config):
         a model requires it (`require_answers=True`).
         """
 
-        fail, is_int = _fail, _is_int
         self._check_layer_split(self.num_hidden_layers)
+        self._check_counts_and_flags()
+        self._check_loop_options()
+        self._check_halting_and_scale()
+        self._check_token_ids(require_answers)
+        self._check_prompt_format()
+
+    def _check_counts_and_flags(self) -> None:
+        """The iteration and halting counts (integers ≥ 1), `loop_view`, and the bool fields."""
         for field in ("step_size", "grad_window", "max_iterations", "halt_confirm", "halt_window"):
             value = getattr(self, field)
-            if not is_int(value) or value < 1:
-                fail(field, "an integer ≥ 1", value)
+            if not _is_int(value) or value < 1:
+                _fail(field, "an integer ≥ 1", value)
         if self.loop_view not in LOOP_VIEWS:
-            fail("loop_view", f"one of {LOOP_VIEWS}", self.loop_view)
+            _fail("loop_view", f"one of {LOOP_VIEWS}", self.loop_view)
         for field in ("norm_anchoring", "checkpoint_core", "progress_positions", "bidirectional_queries",
                       "learned_halting", "answer_feedback"):
             if not isinstance(getattr(self, field), bool):
-                fail(field, "a bool", getattr(self, field))
+                _fail(field, "a bool", getattr(self, field))
+
+    def _check_loop_options(self) -> None:
+        """The loop's options and the views they need: `bidirectional_queries`, `answer_feedback_rows`,
+        `position_encoding`, `core_conv_kernel`, `prefix_state_queries`."""
+        fail = _fail
         if self.bidirectional_queries and self.loop_view == "full" and not self.progress_positions:
             fail("bidirectional_queries", "False with loop_view='full' and progress_positions=False (the full view "
                  "with ordinary positions reads no query region, so it would change nothing); use loop_view "
@@ -200,23 +212,30 @@ class ParLoopedQwenConfig(Qwen2Config):
                  "view's other rows iterate)", self.answer_feedback_rows)
         if self.position_encoding not in POSITION_ENCODINGS:
             fail("position_encoding", f"one of {POSITION_ENCODINGS}", self.position_encoding)
-        if not is_int(self.core_conv_kernel) or self.core_conv_kernel < 0:
+        if not _is_int(self.core_conv_kernel) or self.core_conv_kernel < 0:
             fail("core_conv_kernel", "an integer ≥ 0 (0: no convolution)", self.core_conv_kernel)
         if self.core_conv_kernel > 0 and self.loop_view != "full":
             fail("core_conv_kernel", f"0 with loop_view={self.loop_view!r} (the convolution is built for the full "
                  "view)", self.core_conv_kernel)
-        if not is_int(self.prefix_state_queries) or self.prefix_state_queries < 0:
+        if not _is_int(self.prefix_state_queries) or self.prefix_state_queries < 0:
             fail("prefix_state_queries", "an integer ≥ 0 (0: no state head)", self.prefix_state_queries)
         if self.prefix_state_queries > 0 and self.loop_view != "full":
             fail("prefix_state_queries", f"0 with loop_view={self.loop_view!r} (the state head reads the full view's "
                  "tokens)", self.prefix_state_queries)
-        if self.halt_confirm > self.halt_window:
-            fail("halt_confirm", f"≤ halt_window ({self.halt_window})", self.halt_confirm)
-        if not isinstance(self.halt_threshold, (int, float)) or not 0.0 < self.halt_threshold < 1.0:
-            fail("halt_threshold", "a probability strictly between 0 and 1", self.halt_threshold)
-        if not isinstance(self.max_position_scale, (int, float)) or self.max_position_scale < 1.0:
-            fail("max_position_scale", "a number ≥ 1.0", self.max_position_scale)
 
+    def _check_halting_and_scale(self) -> None:
+        """`halt_confirm` ≤ `halt_window`, `halt_threshold` in (0, 1), `max_position_scale` ≥ 1."""
+        if self.halt_confirm > self.halt_window:
+            _fail("halt_confirm", f"≤ halt_window ({self.halt_window})", self.halt_confirm)
+        if not isinstance(self.halt_threshold, (int, float)) or not 0.0 < self.halt_threshold < 1.0:
+            _fail("halt_threshold", "a probability strictly between 0 and 1", self.halt_threshold)
+        if not isinstance(self.max_position_scale, (int, float)) or self.max_position_scale < 1.0:
+            _fail("max_position_scale", "a number ≥ 1.0", self.max_position_scale)
+
+    def _check_token_ids(self, require_answers: bool) -> None:
+        """`answer_token_ids` (distinct vocabulary ids, non-empty with `require_answers`), `halt_token_ids`, and
+        `learned_halting` only with a halting readout."""
+        fail, is_int = _fail, _is_int
         vocab = self.vocab_size
         ids = self.answer_token_ids
         if require_answers and not ids:
@@ -231,14 +250,17 @@ class ParLoopedQwenConfig(Qwen2Config):
                 fail("halt_token_ids", f"None or two distinct ids (Yes, No) in [0, vocab_size={vocab})", halt)
         if self.learned_halting and halt is None:
             fail("learned_halting", "False without halt_token_ids (there is no halting readout)", True)
+
+    def _check_prompt_format(self) -> None:
+        """`prompt_format`: None, or a valid format with one candidate per `answer_token_ids` entry."""
+        ids = self.answer_token_ids
         if self.prompt_format is not None:
             try:
                 candidates = load_prompt_format(self.prompt_format).candidates
             except ValueError as error:
-                fail("prompt_format", f"a valid PromptFormat.to_dict() or RecordFormat.to_dict() ({error})", "…")
+                _fail("prompt_format", f"a valid PromptFormat.to_dict() or RecordFormat.to_dict() ({error})", "…")
             if ids and len(candidates) != len(ids):
-                fail("prompt_format", f"a format with one candidate per answer_token_ids entry ({len(ids)}); it "
-                     f"lists {len(candidates)}", "…")
-
+                _fail("prompt_format", f"a format with one candidate per answer_token_ids entry ({len(ids)}); it "
+                      f"lists {len(candidates)}", "…")
 
 __all__ = ["CUSTOM_PIPELINES", "FEEDBACK_ROWS", "LOOP_VIEWS", "POSITION_ENCODINGS", "ParLoopedQwenConfig"]

@@ -250,6 +250,63 @@ def brief(row: dict) -> str:
             + f"; grammar check {row['grammar_check']['reading_accuracy']}")
 
 
+def read_final_set4(results: dict, args, seeds: list[int], tag: str, fmt, study, helper, environment: dict) -> dict:
+    """--final_set4: sets 2, 3 and 4 read once, by the frozen encoder (the baseline) and by each seed's saved encoder
+    of `tag` (refused when set 4 was read before, or an encoder is missing or not the measured one); the rows are
+    written to OUT as `results["set4"]`."""
+    if "set4" in results:
+        raise SystemExit(f"{OUT} already holds set 4 (read once, {results['set4']['date']}): not read again.")
+    frozen = Path(get_reader("all-minilm-l6-v2").ensure(quiet=True))  # the baseline, read in the same one time
+    rows = [{"tag": "frozen", "seed": None, "folder": "all-minilm-l6-v2 (frozen)",
+             **read_sets(frozen, fmt, study, helper, ("set2", "set3", "set4"))}]
+    print(f"frozen: {brief(rows[-1])}")
+    for seed in seeds:
+        folder = RUNS / f"{tag}_s{seed}"
+        trained_row = next((r for r in results["rows"] if r["tag"] == tag and r["seed"] == seed), None)
+        if trained_row is None or not (folder / "model.safetensors").is_file():
+            raise SystemExit(f"no saved encoder of {tag!r} seed {seed} ({folder}); train it first.")
+        if trained_row.get("sha256") and sha256_of(folder / "model.safetensors") != trained_row["sha256"]:
+            raise SystemExit(f"{folder}: weights differ from the row's sha256; not the measured encoder.")
+        rows.append({"tag": tag, "seed": seed, "folder": str(folder.relative_to(REPO)),
+                     **read_sets(folder, fmt, study, helper, ("set2", "set3", "set4"))})
+        print(f"{tag} seed {seed}: {brief(rows[-1])}")
+    results["set4"] = {"read_once": True, "date": environment["date"], "environment": environment, "rows": rows}
+    OUT.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    return results
+
+
+def train_and_read(args, seed: int, tag: str, command: str, environment: dict, data_record: dict, base, groups,
+                   fmt, study, helper) -> dict:
+    """One seed's row: the encoder fine-tuned (`fine_tune`, saved under RUNS/<tag>_s<seed>) or, with --steps 0, the
+    frozen one at `base`, read on sets 2 and 3 (`read_sets`); with its command, config, data, timings, sha256 and
+    losses."""
+    from transformers import AutoModel, AutoTokenizer
+
+    started = time.time()
+    config = {k: getattr(args, k) for k in ("steps", "lr", "temperature", "views", "p_trained", "batch_mode",
+                                            "grammar_groups", "grammar_seed", "train_embeddings")}
+    row = {"tag": tag, "seed": seed, "command": command.strip(), "environment": environment, "config": config,
+           "batch_size": 15 * args.views, "data": data_record}
+    if args.steps == 0:
+        folder, training = Path(base), {"train_wall_seconds": 0.0, "train_cpu_seconds": 0.0}
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(base)
+        encoder = AutoModel.from_pretrained(base)
+        training = fine_tune(encoder, tokenizer, args, seed, groups, fmt.trained)
+        folder = RUNS / f"{tag}_s{seed}"
+        encoder.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    row.update({k: v for k, v in training.items() if k != "losses"})
+    row["folder"] = str(folder) if args.steps == 0 else str(folder.relative_to(REPO))
+    row["sha256"] = sha256_of(Path(folder) / "model.safetensors")
+    cpu = time.process_time()
+    row.update(read_sets(Path(folder), fmt, study, helper, ("set2", "set3")))
+    row["read_cpu_seconds"] = round(time.process_time() - cpu, 1)
+    row["wall_seconds"] = round(time.time() - started, 1)
+    row["losses"] = training.get("losses", [])
+    return row
+
+
 def main(argv=None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -266,60 +323,18 @@ def main(argv=None) -> dict:
     fmt = study.recipe_format()
     tag = tag_of(args)
     if args.final_set4:
-        if "set4" in results:
-            raise SystemExit(f"{OUT} already holds set 4 (read once, {results['set4']['date']}): not read again.")
-        frozen = Path(get_reader("all-minilm-l6-v2").ensure(quiet=True))  # the baseline, read in the same one time
-        rows = [{"tag": "frozen", "seed": None, "folder": "all-minilm-l6-v2 (frozen)",
-                 **read_sets(frozen, fmt, study, helper, ("set2", "set3", "set4"))}]
-        print(f"frozen: {brief(rows[-1])}")
-        for seed in seeds:
-            folder = RUNS / f"{tag}_s{seed}"
-            trained_row = next((r for r in results["rows"] if r["tag"] == tag and r["seed"] == seed), None)
-            if trained_row is None or not (folder / "model.safetensors").is_file():
-                raise SystemExit(f"no saved encoder of {tag!r} seed {seed} ({folder}); train it first.")
-            if trained_row.get("sha256") and sha256_of(folder / "model.safetensors") != trained_row["sha256"]:
-                raise SystemExit(f"{folder}: weights differ from the row's sha256; not the measured encoder.")
-            rows.append({"tag": tag, "seed": seed, "folder": str(folder.relative_to(REPO)),
-                         **read_sets(folder, fmt, study, helper, ("set2", "set3", "set4"))})
-            print(f"{tag} seed {seed}: {brief(rows[-1])}")
-        results["set4"] = {"read_once": True, "date": environment["date"], "environment": environment, "rows": rows}
-        OUT.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
-        return results
+        return read_final_set4(results, args, seeds, tag, fmt, study, helper, environment)
 
     spec = get_reader("all-minilm-l6-v2")
     base = spec.ensure(quiet=True)
     groups, data_record = training_data(fmt, args.grammar_groups, args.grammar_seed)
-    from transformers import AutoModel, AutoTokenizer
-
     for seed in seeds:
-        started = time.time()
-        config = {k: getattr(args, k) for k in ("steps", "lr", "temperature", "views", "p_trained", "batch_mode",
-                                                "grammar_groups", "grammar_seed", "train_embeddings")}
-        row = {"tag": tag, "seed": seed, "command": command.strip(), "environment": environment, "config": config,
-               "batch_size": 15 * args.views, "data": data_record}
-        if args.steps == 0:
-            folder, training = Path(base), {"train_wall_seconds": 0.0, "train_cpu_seconds": 0.0}
-        else:
-            tokenizer = AutoTokenizer.from_pretrained(base)
-            encoder = AutoModel.from_pretrained(base)
-            training = fine_tune(encoder, tokenizer, args, seed, groups, fmt.trained)
-            folder = RUNS / f"{tag}_s{seed}"
-            encoder.save_pretrained(folder)
-            tokenizer.save_pretrained(folder)
-        row.update({k: v for k, v in training.items() if k != "losses"})
-        row["folder"] = str(folder) if args.steps == 0 else str(folder.relative_to(REPO))
-        row["sha256"] = sha256_of(Path(folder) / "model.safetensors")
-        cpu = time.process_time()
-        row.update(read_sets(Path(folder), fmt, study, helper, ("set2", "set3")))
-        row["read_cpu_seconds"] = round(time.process_time() - cpu, 1)
-        row["wall_seconds"] = round(time.time() - started, 1)
-        row["losses"] = training.get("losses", [])
+        row = train_and_read(args, seed, tag, command, environment, data_record, base, groups, fmt, study, helper)
         results["rows"].append(row)
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
         print(f"{tag} seed {seed}: {row['wall_seconds']} s; {brief(row)}", flush=True)
     return results
-
 
 if __name__ == "__main__":
     main()

@@ -273,6 +273,35 @@ def reencode_record_splits(records: RecordSplits, operation_tokens: str, skip_ba
                    notes=list(records.notes))
 
 
+def _check_split_arguments(operation_tokens: str, max_eval_samples: int | None,
+                           validation_split_percentage: float | None, max_train_samples: int | None) -> None:
+    """The first bad argument of `read_record_splits`, refused: `operation_tokens`, --max_eval_samples,
+    --validation_split_percentage, --max_train_samples."""
+    check_operation_tokens(operation_tokens)
+    _check_count(max_eval_samples, "--max_eval_samples")
+    if validation_split_percentage is not None and (isinstance(validation_split_percentage, bool) or not isinstance(
+            validation_split_percentage, (int, float)) or not 0 <= validation_split_percentage < 100):
+        raise RecordError(f"--validation_split_percentage must be a number in [0, 100) (0: no validation split made "
+                          f"from the training file); got {validation_split_percentage!r}.")
+    _check_count(max_train_samples, "--max_train_samples")
+
+
+def _cut_validation(train: LoadedRecords, percentage: float, seed: int, max_train_samples: int | None,
+                    max_eval_samples: int | None) -> tuple[LoadedRecords, LoadedRecords, str, str]:
+    """--validation_split_percentage: `percentage` percent of the training records held out (`_split_off`), then
+    each part truncated (--max_train_samples, --max_eval_samples). Returns the training part, the held-out part, the
+    run's note on it and where the validation records came from."""
+    total = len(train.dataset)
+    train, held_out = _split_off(train, percentage, seed)
+    if max_train_samples is not None:
+        train.dataset = keep_rows(train.dataset, np.arange(len(train.dataset)) < max_train_samples)
+    if max_eval_samples is not None:
+        held_out.dataset = keep_rows(held_out.dataset, np.arange(len(held_out.dataset)) < max_eval_samples)
+    note = (f"validation split: {len(held_out.dataset)} records ({percentage}%) of the training file, not trained on "
+            f"(--validation_split_percentage; seed {seed})")
+    return train, held_out, note, f"--validation_split_percentage {percentage:g} of {total} training records"
+
+
 def read_record_splits(columns: RecordColumns, train_file=None, validation_file=None, test_file=None,
                        dataset_name: str | None = None, dataset_config_name: str | None = None,
                        skip_bad_records: bool = False, max_train_samples: int | None = None,
@@ -286,13 +315,7 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
     `max_eval_samples` keeps the first N validation records; `operation_tokens` how the tokenizer reads an operation
     (`build_record_tokenizer`: its words, or one token per distinct operation)."""
     started = time.time()
-    check_operation_tokens(operation_tokens)
-    _check_count(max_eval_samples, "--max_eval_samples")
-    if validation_split_percentage is not None and (isinstance(validation_split_percentage, bool) or not isinstance(
-            validation_split_percentage, (int, float)) or not 0 <= validation_split_percentage < 100):
-        raise RecordError(f"--validation_split_percentage must be a number in [0, 100) (0: no validation split made "
-                          f"from the training file); got {validation_split_percentage!r}.")
-    _check_count(max_train_samples, "--max_train_samples")
+    _check_split_arguments(operation_tokens, max_eval_samples, validation_split_percentage, max_train_samples)
     hub_splits = (dataset_split_names(dataset_name, dataset_config_name, **options.hub())
                   if dataset_name and (validation_file is None or test_file is None) else [])
     split_off = validation_file is None and "validation" not in hub_splits and bool(validation_split_percentage)
@@ -303,16 +326,9 @@ def read_record_splits(columns: RecordColumns, train_file=None, validation_file=
                               options=options)
     notes, held_out = [], None
     if split_off:
-        total = len(train.dataset)
-        train, held_out = _split_off(train, validation_split_percentage, seed)
-        if max_train_samples is not None:
-            train.dataset = keep_rows(train.dataset, np.arange(len(train.dataset)) < max_train_samples)
-        if max_eval_samples is not None:
-            held_out.dataset = keep_rows(held_out.dataset, np.arange(len(held_out.dataset)) < max_eval_samples)
-        notes.append(f"validation split: {len(held_out.dataset)} records ({validation_split_percentage}%) of the "
-                     f"training file, not trained on (--validation_split_percentage; seed {seed})")
-        validation_from = (f"--validation_split_percentage {validation_split_percentage:g} of "
-                           f"{total} training records")
+        train, held_out, note, validation_from = _cut_validation(train, validation_split_percentage, seed,
+                                                                 max_train_samples, max_eval_samples)
+        notes.append(note)
     else:
         validation_from = "--validation_file" if validation_file else f"{dataset_name}'s validation split"
     name = name or (file_stem(train.sources[0]) if train_file else dataset_name)
