@@ -44,6 +44,21 @@ def previous_results(out: Path, final_key: str | None) -> dict:
     return previous
 
 
+def held_out_study_start(doc: str, out: Path, final_set: str, argv=None) -> tuple[bool, dict]:
+    """A held-out-set study's start: its command line (`--final_<final_set>`: also read that set, once, at the end),
+    one torch thread, and its results so far (`previous_results`). -> (the final set asked for, the results)."""
+    import argparse
+
+    import torch
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0], allow_abbrev=False)
+    shown = final_set.replace("set", "set ")
+    parser.add_argument(f"--final_{final_set}", action="store_true", help=f"also read {shown} (once, at the end)")
+    final = getattr(parser.parse_args(argv), f"final_{final_set}")
+    torch.set_num_threads(1)
+    return final, previous_results(out, final_set if final else None)
+
+
 def latest_checkpoint(folder: Path) -> Path | None:
     """The newest *complete* checkpoint-<step> folder of a run, or None: `trainers.last_complete_checkpoint`
     (a checkpoint whose saving was cut off, e.g. by the end of a session, has no trainer_state.json and is

@@ -213,3 +213,9 @@ def test_a_held_out_set_is_read_once(tmp_path):
     assert previous_results(out, None)["set2"] == {"date": "2026-12-06"}
     with pytest.raises(SystemExit, match=r"already holds set3 \(read once, 2026-12-07\)"):
         previous_results(out, "set3")
+    from par_studies.runs import held_out_study_start
+
+    assert held_out_study_start("doc", out, "set4", []) == (False, previous_results(out, None))
+    assert held_out_study_start("doc", out, "set4", ["--final_set4"])[0] is True  # set 4 not read yet
+    with pytest.raises(SystemExit, match="already holds set3"):
+        held_out_study_start("doc", out, "set3", ["--final_set3"])

