@@ -72,6 +72,11 @@ class ParTrainingArguments(TrainingArguments):
                 "iteration k the mean squared relative change of the rows of operations j > c*k + 1, which the loop "
                 "has not reached; asks those rows to wait at a fixed point instead of counting passes (issue 68); "
                 "needs batches with operation_ends; 0: off"})
+    progress_flag_weight: float = field(default=0.0, metadata={
+        "help": "weight of the read-so-far flag loss (objectives.progress_flag_loss): at each supervised iteration k "
+                "one channel of the state of every token of operation j, over its rms, is a logit for j <= c*k; a "
+                "wave the causal convolution can carry, so the full view can find the next operation by content "
+                "(issue 68); needs batches with operation_ends; 0: off"})
     phrasing_alignment_form: str = field(default="unit", metadata={
         "help": "the alignment loss's form: unit (objectives.phrasing_alignment_loss, the spread of unit-normalized "
                 "encodings) or variance_ratio (objectives.within_operation_variance_ratio: the share of the centred "
@@ -190,6 +195,8 @@ class ParTrainingArguments(TrainingArguments):
             self._fail("prefix_state_weight", "≥ 0")
         if not self.waiting_row_weight >= 0:
             self._fail("waiting_row_weight", "≥ 0")
+        if not self.progress_flag_weight >= 0:
+            self._fail("progress_flag_weight", "≥ 0")
         if self.phrasing_alignment_form not in PHRASING_ALIGNMENT_FORMS:
             self._fail("phrasing_alignment_form", f"one of {sorted(PHRASING_ALIGNMENT_FORMS)}")
         if self.halt_label_offset < 0:

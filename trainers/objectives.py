@@ -206,3 +206,32 @@ def waiting_row_change(states: tuple[torch.Tensor, ...] | list[torch.Tensor], op
         total = total + ((now - before).pow(2).sum(-1) / (before.pow(2).sum(-1) + eps)).sum()
         count += int(waiting.sum())
     return total / max(count, 1)
+
+
+def progress_flag_loss(states: tuple[torch.Tensor, ...] | list[torch.Tensor], operation_ends: torch.Tensor,
+                       attention_mask: torch.Tensor, iterations: torch.Tensor, step_size: int = 1,
+                       channel: int = 0) -> torch.Tensor:
+    """The read-so-far flag (issue 68): at each supervised iteration k, one channel of the loop state of every token
+    of operation j = 1..d (each token's operation from `modeling_par.loop_views.token_segments`; the preamble and the
+    question excluded), scaled by the row's rms, is a logit for "operation j is read by iteration k":
+
+        f_k[b, t] = s_k[b, t, channel] / rms(s_k[b, t]),   y_k[b, t] = 1[j ≤ c·k],
+        L_flag = mean_{k, b, t} BCE(σ(f_k[b, t]), y_k[b, t]),
+
+    s_k = `states`[k − 1] (b, T, H); |f| ≤ √H. The flag is a wave that moves one operation per iteration: a row can
+    compute it from its neighbour's flag one pass earlier (the core's causal convolution reaches the previous
+    operation's tokens), with no position and no pass count, so the row the loop reads next — flag just turned on —
+    is found by content at any length (results/full_view_positions/row_probe.json: the query rows fetch operation k)."""
+    segments, depth, _ = token_segments(operation_ends, attention_mask)
+    operation = (segments >= 1) & (segments <= depth[:, None])
+    if not bool(operation.any()):
+        return states[0].new_zeros(())
+    total, count = states[0].new_zeros(()), 0
+    for k in iterations.tolist():
+        state = states[k - 1][operation]  # (n, H)
+        logit = state[:, channel] / state.pow(2).mean(-1).add(1e-6).sqrt()
+        target = (segments[operation] <= step_size * k).to(logit.dtype)
+        total = total + F.binary_cross_entropy_with_logits(logit, target, reduction="sum")
+        count += int(operation.sum())
+    return total / max(count, 1)
+

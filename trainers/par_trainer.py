@@ -31,6 +31,7 @@ from .objectives import (
     iterations_for_depth,
     operation_encodings,
     prefix_state_targets,
+    progress_flag_loss,
     progress_targets,
     readout_accuracy,
     waiting_row_change,
@@ -284,7 +285,8 @@ class ParTrainer(Trainer):
             readout_iterations=list(plan.all_reads), position_scale=plan.position_scale,
             operation_ends=inputs.get("operation_ends"), position_ids=plan.position_ids,
             output_prelude_states=self.args.phrasing_alignment_weight > 0,
-            output_loop_states=self.args.prefix_state_weight > 0 or self.args.waiting_row_weight > 0,
+            output_loop_states=max(self.args.prefix_state_weight, self.args.waiting_row_weight,
+                                   self.args.progress_flag_weight) > 0,
         )
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -316,14 +318,15 @@ class ParTrainer(Trainer):
             loss_prefix = self.prefix_state_loss(inputs, out, iterations)
             loss = loss + self.args.prefix_state_weight * loss_prefix
             self._log_value("loss_prefix_state", loss_prefix.item())
-        if self.args.waiting_row_weight > 0:
-            if inputs.get("operation_ends") is None:
-                raise ValueError("waiting_row_weight > 0 needs batches with operation_ends (a generated task's or a "
-                                 "records file's dataset).")
-            loss_wait = waiting_row_change(out.loop_states, inputs["operation_ends"], inputs["attention_mask"],
-                                           iterations, c)
-            loss = loss + self.args.waiting_row_weight * loss_wait
-            self._log_value("loss_waiting_rows", loss_wait.item())
+        for name, objective, logged in (("waiting_row_weight", waiting_row_change, "loss_waiting_rows"),
+                                        ("progress_flag_weight", progress_flag_loss, "loss_progress_flag")):
+            if getattr(self.args, name) > 0:
+                if inputs.get("operation_ends") is None:
+                    raise ValueError(f"{name} > 0 needs batches with operation_ends (a generated task's or a records "
+                                     "file's dataset).")
+                value = objective(out.loop_states, inputs["operation_ends"], inputs["attention_mask"], iterations, c)
+                loss = loss + getattr(self.args, name) * value
+                self._log_value(logged, value.item())
         if self.args.phrasing_alignment_weight > 0:
             if inputs.get("operation_ends") is None or inputs.get("ops") is None:
                 raise ValueError("phrasing_alignment_weight > 0 needs batches with operation_ends and ops (a generated "

@@ -137,6 +137,9 @@ LONG = {"--max_steps": "4000", "--max_train_seconds": "14400"}
 # that starts late breaks exactly where it missed a pass; a count learned to k_train fails past it
 STILL = {"--waiting_row_weight": "1"}
 STILL_LIGHT = {"--waiting_row_weight": "0.1"}
+# the read-so-far flag (trainers.objectives.progress_flag_loss): row_probe.json found no row holding which operation is
+# next (the query rows fetch operation k); a 1[j <= k] wave the convolution can carry finds it by content
+FLAG = {"--progress_flag_weight": "1"}
 # `*_still_ft`: the trained row (same seed) fine-tuned as `*_hold_ft` but with STILL instead of hold iterations: from
 # scratch, weight 1 kept the loop from learning its range; on a loop that already knows it, do still rows extrapolate?
 # half the learning rate: two of six PoSE-family seeds never learned d <= 8 at lr 1e-3, their loss jumping by 1-3 nats
@@ -182,6 +185,8 @@ def declare_rows() -> dict[str, Row]:
                            "iterations", FULL, fine_tune, ft_flags, HOLD, budget=BUDGET))
         rows.append(Row.of(f"{name}_still_ft", f"scratch, full view, {name}: its trained row fine-tuned with waiting "
                            "rows held still (weight 1)", FULL, fine_tune, ft_flags, STILL, budget=BUDGET))
+        rows.append(Row.of(f"{name}_flag", f"scratch, full view, {name}, read-so-far flag (weight 1)", FULL, SCRATCH,
+                           flags, FLAG, budget=BUDGET))
         rows.append(Row.of(f"{name}_lr5e4", f"scratch, full view, {name}, lr 5e-4", FULL, {**SCRATCH, **LOW_LR}, flags,
                            budget=BUDGET))
         rows.append(Row.of(f"{name}_dense_light", f"scratch, full view, {name}, dense prefix targets at weight 0.1",
@@ -208,7 +213,7 @@ def scheme_of(row: str) -> str:
     init = init_of(row)
     name = row if init == "scratch" else row.removeprefix(init + "_")
     for suffix in ("_d16", "_d12", "_hold_ft", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light", "_dense",
-                   "_lr5e4", "_still_ft", "_still_light", "_still"):
+                   "_lr5e4", "_flag", "_still_ft", "_still_light", "_still"):
         name = name.removesuffix(suffix)
     return name
 
