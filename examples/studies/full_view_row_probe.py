@@ -11,6 +11,7 @@ on; the query would then read z_k at operation k's row. A probe (ridge regressio
 - `operation`: which operation j is (one of the task's operations), at k = j;
 - `passes`: k itself, the number of passes the row has had (classes 1..d_train; a row past d_train passes that the
   probe still calls d_train reads as "saturated"), over the rows of operations the loop has not reached (j > k + 1);
+- `flag`: the read-so-far flag of `--progress_flag_weight` (`flag_wave`), read at 4x the training depth;
 - `query_passes`: k from the query rows (the answer tokens' states, averaged), at every iteration: the pointer must
   know which operation is next, and the carried state lives beside that count.
 
@@ -116,6 +117,22 @@ def examples(data: dict, what: str, train_depth: int):
     return torch.cat(feats), torch.cat(labels), torch.as_tensor(js), torch.as_tensor(ks)
 
 
+def flag_wave(data: dict) -> dict:
+    """The read-so-far flag as `--progress_flag_weight` trains it (`trainers.objectives.progress_flag_loss`), read at
+    operation j's last token: flag on ⇔ s_k[0] / rms(s_k) > 0; right when on ⇔ j ≤ k. Per k: the share of rows
+    right, and the share of problems whose every row is right (the whole wave in place). No sign of it in a row
+    trained without the flag (about half right)."""
+    import torch
+
+    states = data["states"]  # (n, R, d, h)
+    flag = states[..., 0] / states.pow(2).mean(-1).add(1e-6).sqrt() > 0  # (n, R, d)
+    iterations, depth = states.shape[1], states.shape[2]
+    target = torch.arange(1, depth + 1)[None, :] <= torch.arange(1, iterations + 1)[:, None]  # (R, d)
+    right = flag == target
+    return {"rows_right": [round(x * 100, 1) for x in right.float().mean((0, 2)).tolist()],
+            "whole_wave_right": [round(x * 100, 1) for x in right.all(-1).float().mean(0).tolist()]}
+
+
 def probe_run(model, tokenizer, task, train_depth: int, n: int) -> dict:
     """Each probe fitted at the training depth and read at 4x it: % right per j (prefix_state at k = j and k = j + 1,
     operation at k = j) and, for passes, the mean class read per k and the share read as k."""
@@ -142,6 +159,7 @@ def probe_run(model, tokenizer, task, train_depth: int, n: int) -> dict:
                 entry[f"k=j+{lag}"] = [round(right[(js == j) & (ks == j + lag)].mean().item() * 100, 1)
                                        for j in range(1, test_depth + 1 - lag)]
         result[what] = entry
+    result["flag"] = flag_wave(test_data)
     return result
 
 
