@@ -59,6 +59,21 @@ def held_out_study_start(doc: str, out: Path, final_set: str, argv=None) -> tupl
     return final, previous_results(out, final_set if final else None)
 
 
+def finished_par_runs(run_dir: Path, rows: list[str]):
+    """The finished `train_par.py` runs `rows` (folder names under `run_dir`), each as (row, model in eval mode, its
+    summary.json's max_train_depth), loaded one at a time; one SystemExit naming every row without a summary.json
+    before any is loaded (the full-view studies' --rows)."""
+    missing = [row for row in rows if not (run_dir / row / "summary.json").is_file()]
+    if missing:
+        raise SystemExit(f"--rows: no finished run under {run_dir} for {missing}")
+    from modeling_par import ParLoopedQwenForStateTracking
+
+    for row in rows:
+        folder = run_dir / row
+        train_depth = int(json.loads((folder / "summary.json").read_text())["max_train_depth"])
+        yield row, ParLoopedQwenForStateTracking.from_pretrained(folder).eval(), train_depth
+
+
 def latest_checkpoint(folder: Path) -> Path | None:
     """The newest *complete* checkpoint-<step> folder of a run, or None: `trainers.last_complete_checkpoint`
     (a checkpoint whose saving was cut off, e.g. by the end of a session, has no trainer_state.json and is

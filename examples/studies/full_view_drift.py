@@ -19,6 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from par_studies.runs import finished_par_runs  # noqa: E402
 from par_studies.tables import save_record  # noqa: E402
 
 RUN_DIR = REPO / "runs" / "full_view_positions"
@@ -26,19 +27,14 @@ OUT = REPO / "results" / "full_view_positions" / "drift.json"
 TASK_FILE = "examples/tasks/swap_s5_short.json"
 
 
-def row_drift(folder: Path, n: int) -> dict:
-    """readout_margins of the run in `folder` at 2x and 4x its training depth (its summary.json's max_train_depth)."""
-    import json
-
-    from modeling_par import ParLoopedQwenForStateTracking
+def row_drift(row: str, model, train_depth: int, n: int) -> dict:
+    """readout_margins of a finished run at 2x and 4x its training depth."""
     from state_tracking import build_tokenizer, load_task
     from state_tracking.diagnostics import readout_margins
 
-    train_depth = int(json.loads((folder / "summary.json").read_text())["max_train_depth"])
-    model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
     task = load_task(TASK_FILE)
     tokenizer = build_tokenizer(task, "text")
-    return {"run": folder.name, "train_max_depth": train_depth,
+    return {"run": row, "train_max_depth": train_depth,
             "by_depth": [readout_margins(model, tokenizer, task, k * train_depth, n=n) for k in (2, 4)]}
 
 
@@ -53,11 +49,9 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     started = time.time()
-    missing = [row for row in args.rows if not (RUN_DIR / row / "summary.json").is_file()]
-    if missing:
-        raise SystemExit(f"--rows: no finished run under {RUN_DIR} for {missing}")
     record = {"command": "python examples/studies/full_view_drift.py " + " ".join(argv or sys.argv[1:]),
-              "rows": [row_drift(RUN_DIR / row, args.n) for row in args.rows], "environment": environment_info()}
+              "rows": [row_drift(*run, args.n) for run in finished_par_runs(RUN_DIR, args.rows)],
+              "environment": environment_info()}
     record["seconds"] = round(time.time() - started, 1)
     save_record(record, OUT)
     for row in record["rows"]:

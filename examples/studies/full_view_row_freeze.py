@@ -36,6 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from par_studies.runs import finished_par_runs  # noqa: E402
 from par_studies.tables import save_record  # noqa: E402
 
 RUN_DIR = REPO / "runs" / "full_view_positions"
@@ -165,7 +166,6 @@ def waiting_rows(model, tokenizer, task, depth: int, n: int) -> dict:
 def main(argv=None) -> dict:
     import torch
 
-    from modeling_par import ParLoopedQwenForStateTracking
     from state_tracking import build_tokenizer, load_task
     from state_tracking.evaluation import environment_info
 
@@ -177,19 +177,13 @@ def main(argv=None) -> dict:
                              "to the existing record")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    missing = [row for row in args.rows if not (RUN_DIR / row / "summary.json").is_file()]
-    if missing:
-        raise SystemExit(f"--rows: no finished run under {RUN_DIR} for {missing}")
     task = load_task(TASK_FILE)
     tokenizer = build_tokenizer(task, "text")
     if args.waiting:
         record = json.loads(OUT.read_text())
         record["waiting"] = {"command": "python examples/studies/full_view_row_freeze.py " + " ".join(
             argv or sys.argv[1:]), "rows": []}
-        for row in args.rows:
-            folder = RUN_DIR / row
-            train_depth = int(json.loads((folder / "summary.json").read_text())["max_train_depth"])
-            model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
+        for row, model, train_depth in finished_par_runs(RUN_DIR, args.rows):
             result = {"run": row, **waiting_rows(model, tokenizer, task, 4 * train_depth, args.n)}
             print(json.dumps(result), flush=True)
             record["waiting"]["rows"].append(result)
@@ -197,10 +191,7 @@ def main(argv=None) -> dict:
         return record
     started, rows = time.time(), []
     command = "python examples/studies/full_view_row_freeze.py " + " ".join(argv or sys.argv[1:])
-    for row in args.rows:
-        folder = RUN_DIR / row
-        train_depth = int(json.loads((folder / "summary.json").read_text())["max_train_depth"])
-        model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
+    for row, model, train_depth in finished_par_runs(RUN_DIR, args.rows):
         for name, (kind, g) in conditions(train_depth).items():
             for depth in (2 * train_depth, 4 * train_depth):
                 result = {"run": row, "condition": name, **row_condition(model, tokenizer, task, depth, kind, g,

@@ -35,6 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from par_studies.runs import finished_par_runs  # noqa: E402
 from par_studies.tables import save_record  # noqa: E402
 
 RUN_DIR = REPO / "runs" / "full_view_positions"
@@ -166,7 +167,6 @@ def probe_run(model, tokenizer, task, train_depth: int, n: int) -> dict:
 def main(argv=None) -> dict:
     import torch
 
-    from modeling_par import ParLoopedQwenForStateTracking
     from state_tracking import build_tokenizer, load_task
     from state_tracking.evaluation import environment_info
 
@@ -175,16 +175,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--n", type=int, default=512, help="problems at the training depth to fit the probes on")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    missing = [row for row in args.rows if not (RUN_DIR / row / "summary.json").is_file()]
-    if missing:
-        raise SystemExit(f"--rows: no finished run under {RUN_DIR} for {missing}")
     task = load_task(TASK_FILE)
     tokenizer = build_tokenizer(task, "text")
     started, rows = time.time(), []
-    for row in args.rows:
-        folder = RUN_DIR / row
-        train_depth = int(json.loads((folder / "summary.json").read_text())["max_train_depth"])
-        model = ParLoopedQwenForStateTracking.from_pretrained(folder).eval()
+    for row, model, train_depth in finished_par_runs(RUN_DIR, args.rows):
         result = {"run": row, **probe_run(model, tokenizer, task, train_depth, args.n)}
         print(json.dumps(result), flush=True)
         rows.append(result)
