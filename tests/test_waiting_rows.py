@@ -46,15 +46,21 @@ def test_only_the_waiting_rows_count():
     assert waiting_row_change([base, moved], ENDS, MASK, torch.tensor([2]), step_size=2).item() == 0.0
 
 
-def test_the_trainer_adds_the_waiting_row_loss_and_refuses_a_negative_weight(tmp_path):
+def trained_logs(folder, **arguments) -> list[dict]:
+    """The training logs of a tiny full-view run with `arguments` (tests.test_trainers' tiny model and data)."""
     from tests.test_trainers import COLLATOR, DATASET, tiny_args, tiny_model
 
     torch.manual_seed(0)
-    trainer = ParTrainer(model=tiny_model(loop_view="full"), args=tiny_args(tmp_path / "on", waiting_row_weight=0.5,
-                                                                            max_steps=4),
+    trainer = ParTrainer(model=tiny_model(loop_view="full"), args=tiny_args(folder, **arguments),
                          train_dataset=DATASET, data_collator=COLLATOR)
     trainer.train()
-    logs = [e for e in trainer.state.log_history if "loss" in e]
+    return [e for e in trainer.state.log_history if "loss" in e]
+
+
+def test_the_trainer_adds_the_waiting_row_loss_and_refuses_a_negative_weight(tmp_path):
+    from tests.test_trainers import tiny_args
+
+    logs = trained_logs(tmp_path / "on", waiting_row_weight=0.5, max_steps=4)
     assert logs and all("loss_waiting_rows" in e for e in logs)
     assert all(e["loss"] == pytest.approx(e["loss_answer"] + 0.5 * e["loss_waiting_rows"], rel=1e-3) for e in logs)
     assert any(e["loss_waiting_rows"] > 0 for e in logs)
@@ -83,14 +89,9 @@ def test_the_progress_flag_is_a_bce_on_one_channel_over_the_rows_rms_of_the_oper
 
 
 def test_the_trainer_adds_the_progress_flag_loss_and_refuses_a_negative_weight(tmp_path):
-    from tests.test_trainers import COLLATOR, DATASET, tiny_args, tiny_model
+    from tests.test_trainers import tiny_args
 
-    torch.manual_seed(0)
-    trainer = ParTrainer(model=tiny_model(loop_view="full"), args=tiny_args(tmp_path / "on", progress_flag_weight=2.0,
-                                                                            max_steps=3),
-                         train_dataset=DATASET, data_collator=COLLATOR)
-    trainer.train()
-    logs = [e for e in trainer.state.log_history if "loss" in e]
+    logs = trained_logs(tmp_path / "on", progress_flag_weight=2.0, max_steps=3)
     assert logs and all(e["loss_progress_flag"] > 0 for e in logs)
     assert all(e["loss"] == pytest.approx(e["loss_answer"] + 2.0 * e["loss_progress_flag"], rel=1e-3) for e in logs)
     with pytest.raises(ValueError, match="progress_flag_weight must be ≥ 0"):
