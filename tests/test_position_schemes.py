@@ -287,7 +287,7 @@ def test_every_study_row_parses_with_the_scheme_and_init_its_name_says(tmp_path,
         assert train_args.pose_max_positions == {"pose": 1024, "pose_conv": 1024, "pose_near_conv": 320}.get(scheme)
         assert (train_args.random_positions_max is not None) == scheme.startswith("randomized")
         assert (train_args.depth_schedule == "hold") == ("_hold" in name)
-        assert train_args.progress_flag_weight == (1.0 if name.endswith("_flag") else 0.0)
+        assert train_args.progress_flag_weight == (1.0 if name.endswith(("_flag", "_flag_4k")) else 0.0)
         assert train_args.prefix_state_weight == (1.0 if name.endswith("_dense") else
                                                   0.1 if name.endswith("_dense_light") else 0.0)
         assert train_args.max_train_depth == task_args.probe_depth == (16 if name.endswith("_d16") else

@@ -185,8 +185,10 @@ def declare_rows() -> dict[str, Row]:
                            "iterations", FULL, fine_tune, ft_flags, HOLD, budget=BUDGET))
         rows.append(Row.of(f"{name}_still_ft", f"scratch, full view, {name}: its trained row fine-tuned with waiting "
                            "rows held still (weight 1)", FULL, fine_tune, ft_flags, STILL, budget=BUDGET))
-        rows.append(Row.of(f"{name}_flag", f"scratch, full view, {name}, read-so-far flag (weight 1)", FULL, SCRATCH,
-                           flags, FLAG, budget=BUDGET))
+        for suffix, steps, scheme in (("_flag", SCRATCH, flags), ("_flag_4k", {**SCRATCH, **LONG}, long_flags)):
+            rows.append(Row.of(f"{name}{suffix}", f"scratch, full view, {name}, read-so-far flag (weight 1), "
+                               f"{int(steps['--max_steps']):,} steps", FULL, steps, scheme, FLAG,
+                               budget=int(steps["--max_train_seconds"])))
         rows.append(Row.of(f"{name}_lr5e4", f"scratch, full view, {name}, lr 5e-4", FULL, {**SCRATCH, **LOW_LR}, flags,
                            budget=BUDGET))
         rows.append(Row.of(f"{name}_dense_light", f"scratch, full view, {name}, dense prefix targets at weight 0.1",
@@ -213,7 +215,7 @@ def scheme_of(row: str) -> str:
     init = init_of(row)
     name = row if init == "scratch" else row.removeprefix(init + "_")
     for suffix in ("_d16", "_d12", "_hold_ft", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light", "_dense",
-                   "_lr5e4", "_flag", "_still_ft", "_still_light", "_still"):
+                   "_lr5e4", "_flag_4k", "_flag", "_still_ft", "_still_light", "_still"):
         name = name.removesuffix(suffix)
     return name
 
