@@ -27,6 +27,7 @@ from .objectives import (
     operation_encodings,
     phrasing_alignment_loss,
     prefix_state_targets,
+    progress_flag_logits,
     progress_flag_loss,
     progress_targets,
     readout_accuracy,
@@ -73,5 +74,6 @@ __all__ = [
     "readout_accuracy", "require_complete_checkpoint", "FreezePreludeCallback", "freeze_prelude_weights",
     "SelfDistillationArguments", "RecordsProbeCallback", "StateAccuracyProbeCallback", "StepPlan",
     "stretch_max_scale", "teardown_distributed", "teardown_distributed_at_exit", "TimeBudgetCallback",
-    "trained_seconds", "waiting_row_change", "progress_flag_loss", "within_operation_variance_ratio",
+    "trained_seconds", "waiting_row_change", "progress_flag_loss", "progress_flag_logits",
+    "within_operation_variance_ratio",
 ]

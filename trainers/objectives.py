@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from modeling_par.loop_views import token_segments
+from modeling_par.modeling_par import state_rms
 
 OBJECTIVES = ("par", "final_every_iteration", "final_only")
 YES, NO = 0, 1  # column order of the model's halt_logits: (Yes, No)
@@ -208,30 +209,30 @@ def waiting_row_change(states: tuple[torch.Tensor, ...] | list[torch.Tensor], op
     return total / max(count, 1)
 
 
+def progress_flag_logits(states: torch.Tensor, channel: int = 0) -> torch.Tensor:
+    """The read-so-far flag's logit of each row: f = s[channel] / rms(s), rms the loop's own per-token norm
+    (`modeling_par.modeling_par.state_rms`, the one anchoring uses); |f| ≤ √H.  # (..., H) -> (...)"""
+    return states[..., channel] / state_rms(states)[..., 0]
+
+
 def progress_flag_loss(states: tuple[torch.Tensor, ...] | list[torch.Tensor], operation_ends: torch.Tensor,
                        attention_mask: torch.Tensor, iterations: torch.Tensor, step_size: int = 1,
                        channel: int = 0) -> torch.Tensor:
     """The read-so-far flag (issue 68): at each supervised iteration k, one channel of the loop state of every token
     of operation j = 1..d (each token's operation from `modeling_par.loop_views.token_segments`; the preamble and the
-    question excluded), scaled by the row's rms, is a logit for "operation j is read by iteration k":
+    question excluded), scaled by the row's rms (`progress_flag_logits`), is a logit for "operation j is read by
+    iteration k":
 
         f_k[b, t] = s_k[b, t, channel] / rms(s_k[b, t]),   y_k[b, t] = 1[j ≤ c·k],
         L_flag = mean_{k, b, t} BCE(σ(f_k[b, t]), y_k[b, t]),
 
-    s_k = `states`[k − 1] (b, T, H); |f| ≤ √H. The flag is a wave that moves one operation per iteration: a row can
-    compute it from its neighbour's flag one pass earlier (the core's causal convolution reaches the previous
-    operation's tokens), with no position and no pass count, so the row the loop reads next — flag just turned on —
-    is found by content at any length (results/full_view_positions/row_probe.json: the query rows fetch operation k)."""
+    s_k = `states`[k − 1] (b, T, H). The flag is a wave that moves one operation per iteration: a row can compute it
+    from its neighbour's flag one pass earlier (the core's causal convolution reaches the previous operation's
+    tokens), with no position and no pass count, so the row the loop reads next — flag just turned on — is found by
+    content at any length (results/full_view_positions/row_probe.json: the query rows fetch operation k)."""
     segments, depth, _ = token_segments(operation_ends, attention_mask)
     operation = (segments >= 1) & (segments <= depth[:, None])
-    if not bool(operation.any()):
-        return states[0].new_zeros(())
-    total, count = states[0].new_zeros(()), 0
-    for k in iterations.tolist():
-        state = states[k - 1][operation]  # (n, H)
-        logit = state[:, channel] / state.pow(2).mean(-1).add(1e-6).sqrt()
-        target = (segments[operation] <= step_size * k).to(logit.dtype)
-        total = total + F.binary_cross_entropy_with_logits(logit, target, reduction="sum")
-        count += int(operation.sum())
-    return total / max(count, 1)
-
+    read_by = segments[operation]  # (n,): each operation token's j
+    logits = torch.stack([progress_flag_logits(states[k - 1][operation], channel) for k in iterations.tolist()])
+    targets = (read_by[None, :] <= step_size * iterations[:, None].to(read_by.device)).to(logits.dtype)
+    return F.binary_cross_entropy_with_logits(logits, targets) if logits.numel() else logits.sum()

@@ -140,8 +140,6 @@ STILL_LIGHT = {"--waiting_row_weight": "0.1"}
 # the read-so-far flag (trainers.objectives.progress_flag_loss): row_probe.json found no row holding which operation is
 # next (the query rows fetch operation k); a 1[j <= k] wave the convolution can carry finds it by content
 FLAG = {"--progress_flag_weight": "1"}
-# `*_still_ft`: the trained row (same seed) fine-tuned as `*_hold_ft` but with STILL instead of hold iterations: from
-# scratch, weight 1 kept the loop from learning its range; on a loop that already knows it, do still rows extrapolate?
 # half the learning rate: two of six PoSE-family seeds never learned d <= 8 at lr 1e-3, their loss jumping by 1-3 nats
 LOW_LR = {"--learning_rate": "5e-4"}
 PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose", "pose_conv")  # pose_conv: best from scratch
@@ -179,6 +177,8 @@ def declare_rows() -> dict[str, Row]:
                            SCRATCH, flags, STILL, budget=BUDGET))
         rows.append(Row.of(f"{name}_still_light", f"scratch, full view, {name}, waiting rows held still (weight 0.1)",
                            FULL, SCRATCH, flags, STILL_LIGHT, budget=BUDGET))
+        # `*_still_ft`: as `*_hold_ft` with STILL instead of hold iterations (from scratch, weight 1 kept the loop
+        # from learning its range; on a loop that already knows it, do still rows extrapolate?)
         fine_tune = {**SCRATCH, **HOLD_FINE_TUNE, "--init_from_par": f"<{name}>"}  # its own trained row, same seed
         ft_flags = {**flags, **({"--stretch_steps": HOLD_FINE_TUNE["--max_steps"]} if name == "stretch_all" else {})}
         rows.append(Row.of(f"{name}_hold_ft", f"scratch, full view, {name}: its trained row fine-tuned with hold "

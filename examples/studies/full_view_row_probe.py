@@ -125,8 +125,10 @@ def flag_wave(data: dict) -> dict:
     trained without the flag (about half right)."""
     import torch
 
+    from trainers import progress_flag_logits
+
     states = data["states"]  # (n, R, d, h)
-    flag = states[..., 0] / states.pow(2).mean(-1).add(1e-6).sqrt() > 0  # (n, R, d)
+    flag = progress_flag_logits(states) > 0  # (n, R, d)
     iterations, depth = states.shape[1], states.shape[2]
     target = torch.arange(1, depth + 1)[None, :] <= torch.arange(1, iterations + 1)[:, None]  # (R, d)
     right = flag == target
