@@ -17,6 +17,10 @@ and AdamW; independent of the machine's load, unlike the seconds).
     python benchmarks/bench_records_step.py [--lengths 8,16] [--repeats 20] [--out results/own_data_cpu/step_cost.json]
     python benchmarks/bench_records_step.py --profile [--lengths 16]   # where a step's time goes, per model
     python benchmarks/bench_records_step.py --models "answer feedback" --repeats 10   # one model's rows only
+    python benchmarks/bench_records_step.py --compiled --models "answer feedback,LSTM 128"   # + compile_core rows
+
+`--compiled`: each PAR model also with `compile_core(dynamic=True)` (`compiled_rows`): the first step's seconds on a
+cold, then a warm inductor cache, and the steady seconds per step.
 
 `--profile`: each model's step once more under `torch.profiler`, its self CPU time grouped (`op_category`): matrix
 products, attention, elementwise and normalization, the optimizer, autograd bookkeeping, and everything else (Python
@@ -170,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", action="store_true", help="where a step's time goes (torch.profiler), per model")
     parser.add_argument("--as_first_measured", action="store_true",
                         help="PAR with sdpa attention and a plain AdamW, as measured before 2026-12-07")
+    parser.add_argument("--compiled", action="store_true",
+                        help="also each PAR model with compile_core(dynamic=True) (the step's first call timed on a "
+                        "fresh inductor cache, then on a warm one)")
     parser.add_argument("--models", default=None, help="only the models whose name contains one of these "
                         "comma-separated words, e.g. 'answer feedback,LSTM' (default: every model)")
     return parser
@@ -230,8 +237,42 @@ def measure_step(kind: str, spec: dict, model, batch: dict, depth: int, repeats:
     return step, statistics.median(times), flops, source, count_ops(step)
 
 
+def compiled_rows(name: str, spec: dict, records, batches: dict, repeats: int) -> list[dict]:
+    """`name`'s PAR model with `compile_core(dynamic=True)`, stepped as train_par.py steps it (fused AdamW,
+    "par_eager"): per depth in `batches` (depth -> batch), the first step's seconds on a cold inductor cache (the
+    process's own, empty at start: `TORCHINDUCTOR_CACHE_DIR` set by `main`), then the median step; then the same
+    on a new model after `torch._dynamo.reset()`, the inductor cache warm (a second run of a user's command)."""
+    import torch
+
+    rows = []
+    for cache in ("cold", "warm"):
+        torch._dynamo.reset()
+        model = build_model("par", spec, records).compile_core(dynamic=True)
+        for depth, batch in batches.items():
+            step = step_function("par", model, batch, depth, fused=True)
+            started = time.perf_counter()
+            step()
+            first = time.perf_counter() - started
+            for _ in range(2):
+                step()
+            times = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - started)
+            rows.append({"model": name + " compiled", "depth": depth, "inductor_cache": cache,
+                         "attention": model.config._attn_implementation, "optimizer_fused": True,
+                         "first_step_seconds": round(first, 3), "seconds_per_step": round(statistics.median(times), 5)})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
+    if args.compiled:  # a cold inductor cache of this process's own, before torch reads the variable
+        import tempfile
+
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_records_inductor_")
     import numpy as np
     import torch
 
@@ -250,8 +291,9 @@ def main(argv=None) -> dict:
         model = build_model(kind, spec, records, args.as_first_measured)
         fused = True if kind == "par" and not args.as_first_measured else None  # the Trainer's adamw_torch_fused
         parameters = sum(p.numel() for p in model.parameters())
-        for depth in (int(d) for d in args.lengths.split(",")):
-            batch = collate([encoded[int(i)] for i in np.flatnonzero(depths == depth)[:args.batch_size]])
+        batches = {d: collate([encoded[int(i)] for i in np.flatnonzero(depths == d)[:args.batch_size]])
+                   for d in (int(d) for d in args.lengths.split(","))}
+        for depth, batch in batches.items():
             step, seconds, flops, source, ops = measure_step(kind, spec, model, batch, depth, args.repeats, fused)
             attention = getattr(model.config, "_attn_implementation", None) if kind == "par" else None
             rows.append({"model": name, "parameters": parameters, "depth": depth, "optimizer_fused": bool(fused),
@@ -261,6 +303,8 @@ def main(argv=None) -> dict:
             if args.profile:
                 rows[-1]["profile"] = profile_step(step)
             print(json.dumps(rows[-1]), flush=True)
+        if args.compiled and kind == "par":
+            rows += compiled_rows(name, spec, records, batches, args.repeats)
     result = {"command": "python benchmarks/bench_records_step.py " + " ".join(argv or sys.argv[1:]),
               "profile_categories": [c for c, _ in CATEGORIES] if args.profile else None,
               "batch_size": args.batch_size, "repeats": args.repeats, "threads": 1, "rows": rows,
