@@ -65,6 +65,16 @@ LOGS = {
     # the LSTM only
     "counters4": dict(train="counters4_final.jsonl", test="counters4_test.jsonl", test_lengths=(20, 68, 260),
                       columns={"--operations_column": "statements", "--state_column": "values"}, baselines="lstm"),
+    # issue 71 (0c): the three logs no rule was chosen on (examples/studies/new_logs.py writes them and checks their
+    # sha256), read once; bool_swap5's records open with five assignments (test 21 / 69 / 261 statements) and, like
+    # var_swap5, run the LSTM only
+    "bool_swap5": dict(train="../new_logs/bool_swap5_train.jsonl", test="../new_logs/bool_swap5_test.jsonl",
+                       test_lengths=(21, 69, 261), baselines="lstm",
+                       columns={"--operations_column": "program", "--state_column": "values"}),
+    "reset_counter": dict(train="../new_logs/reset_counter_train.jsonl", test="../new_logs/reset_counter_test.jsonl",
+                          columns={"--operations_column": "events", "--state_column": "count"}),
+    "regular_check": dict(train="../new_logs/regular_check_train.jsonl", test="../new_logs/regular_check_test.jsonl",
+                          columns={"--operations_column": "stream", "--state_column": "verdict"}),
 }
 
 LOAD = "two runs at a time"  # what else ran beside each run; PAR_LOAD in the environment says otherwise
@@ -266,7 +276,8 @@ def run(log: str, seed: int, variant: str | None = None, rerecord: bool = False)
     folder = RUNS / name
     for kind in ("train", "test"):
         if not (DATA / spec[kind]).is_file():
-            raise SystemExit(f"{DATA / spec[kind]} is missing: run --make_data (and own_data.py --make_data)")
+            raise SystemExit(f"{DATA / spec[kind]} is missing: run --make_data, own_data.py --make_data and "
+                             "new_logs.py (LOGS says which writes it)")
     flags = {"--train_file": repo_relative(DATA / spec["train"]), "--test_file": repo_relative(DATA / spec["test"]),
              **spec.get("columns", {}), "--seed": str(seed), "--baselines": spec.get("baselines", "lstm,rpni"),
              "--output_dir": repo_relative(folder), "--disable_tqdm": "true"}
