@@ -44,10 +44,12 @@ def test_elevator_records_replay_through_their_wordings():
 
 
 def test_a_run_gives_train_par_only_the_data_flags(monkeypatch, tmp_path):
-    for spec in study.LOGS.values():
+    for spec in study.LOGS.values():  # the new logs' files lie beside the data folder (../new_logs/)
         for kind in ("train", "test"):
-            (tmp_path / spec[kind]).write_text("")
-    monkeypatch.setattr(study, "DATA", tmp_path)
+            path = tmp_path / "data" / spec[kind]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("")
+    monkeypatch.setattr(study, "DATA", tmp_path / "data")
     monkeypatch.setattr(study, "RUNS", tmp_path / "runs")
     seen = []
 
