@@ -102,6 +102,10 @@ VARIANTS = {
     # batch256 took as many steps as batch 64 (register3 s0: 1,250 against 1,500): the curriculum's pace and the probe
     # are counted in steps, not examples; here both are scaled by 64 / 256 (register3 s0: unstable, stopped at step
     # 3,279 with the curriculum at 14; results/own_data_cpu/defaults.md)
+    # issue 71 (2-3): every iteration reads c operations (`--step_size`), so a record of d operations runs ceil(d / c)
+    # iterations: about 1 / c of the step's tensor operations, if the harder step map is still learned
+    "step2": ("does reading two operations per iteration (--step_size 2: half the iterations) cut PAR's time to the "
+              "result?", {"--step_size": "2", "--baselines": "lstm"}),
     "batch256_pace": ("4x larger batches with the step-counted schedule scaled by 1/4 (curriculum every 5 steps, probe "
                       "every 63, warm-up 25)?",
                       {"--per_device_train_batch_size": "256", "--curriculum_every_steps": "5",
