@@ -214,6 +214,18 @@ def build_model(kind: str, spec: dict, records, as_first_measured: bool = False)
     return tracker(spec["cell"], token_ids["vocab_size"], spec["hidden"], 1, num_queries, num_candidates).train()
 
 
+def median_step_seconds(step, repeats: int, warmup: int = 3) -> float:
+    """The median wall seconds of `repeats` calls of `step`, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 def measure_step(kind: str, spec: dict, model, batch: dict, depth: int, repeats: int, fused: bool | None = None
                  ) -> tuple:
     """(the step's closure, median seconds per step after 3 warm-up steps, FLOPs per step, how they were counted,
@@ -221,20 +233,14 @@ def measure_step(kind: str, spec: dict, model, batch: dict, depth: int, repeats:
     from torch.utils.flop_counter import FlopCounterMode
 
     step = step_function(kind, model, batch, depth, fused=fused)
-    for _ in range(3):
-        step()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - started)
+    seconds = median_step_seconds(step, repeats)
     if kind == "par":
         with FlopCounterMode(display=False) as counter:
             step()
         flops, source = counter.get_total_flops(), "FlopCounterMode"
     else:
         flops, source = rnn_step_flops(spec["cell"], spec["hidden"], batch["input_ids"].shape), "analytic"
-    return step, statistics.median(times), flops, source, count_ops(step)
+    return step, seconds, flops, source, count_ops(step)
 
 
 def compiled_rows(name: str, spec: dict, records, batches: dict, repeats: int) -> list[dict]:
@@ -253,16 +259,10 @@ def compiled_rows(name: str, spec: dict, records, batches: dict, repeats: int) -
             started = time.perf_counter()
             step()
             first = time.perf_counter() - started
-            for _ in range(2):
-                step()
-            times = []
-            for _ in range(repeats):
-                started = time.perf_counter()
-                step()
-                times.append(time.perf_counter() - started)
+            seconds = median_step_seconds(step, repeats, warmup=2)
             rows.append({"model": name + " compiled", "depth": depth, "inductor_cache": cache,
                          "attention": model.config._attn_implementation, "optimizer_fused": True,
-                         "first_step_seconds": round(first, 3), "seconds_per_step": round(statistics.median(times), 5)})
+                         "first_step_seconds": round(first, 3), "seconds_per_step": round(seconds, 5)})
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
