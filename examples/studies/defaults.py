@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from par_cli.flag_values import true_or_false  # noqa: E402
-from par_studies import REPO, argv, load_records, mean_sd, run_logged, splice_table
+from par_studies import REPO, argv, load_records, mean_sd, repo_module, run_logged, splice_table
 from state_tracking.evaluation import repo_relative
 
 DATA = REPO / "runs" / "own_data" / "data"
@@ -65,17 +65,22 @@ LOGS = {
     # the LSTM only
     "counters4": dict(train="counters4_final.jsonl", test="counters4_test.jsonl", test_lengths=(20, 68, 260),
                       columns={"--operations_column": "statements", "--state_column": "values"}, baselines="lstm"),
-    # issue 71 (0c): the three logs no rule was chosen on (examples/studies/new_logs.py writes them and checks their
-    # sha256), read once; bool_swap5's records open with five assignments (test 21 / 69 / 261 statements) and, like
-    # var_swap5, run the LSTM only
-    "bool_swap5": dict(train="../new_logs/bool_swap5_train.jsonl", test="../new_logs/bool_swap5_test.jsonl",
-                       test_lengths=(21, 69, 261), baselines="lstm",
-                       columns={"--operations_column": "program", "--state_column": "values"}),
-    "reset_counter": dict(train="../new_logs/reset_counter_train.jsonl", test="../new_logs/reset_counter_test.jsonl",
-                          columns={"--operations_column": "events", "--state_column": "count"}),
-    "regular_check": dict(train="../new_logs/regular_check_train.jsonl", test="../new_logs/regular_check_test.jsonl",
-                          columns={"--operations_column": "stream", "--state_column": "verdict"}),
 }
+
+
+def new_log_spec(name: str, **extra) -> dict:
+    """A `LOGS` entry for one of `examples/studies/new_logs.py`'s logs: its files (relative to `DATA`) and columns as
+    that script writes and names them."""
+    new_logs = repo_module("examples.studies.new_logs")
+    _, operations, state = new_logs.LOGS[name]
+    return {**{kind: os.path.relpath(path, DATA) for kind, path in new_logs.files(name).items()},
+            "columns": {"--operations_column": operations, "--state_column": state}, **extra}
+
+
+# issue 71 (0c): the three logs no rule was chosen on (new_logs.py writes them and checks their sha256), read once;
+# bool_swap5's records open with five assignments (test 21 / 69 / 261 statements) and, like var_swap5, run the LSTM only
+LOGS.update(bool_swap5=new_log_spec("bool_swap5", test_lengths=(21, 69, 261), baselines="lstm"),
+            reset_counter=new_log_spec("reset_counter"), regular_check=new_log_spec("regular_check"))
 
 LOAD = "two runs at a time"  # what else ran beside each run; PAR_LOAD in the environment says otherwise
 # variant -> (what it asks, the flags added to the data flags); PAR only unless its flags name --baselines
