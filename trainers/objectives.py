@@ -233,6 +233,6 @@ def progress_flag_loss(states: tuple[torch.Tensor, ...] | list[torch.Tensor], op
     segments, depth, _ = token_segments(operation_ends, attention_mask)
     operation = (segments >= 1) & (segments <= depth[:, None])
     read_by = segments[operation]  # (n,): each operation token's j
-    logits = torch.stack([progress_flag_logits(states[k - 1][operation], channel) for k in iterations.tolist()])
+    logits = progress_flag_logits(torch.stack([states[k - 1] for k in iterations.tolist()])[:, operation], channel)
     targets = (read_by[None, :] <= step_size * iterations[:, None].to(read_by.device)).to(logits.dtype)
     return F.binary_cross_entropy_with_logits(logits, targets) if logits.numel() else logits.sum()
