@@ -127,6 +127,9 @@ class ModelArguments:
     core_conv_kernel: int = field(default=0, metadata={
         "help": "K > 0: a causal depthwise convolution of K taps on the core input at every iteration (FPRM; full "
                 "view only; config.core_conv_kernel); 0: off"})
+    loop_state_noise: float = field(default=0.0, metadata={
+        "help": "σ ≥ 0: in training, each iteration's anchored state gets σ · rms(s_1) · N(0, I) added (full view "
+                "only; config.loop_state_noise; also set on an --init_from_par checkpoint when > 0); 0: off"})
     answer_feedback: bool = field(default=False, metadata={
         "help": "the loop state is the answer: each iteration restarts from e with the previous iteration's soft "
                 "answer written at the queries (config.answer_feedback; for a state the answers name whole)"})

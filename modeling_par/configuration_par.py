@@ -97,6 +97,11 @@ class ParLoopedQwenConfig(Qwen2Config):
             (`prefix_state.prefix_state_logits`): the auxiliary readout that dense prefix targets train
             (`--prefix_state_weight`; each operation's last token reads the state after that operation, FPRM-style).
             Unused at inference. 0: none. Only with `loop_view="full"`.
+        loop_state_noise (`float`, defaults to 0.0): σ ≥ 0, in training only (like dropout): after each iteration's
+            anchoring every token's state is perturbed, s_k ← s_k + σ · rms(s_1) · ε with ε ~ N(0, I)
+            (`perturb_loop_state` in `modeling_par.py`), so the step map must bring a perturbed state back to its
+            trajectory instead of letting per-iteration errors accumulate. No effect at evaluation. 0: off. Only with
+            `loop_view="full"`.
         learned_halting (`bool`, defaults to `False`): the halting readout was trained (`halting_loss_weight` > 0), so
             the pipeline halts by it; otherwise it runs forced depth from the segmentation.
     """
@@ -129,6 +134,7 @@ class ParLoopedQwenConfig(Qwen2Config):
         position_encoding: str = "rope",
         core_conv_kernel: int = 0,
         prefix_state_queries: int = 0,
+        loop_state_noise: float = 0.0,
         **kwargs,
     ):
         self.prelude_layers = prelude_layers
@@ -155,6 +161,7 @@ class ParLoopedQwenConfig(Qwen2Config):
         self.position_encoding = position_encoding
         self.core_conv_kernel = core_conv_kernel
         self.prefix_state_queries = prefix_state_queries
+        self.loop_state_noise = loop_state_noise
         kwargs.setdefault("custom_pipelines", {k: dict(v) for k, v in CUSTOM_PIPELINES.items()})
         kwargs.setdefault("num_hidden_layers", prelude_layers + core_layers + coda_layers)
         self._check_layer_split(kwargs["num_hidden_layers"])  # before Qwen2's own layer_types check
@@ -199,7 +206,7 @@ class ParLoopedQwenConfig(Qwen2Config):
 
     def _check_loop_options(self) -> None:
         """The loop's options and the views they need: `bidirectional_queries`, `answer_feedback_rows`,
-        `position_encoding`, `core_conv_kernel`, `prefix_state_queries`."""
+        `position_encoding`, `core_conv_kernel`, `prefix_state_queries`, `loop_state_noise`."""
         fail = _fail
         if self.bidirectional_queries and self.loop_view == "full" and not self.progress_positions:
             fail("bidirectional_queries", "False with loop_view='full' and progress_positions=False (the full view "
@@ -222,6 +229,12 @@ class ParLoopedQwenConfig(Qwen2Config):
         if self.prefix_state_queries > 0 and self.loop_view != "full":
             fail("prefix_state_queries", f"0 with loop_view={self.loop_view!r} (the state head reads the full view's "
                  "tokens)", self.prefix_state_queries)
+        noise = self.loop_state_noise
+        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0.0 <= noise < float("inf"):
+            fail("loop_state_noise", "a finite number ≥ 0 (0: off)", noise)
+        if noise > 0 and self.loop_view != "full":
+            fail("loop_state_noise", f"0 with loop_view={self.loop_view!r} (the noise is built for the full view's "
+                 "loop)", noise)
 
     def _check_halting_and_scale(self) -> None:
         """`halt_confirm` ≤ `halt_window`, `halt_threshold` in (0, 1), `max_position_scale` ≥ 1."""

@@ -106,6 +106,14 @@ def anchor_state_norm(state: torch.Tensor, reference_rms: torch.Tensor, rms: tor
     return state * (reference_rms / (state_rms(state) if rms is None else rms)).to(state.dtype)
 
 
+def perturb_loop_state(state: torch.Tensor, reference_rms: torch.Tensor, std: float) -> torch.Tensor:
+    """Loop-state noise (training only): s_k ← s_k + σ · rms(s_1) · ε, ε ~ N(0, I) drawn per element from torch's
+    global generator; `reference_rms` is the token's rms(s_1) (detached by the caller), σ = `std`.
+    # (b, t, h), (b, t, 1) -> (b, t, h)
+    """
+    return state + torch.randn_like(state) * (std * reference_rms).to(state.dtype)
+
+
 def answer_feedback_state(e: torch.Tensor, answer_logits: torch.Tensor, columns: torch.Tensor,
                           candidate_embeddings: torch.Tensor) -> torch.Tensor:
     """Answer feedback, the loop state as the answer: the next iteration restarts from the prelude output e, with each
@@ -362,12 +370,16 @@ class ParLoopedQwenForStateTracking(ParLoopedQwenPreTrainedModel):
     def core_update(self, e_half, x, mask, cos, sin, reference_rms, token_valid=None) -> CoreUpdate:
         """s_k = anchor(C(W [e ; s_{k−1}])): the core block, then `anchor_state_norm` against rms(s_1) =
         `reference_rms` (iteration 1, `reference_rms` None, is not anchored); `e_half` is W_e e (`adapter_e_half`).
+        In training with `config.loop_state_noise` σ > 0, `perturb_loop_state` then adds σ · rms(s_1) · ε.
         One unit, so `compile_core` fuses it whole. Returns s_k and rms(s_k) before anchoring (detached). `token_valid`
         (b, t): the real tokens, read by the core's convolution (`config.core_conv_kernel`) only."""
         new_state = self._core_block(e_half, x, mask, cos, sin, token_valid)
         rms = state_rms(new_state)  # (b, t, 1), computed once: the trace's (detached) and the anchoring's
         if self.config.norm_anchoring and reference_rms is not None:
             new_state = anchor_state_norm(new_state, reference_rms, rms)
+        if self.training and self.config.loop_state_noise > 0:  # rms(s_1): the reference, or at iteration 1 its own
+            scale = (rms if reference_rms is None else reference_rms).detach()
+            new_state = perturb_loop_state(new_state, scale, self.config.loop_state_noise)
         return CoreUpdate(new_state, rms.detach())
 
     def run_core(self, update, *args):
@@ -583,5 +595,6 @@ __all__ = ["ParLoopedQwenPreTrainedModel", "ParLoopedQwenForStateTracking", "Par
            "causal_depthwise_mix",
            "default_compile_options", "grad_window_iterations", "halt_confirmed", "halt_iteration", "loop_view_mask",
            "operations_read",
-           "padded_causal_mask", "par_eager_attention", "progress_shift", "token_segments", "positions_from_mask",
+           "padded_causal_mask", "par_eager_attention", "perturb_loop_state", "progress_shift", "token_segments",
+           "positions_from_mask",
            "small_block_attention", "state_rms", "stretch_positions", "StateStream", "StreamAnswer"]

@@ -107,7 +107,8 @@ def par_fields(model_args, train_args=None, num_queries: int | None = None) -> d
         max_iterations=model_args.max_iterations, checkpoint_core=model_args.checkpoint_core,
         answer_feedback=model_args.answer_feedback, answer_feedback_rows=model_args.answer_feedback_rows,
         position_encoding=model_args.position_encoding,
-        core_conv_kernel=model_args.core_conv_kernel, **resolve_view(model_args),
+        core_conv_kernel=model_args.core_conv_kernel, loop_state_noise=model_args.loop_state_noise,
+        **resolve_view(model_args),
     )
 
 
@@ -120,6 +121,9 @@ def initial_model(model_args, token_ids: dict, fields: dict):
         if list(model.config.answer_token_ids) != token_ids["answer_token_ids"]:
             raise ValueError(f"--init_from_par: the checkpoint's answer_token_ids {model.config.answer_token_ids} do "
                              f"not match the task's tokenizer ({token_ids['answer_token_ids']}).")
+        if model_args.loop_state_noise:  # a training-only option, so a fine-tune may add it to the checkpoint's config
+            model.config.loop_state_noise = model_args.loop_state_noise
+            model.config.validate_par()
         return model
     if model_args.init_from_parent:
         # fp32 master weights whatever the parent was saved in: Qwen2.5 ships bf16, from_pretrained's dtype="auto" would

@@ -5,11 +5,10 @@
 
 Task: swap-S5 in its short text rendering (`examples/tasks/swap_s5_short.json`: "swap 1 3." per operation, "skip."
 for the identity, five "Box b contains the ?" questions), identity start, train d ≤ 8 (`*_d16`: d ≤ 16; `*_d12`:
-d ≤ 12 at batch 32), forced depth, the full view (plain causal attention over the whole prompt, no operation
-boundaries given). Every row
-is the package's from-scratch recipe (hidden 128, prelude 1 + core 2 + coda 1, the task's word-level tokenizer, lr
-1e-3, batch 64, at most 2,000 steps, +1 depth every 50 steps), stopped once a probe of 128 fixed prompts at d = 8 is
-≥ 99% twice in a row; only the position scheme (and the hold tail) changes:
+d ≤ 12 at batch 32), forced depth, the full view (no operation boundaries given). Every row is the package's
+from-scratch recipe (hidden 128, prelude 1 + core 2 + coda 1, the task's word-level tokenizer, lr 1e-3, batch 64,
+at most 2,000 steps, +1 depth every 50 steps), stopped once a probe of 128 fixed prompts at d = 8 is ≥ 99% twice in a
+row; only the position scheme (and the hold tail) changes:
 
 - `baseline`: ordinary rotary positions (the paper's full view as this package trains it from scratch);
 - `stretch_end` / `stretch_all`: the paper's positional stretch, s ~ U[1, s_max], s_max ramping 1 → 8 over the last
@@ -18,22 +17,17 @@ is the package's from-scratch recipe (hidden 128, prelude 1 + core 2 + coda 1, t
 - `pose`: PoSE, two chunks, the second shifted by a random skip within [0, 1024) (`trainers.pose_positions`);
 - `nope`: no positional encoding (`--position_encoding nope`);
 - `nope_conv`: NoPE and a causal depthwise convolution (4 taps) before each core layer (`--core_conv_kernel 4`, FPRM);
-- `*_hold`: the same with hold iterations (R = d + X, X ~ U{0..8}, gradient window 16: the state must stay once the
-  operations are read), the iteration-count half;
-- `*_dense`: the same with dense prefix targets (`--prefix_state_weight 1`, FPRM's deep supervision in PAR's form):
-  a state head reads, at iteration k, z_j at the last token of every operation j ≤ k (the wavefront), so the loop
-  can compute each operation's state at its own tokens instead of counting iterations to find operation k;
-  `*_dense_light`: the same at weight 0.1 (weight 1 kept `pose_dense` out of its range);
-- `pose_conv`: PoSE and the causal convolution together (the convolution reaches the previous operation's tokens, the
-  wavefront's one hop, without a position); `pose_near_conv`: the same with PoSE's skips within [0, 320);
-  `randomized_conv`: randomized positions and the convolution.
+- `*_hold`: hold iterations (R = d + X, X ~ U{0..8}, gradient window 16, targets z_d past d), the iteration count;
+- `*_dense`: dense prefix targets (`--prefix_state_weight 1`, FPRM's deep supervision in PAR's form): a state head
+  reads, at iteration k, z_j at the last token of every operation j ≤ k (the wavefront); `*_dense_light`: weight 0.1;
+- `pose_conv`: PoSE and the causal convolution together; `pose_near_conv`: PoSE's skips within [0, 320);
+  `randomized_conv`: randomized positions and the convolution; `pose_conv_noise_ft`: loop-state noise.
 
 Test: 1,024 fresh prompts per depth at 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid after two depths under
 2%), and for rotary rows the same with test-time position interpolation (positions × d_train / d, 256 prompts); the
 progress profile (every iteration's readout against z_k) at d = 16 and 32 and the padding control (8 operations, then
-"skip." up to d = 16), 256 prompts each; for `*_dense` rows also the wavefront (`diagnostics.wavefront_profile`: the
-state head at each operation's last token after R = d, at d = 8, 16, 32). Rows resume from their newest checkpoint
-(`runs/full_view_positions/`).
+"skip." up to d = 16), 256 prompts each; for `*_dense` rows also the wavefront (`diagnostics.wavefront_profile`).
+Rows resume from their newest checkpoint (`runs/full_view_positions/`).
 """
 
 from __future__ import annotations
@@ -65,6 +59,7 @@ RUN_DIR = REPO / "runs" / "full_view_positions"
 N, N_INTERPOLATED, PROFILE_N, POINTER_N = 1024, 256, 256, 64
 BUDGET = 7200  # a guard only: rows end on their steps or the in-range probe
 NEAR_RANGE = "320"  # `pose_near_conv`'s PoSE range: the d = 64 test prompt's length, rounded up
+SHIPPED = "checkpoints/par-swap-s5-full"  # `pose_conv` s0, exported (--export)
 POSITION_RANGE = "1024"  # random / PoSE positions: beyond the longest test prompt (d = 64: ~300 tokens; d = 128: ~560)
 
 
@@ -125,16 +120,14 @@ MASTERY = {"--curriculum_advance_accuracy": "0.9"}
 # the carried answer through a finite-state bottleneck each iteration (the query rows restart from e + softmax(y) E,
 # the other rows keep their state, so the loop keeps its place): pose_conv's failure was the state drifting past k ≈ 10
 QUERY_FEEDBACK = {"--answer_feedback": "true", "--answer_feedback_rows": "queries"}
-# the iterations past the ones trained, taught on a model that already knows its range: the scheme's own row (same
-# seed) fine-tuned with the hold tail (R = d + X, X ~ U{0..8}, targets z_d past d, the last 16 iterations with
-# gradient) at a fifth of the learning rate, every depth <= 8 from the start (drift.json: a step breaks past k_train)
+# the scheme's own row (same seed), in range, fine-tuned with the hold tail (R = d + X, X ~ U{0..8}, targets z_d past
+# d, 16 iterations with gradient) at a fifth of the rate, every depth <= 8 (drift.json: a step breaks past k_train)
 HOLD_FINE_TUNE = {"--learning_rate": "2e-4", "--warmup_steps": "20", "--max_steps": "500",
                   "--curriculum_start_depth": "8"}
-# twice the steps (the _qfb row's probe was still rising when its 2,000 steps ended); resumable across sessions
+# twice the steps (the _qfb row's probe was still rising when its 2,000 steps ended)
 LONG = {"--max_steps": "4000", "--max_train_seconds": "14400"}
-# the rows of operations the loop has not reached held at a fixed point (trainers.objectives.waiting_row_change):
-# row_freeze.json found they change by ~75% of their norm at every pass, so each can count its passes, and a row
-# that starts late breaks exactly where it missed a pass; a count learned to k_train fails past it
+# the rows of operations not yet reached held at a fixed point (trainers.objectives.waiting_row_change): row_freeze.json
+# found they change by ~75% of their norm at every pass, so each can count its passes (a count learned to k_train)
 STILL = {"--waiting_row_weight": "1"}
 STILL_LIGHT = {"--waiting_row_weight": "0.1"}
 # the read-so-far flag (trainers.objectives.progress_flag_loss): row_probe.json found no row holding which operation is
@@ -142,6 +135,9 @@ STILL_LIGHT = {"--waiting_row_weight": "0.1"}
 FLAG = {"--progress_flag_weight": "1"}
 # half the learning rate: two of six PoSE-family seeds never learned d <= 8 at lr 1e-3, their loss jumping by 1-3 nats
 LOW_LR = {"--learning_rate": "5e-4"}
+# the shipped pose_conv s0 (a run's folder under runs/ does not outlive its session) fine-tuned as `_hold_ft` without
+# the hold tail, each iteration's state perturbed by loop-state noise σ = 0.5 (break_depth.json: it tolerates 0.3)
+NOISE_FINE_TUNE = {**SCRATCH, **HOLD_FINE_TUNE, "--init_from_par": SHIPPED, "--loop_state_noise": "0.5"}
 PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose", "pose_conv")  # pose_conv: best from scratch
 
 
@@ -193,6 +189,8 @@ def declare_rows() -> dict[str, Row]:
                            budget=BUDGET))
         rows.append(Row.of(f"{name}_dense_light", f"scratch, full view, {name}, dense prefix targets at weight 0.1",
                            FULL, SCRATCH, flags, DENSE_LIGHT, budget=BUDGET))
+    rows.append(Row.of("pose_conv_noise_ft", "scratch, full view, pose_conv: the shipped seed 0 fine-tuned with "
+                       "loop-state noise (0.5)", FULL, NOISE_FINE_TUNE, SCHEMES["pose_conv"][0], budget=BUDGET))
     for init in ("smollm2", "random"):
         for name in PARENT_SCHEMES:
             rows.append(Row.of(f"{init}_{name}", f"SmolLM2 1+2+1 {'pretrained' if init == 'smollm2' else 'random'}, "
@@ -214,8 +212,8 @@ def train_max_depth(row: str) -> int:
 def scheme_of(row: str) -> str:
     init = init_of(row)
     name = row if init == "scratch" else row.removeprefix(init + "_")
-    for suffix in ("_d16", "_d12", "_hold_ft", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light", "_dense",
-                   "_lr5e4", "_flag_4k", "_flag", "_still_ft", "_still_light", "_still"):
+    for suffix in ("_d16", "_d12", "_noise_ft", "_hold_ft", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light",
+                   "_dense", "_lr5e4", "_flag_4k", "_flag", "_still_ft", "_still_light", "_still"):
         name = name.removesuffix(suffix)
     return name
 
@@ -242,8 +240,8 @@ def row_flags(row: str, seed: int = 0) -> dict:
         from state_tracking.evaluation import repo_relative
 
         flags["--init_from_par"] = repo_relative(run_path(source.strip("<>"), seed))  # train_par runs in the repo
-        for flag in ("--probe_stop_accuracy", "--probe_stop_patience"):  # it starts in range: train all its steps
-            flags.pop(flag)
+    if source:  # it starts in range: the probe's stop rule would end it at its first probe
+        flags.pop("--probe_stop_accuracy"), flags.pop("--probe_stop_patience")
     if flags.get("--init_from_qwen2") == PARENT:
         from par_studies.parents import get_parent
 
@@ -343,7 +341,8 @@ def scrub(text: str) -> str:
 
 def run_row(row: str, seed: int) -> dict:
     flags = row_flags(row, seed)
-    if "--init_from_par" in flags and not (Path(flags["--init_from_par"]) / "summary.json").is_file():
+    if ROWS[row].flags.get("--init_from_par", "").startswith("<") and not (
+            Path(flags["--init_from_par"]) / "summary.json").is_file():
         raise SystemExit(f"--row {row}: it fine-tunes {flags['--init_from_par']}, which has not finished training; "
                          f"run that row with --seed {seed} first")
     segments = train_segment(run_path(row, seed), seed, flags, row)
@@ -522,7 +521,7 @@ def export(row: str, seed: int, target: Path | None = None) -> Path:
     if init_of(row) != "scratch":
         raise SystemExit(f"--export ships a from-scratch row; {row} is {init_of(row)}.")
     record = json.loads(record_path(row, seed).read_text())
-    target = target or REPO / "checkpoints" / "par-swap-s5-full"
+    target = target or REPO / SHIPPED
     evaluation, d = record["evaluation"], record["train_max_depth"]
     rows = {hub.MODE_LABELS["forced"]: evaluation["accuracy"]}
     profile = record.get("profile") or {}

@@ -1,0 +1,98 @@
+"""Issue 68: where does the shipped full view (`pose_conv` s0, `checkpoints/par-swap-s5-full`) break past its range —
+at an iteration count, whatever the prompt's length, or at a prompt length? And how much noise on its loop state does
+it tolerate in range?
+
+1. The progress profile (every iteration k's readout against z_k) on prompts of d = 24, 32, 48, 64 operations: if the
+   first k under 90% / 50% is the same at every d, the iteration count breaks, not the positions.
+2. Loop-state noise at test time (`config.loop_state_noise` σ, `perturb_loop_state`, applied in training mode with
+   no gradient): the profile at d = 8 and 16 for each σ, so a fine-tune's σ is chosen where the model starts to fail.
+
+    python examples/studies/full_view_break_depth.py [--checkpoint checkpoints/par-swap-s5-full] [--n 128]
+
+Writes results/full_view_positions/break_depth.json (the command, the profiles, the environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from par_studies.tables import save_record  # noqa: E402
+
+OUT = REPO / "results" / "full_view_positions" / "break_depth.json"
+TASK_FILE = "examples/tasks/swap_s5_short.json"
+DEPTHS, NOISE_DEPTHS, SIGMAS = (24, 32, 48, 64), (8, 16), (0.0, 0.1, 0.3, 0.6, 1.0)
+
+
+def first_below(profile: list[float], level: float) -> int | None:
+    """The first iteration k (1-based) whose accuracy is under `level`, or None."""
+    return next((k for k, accuracy in enumerate(profile, start=1) if accuracy < level), None)
+
+
+def noisy_profile(model, tokenizer, task, sigma: float, n: int, seed: int) -> list[list[float]]:
+    """The progress profile at NOISE_DEPTHS with the loop state perturbed by σ at every iteration (training mode, so
+    `perturb_loop_state` acts; the diagnostics' own model.eval() is held off; no gradient)."""
+    import torch
+
+    from state_tracking.diagnostics import progress_profile
+
+    model.config.loop_state_noise = sigma
+    model.train()
+    model.eval = lambda *args, **kwargs: model  # progress_profile calls model.eval(), which would turn the noise off
+    try:
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            return progress_profile(model, tokenizer, task, NOISE_DEPTHS, n_per_depth=n, seed=seed, batch_size=n,
+                                    rendering="text")["profile"]
+    finally:
+        del model.eval
+        model.config.loop_state_noise = 0.0
+        model.train(False)
+
+
+def main(argv=None) -> dict:
+    import torch
+
+    from modeling_par import ParLoopedQwenForStateTracking
+    from state_tracking import build_tokenizer, load_task
+    from state_tracking.diagnostics import progress_profile
+    from state_tracking.evaluation import environment_info
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser.add_argument("--checkpoint", default="checkpoints/par-swap-s5-full")
+    parser.add_argument("--n", type=int, default=128, help="problems per depth")
+    parser.add_argument("--seed", type=int, default=5)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    started = time.time()
+    model = ParLoopedQwenForStateTracking.from_pretrained(REPO / args.checkpoint).eval()
+    task = load_task(TASK_FILE)
+    tokenizer = build_tokenizer(task, "text")
+    with torch.no_grad():
+        lengths = progress_profile(model, tokenizer, task, DEPTHS, n_per_depth=args.n, seed=args.seed,
+                                   batch_size=64, rendering="text")
+    by_length = [{"depth": d, "profile": p, "first_below_90": first_below(p, 0.9), "first_below_50": first_below(p, 0.5)}
+                 for d, p in zip(lengths["depths"], lengths["profile"])]
+    noise = [{"sigma": s, "profiles": dict(zip(map(str, NOISE_DEPTHS), noisy_profile(model, tokenizer, task, s,
+                                                                                       args.n, args.seed)))}
+             for s in SIGMAS]
+    record = {"command": "python examples/studies/full_view_break_depth.py " + " ".join(argv or sys.argv[1:]),
+              "checkpoint": args.checkpoint, "n_per_depth": args.n, "seed": args.seed, "by_length": by_length,
+              "noise": noise, "environment": environment_info(), "seconds": round(time.time() - started, 1)}
+    save_record(record, OUT)
+    for row in by_length:
+        print(f"d={row['depth']}: first k < 90% {row['first_below_90']}, < 50% {row['first_below_50']}: "
+              + " ".join(f"{100 * a:.0f}" for a in row["profile"]))
+    for row in noise:
+        print(f"sigma={row['sigma']}: " + " | ".join(" ".join(f"{100 * a:.0f}" for a in p)
+                                                     for p in row["profiles"].values()))
+    return record
+
+
+if __name__ == "__main__":
+    main()
