@@ -4,7 +4,9 @@ it tolerate in range?
 
 1. The progress profile (every iteration k's readout against z_k) on prompts of d = 24, 32, 48, 64 operations: if the
    first k under 90% / 50% is the same at every d, the iteration count breaks, not the positions.
-2. Loop-state noise at test time (`config.loop_state_noise` σ, `perturb_loop_state`, applied in training mode with
+2. The skip-prefix control: d = 32 prompts whose first m = 8 / 16 operations are "skip." (the identity), then random
+   ones: if the break moves later by m, what breaks is the number of real updates carried; if it stays, the count.
+3. Loop-state noise at test time (`config.loop_state_noise` σ, `perturb_loop_state`, applied in training mode with
    no gradient): the profile at d = 8 and 16 for each σ, so a fine-tune's σ is chosen where the model starts to fail.
 
     python examples/studies/full_view_break_depth.py [--checkpoint checkpoints/par-swap-s5-full] [--n 128]
@@ -27,11 +29,33 @@ from par_studies.tables import save_record  # noqa: E402
 OUT = REPO / "results" / "full_view_positions" / "break_depth.json"
 TASK_FILE = "examples/tasks/swap_s5_short.json"
 DEPTHS, NOISE_DEPTHS, SIGMAS = (24, 32, 48, 64), (8, 16), (0.0, 0.1, 0.3, 0.6, 1.0)
+SKIP_DEPTH, SKIPS = 32, (8, 16)
 
 
 def first_below(profile: list[float], level: float) -> int | None:
     """The first iteration k (1-based) whose accuracy is under `level`, or None."""
     return next((k for k, accuracy in enumerate(profile, start=1) if accuracy < level), None)
+
+
+def breaks(profile: list[float]) -> dict:
+    """A profile with its first iterations under 90% and 50%."""
+    return {"profile": profile, "first_below_90": first_below(profile, 0.9),
+            "first_below_50": first_below(profile, 0.5)}
+
+
+def skip_prefix_profile(model, tokenizer, task, skips: int, n: int, seed: int) -> list[float]:
+    """Accuracy of iteration k = 1..SKIP_DEPTH against z_k on prompts of SKIP_DEPTH operations whose first `skips` are
+    the identity and the rest random (`task.sample_ops`, seeded by `seed`)."""
+    import numpy as np
+
+    from state_tracking.diagnostics import identity_operation, iteration_readouts
+
+    rng = np.random.default_rng(seed)
+    ops = np.full((n, SKIP_DEPTH), identity_operation(task), dtype=np.int64)
+    ops[:, skips:] = task.sample_ops(rng, n, SKIP_DEPTH - skips)
+    states = task.prefix_states(ops, None)  # (n, d + 1, Q)
+    answers = iteration_readouts(model, tokenizer, task, ops, None, SKIP_DEPTH, rendering="text", batch_size=64)
+    return (answers == states[:, 1:]).all(-1).mean(0).tolist()
 
 
 def noisy_profile(model, tokenizer, task, sigma: float, n: int, seed: int) -> list[list[float]]:
@@ -76,18 +100,23 @@ def main(argv=None) -> dict:
     with torch.no_grad():
         lengths = progress_profile(model, tokenizer, task, DEPTHS, n_per_depth=args.n, seed=args.seed,
                                    batch_size=64, rendering="text")
-    by_length = [{"depth": d, "profile": p, "first_below_90": first_below(p, 0.9), "first_below_50": first_below(p, 0.5)}
-                 for d, p in zip(lengths["depths"], lengths["profile"])]
+        by_length = [{"depth": d, **breaks(p)} for d, p in zip(lengths["depths"], lengths["profile"])]
+        skip_prefix = [{"depth": SKIP_DEPTH, "skips": m,
+                        **breaks(skip_prefix_profile(model, tokenizer, task, m, args.n, args.seed))} for m in SKIPS]
     noise = [{"sigma": s, "profiles": dict(zip(map(str, NOISE_DEPTHS), noisy_profile(model, tokenizer, task, s,
                                                                                        args.n, args.seed)))}
              for s in SIGMAS]
     record = {"command": "python examples/studies/full_view_break_depth.py " + " ".join(argv or sys.argv[1:]),
               "checkpoint": args.checkpoint, "n_per_depth": args.n, "seed": args.seed, "by_length": by_length,
-              "noise": noise, "environment": environment_info(), "seconds": round(time.time() - started, 1)}
+              "skip_prefix": skip_prefix, "noise": noise, "environment": environment_info(),
+              "seconds": round(time.time() - started, 1)}
     save_record(record, OUT)
     for row in by_length:
         print(f"d={row['depth']}: first k < 90% {row['first_below_90']}, < 50% {row['first_below_50']}: "
               + " ".join(f"{100 * a:.0f}" for a in row["profile"]))
+    for row in skip_prefix:
+        print(f"{row['skips']} skips, d={row['depth']}: first k < 90% {row['first_below_90']}, < 50% "
+              f"{row['first_below_50']}: " + " ".join(f"{100 * a:.0f}" for a in row["profile"]))
     for row in noise:
         print(f"sigma={row['sigma']}: " + " | ".join(" ".join(f"{100 * a:.0f}" for a in p)
                                                      for p in row["profiles"].values()))
