@@ -6,6 +6,7 @@ it tolerate in range?
    first k under 90% / 50% is the same at every d, the iteration count breaks, not the positions.
 2. The skip-prefix control: d = 32 prompts whose first m = 8 / 16 operations are "skip." (the identity), then random
    ones: if the break moves later by m, what breaks is the number of real updates carried; if it stays, the count.
+   The repeat-prefix control: the same with one swap repeated m times (is it the identity, or any run of repeats?).
 3. Loop-state noise at test time (`config.loop_state_noise` σ, `perturb_loop_state`, applied in training mode with
    no gradient): the profile at d = 8 and 16 for each σ, so a fine-tune's σ is chosen where the model starts to fail.
 
@@ -43,15 +44,15 @@ def breaks(profile: list[float]) -> dict:
             "first_below_50": first_below(profile, 0.5)}
 
 
-def skip_prefix_profile(model, tokenizer, task, skips: int, n: int, seed: int) -> list[float]:
+def skip_prefix_profile(model, tokenizer, task, skips: int, n: int, seed: int, op: int | None = None) -> list[float]:
     """Accuracy of iteration k = 1..SKIP_DEPTH against z_k on prompts of SKIP_DEPTH operations whose first `skips` are
-    the identity and the rest random (`task.sample_ops`, seeded by `seed`)."""
+    operation `op` (None: the identity) and the rest random (`task.sample_ops`, seeded by `seed`)."""
     import numpy as np
 
     from state_tracking.diagnostics import identity_operation, iteration_readouts
 
     rng = np.random.default_rng(seed)
-    ops = np.full((n, SKIP_DEPTH), identity_operation(task), dtype=np.int64)
+    ops = np.full((n, SKIP_DEPTH), identity_operation(task) if op is None else op, dtype=np.int64)
     ops[:, skips:] = task.sample_ops(rng, n, SKIP_DEPTH - skips)
     states = task.prefix_states(ops, None)  # (n, d + 1, Q)
     answers = iteration_readouts(model, tokenizer, task, ops, None, SKIP_DEPTH, rendering="text", batch_size=64)
@@ -84,7 +85,7 @@ def main(argv=None) -> dict:
 
     from modeling_par import ParLoopedQwenForStateTracking
     from state_tracking import build_tokenizer, load_task
-    from state_tracking.diagnostics import progress_profile
+    from state_tracking.diagnostics import identity_operation, progress_profile
     from state_tracking.evaluation import environment_info
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
@@ -103,12 +104,17 @@ def main(argv=None) -> dict:
         by_length = [{"depth": d, **breaks(p)} for d, p in zip(lengths["depths"], lengths["profile"])]
         skip_prefix = [{"depth": SKIP_DEPTH, "skips": m,
                         **breaks(skip_prefix_profile(model, tokenizer, task, m, args.n, args.seed))} for m in SKIPS]
+        swap = next(op for op in range(task.num_ops) if op != identity_operation(task))
+        repeat_prefix = [{"depth": SKIP_DEPTH, "repeats": m, "operation": task.op_names[swap],
+                          **breaks(skip_prefix_profile(model, tokenizer, task, m, args.n, args.seed, swap))}
+                         for m in SKIPS]
     noise = [{"sigma": s, "profiles": dict(zip(map(str, NOISE_DEPTHS), noisy_profile(model, tokenizer, task, s,
                                                                                        args.n, args.seed)))}
              for s in SIGMAS]
     record = {"command": "python examples/studies/full_view_break_depth.py " + " ".join(argv or sys.argv[1:]),
               "checkpoint": args.checkpoint, "n_per_depth": args.n, "seed": args.seed, "by_length": by_length,
-              "skip_prefix": skip_prefix, "noise": noise, "environment": environment_info(),
+              "skip_prefix": skip_prefix, "repeat_prefix": repeat_prefix, "noise": noise,
+              "environment": environment_info(),
               "seconds": round(time.time() - started, 1)}
     save_record(record, OUT)
     for row in by_length:
@@ -117,6 +123,9 @@ def main(argv=None) -> dict:
     for row in skip_prefix:
         print(f"{row['skips']} skips, d={row['depth']}: first k < 90% {row['first_below_90']}, < 50% "
               f"{row['first_below_50']}: " + " ".join(f"{100 * a:.0f}" for a in row["profile"]))
+    for row in repeat_prefix:
+        print(f"{row['repeats']} x {row['operation']}, d={row['depth']}: first k < 90% {row['first_below_90']}: "
+              + " ".join(f"{100 * a:.0f}" for a in row["profile"]))
     for row in noise:
         print(f"sigma={row['sigma']}: " + " | ".join(" ".join(f"{100 * a:.0f}" for a in p)
                                                      for p in row["profiles"].values()))
