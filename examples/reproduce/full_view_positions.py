@@ -20,8 +20,8 @@ row; only the position scheme (and the hold tail) changes:
 - `*_hold`: hold iterations (R = d + X, X ~ U{0..8}, gradient window 16, targets z_d past d), the iteration count;
 - `*_dense`: dense prefix targets (`--prefix_state_weight 1`, FPRM's deep supervision in PAR's form): a state head
   reads, at iteration k, z_j at the last token of every operation j ≤ k (the wavefront); `*_dense_light`: weight 0.1;
-- `pose_conv`: PoSE and the causal convolution together; `pose_near_conv`: PoSE's skips within [0, 320);
-  `randomized_conv`: randomized positions and the convolution; `pose_conv_noise_ft`: loop-state noise.
+- `pose_conv`: PoSE and the causal convolution; `pose_near_conv`: PoSE's skips in [0, 320); `randomized_conv`:
+  randomized positions and the convolution; `pose_conv_noise` / `_noise_ft`: loop-state noise (`--loop_state_noise`).
 
 Test: 1,024 fresh prompts per depth at 8 / 16 / 32 / 64 (the evaluation stop rule ends a grid after two depths under
 2%), and for rotary rows the same with test-time position interpolation (positions × d_train / d, 256 prompts); the
@@ -113,12 +113,10 @@ SCHEMES = {
 HOLD = hold_tail(extra=8, grad_window=16)
 DENSE = {"--prefix_state_weight": "1"}
 D12 = {"--per_device_train_batch_size": "32"}  # d <= 12 at half the batch: about the d <= 8 row's cost per step
-DENSE_LIGHT = {"--prefix_state_weight": "0.1"}  # the wavefront as a side objective that leaves the query's loss room
-# the depth grows (+1, at least 50 steps apart) only once the last 20 steps at d_max average >= 90% answers right: the
-# fixed pace reaches d = 8 at step 300 whatever the model has learned, and two of six PoSE-family seeds never caught up
+DENSE_LIGHT = {"--prefix_state_weight": "0.1"}
+# the depth grows (+1, ≥ 50 steps apart) once the last 20 steps at d_max average ≥ 90% right (fixed pace: d = 8 at 300)
 MASTERY = {"--curriculum_advance_accuracy": "0.9"}
-# the carried answer through a finite-state bottleneck each iteration (the query rows restart from e + softmax(y) E,
-# the other rows keep their state, so the loop keeps its place): pose_conv's failure was the state drifting past k ≈ 10
+# the carried answer through a finite-state bottleneck (the query rows restart from e + softmax(y) E, the others keep)
 QUERY_FEEDBACK = {"--answer_feedback": "true", "--answer_feedback_rows": "queries"}
 # the scheme's own row (same seed), in range, fine-tuned with the hold tail (R = d + X, X ~ U{0..8}, targets z_d past
 # d, 16 iterations with gradient) at a fifth of the rate, every depth <= 8 (drift.json: a step breaks past k_train)
@@ -135,8 +133,8 @@ STILL_LIGHT = {"--waiting_row_weight": "0.1"}
 FLAG = {"--progress_flag_weight": "1"}
 # half the learning rate: two of six PoSE-family seeds never learned d <= 8 at lr 1e-3, their loss jumping by 1-3 nats
 LOW_LR = {"--learning_rate": "5e-4"}
-# the shipped pose_conv s0 (a run's folder under runs/ does not outlive its session) fine-tuned as `_hold_ft` without
-# the hold tail, each iteration's state perturbed by loop-state noise σ = 0.5 (break_depth.json: it tolerates 0.3)
+# the shipped pose_conv s0 (runs/ does not outlive a session) fine-tuned as `_hold_ft` without the hold tail, each
+# iteration's state perturbed by loop-state noise σ = 0.5 (break_depth.json: it tolerates 0.3); `_noise`: from scratch
 NOISE_FINE_TUNE = {**SCRATCH, **HOLD_FINE_TUNE, "--init_from_par": SHIPPED, "--loop_state_noise": "0.5"}
 PARENT_SCHEMES = ("baseline", "stretch_all", "conv", "nope_conv", "pose", "pose_conv")  # pose_conv: best from scratch
 
@@ -191,6 +189,8 @@ def declare_rows() -> dict[str, Row]:
                            FULL, SCRATCH, flags, DENSE_LIGHT, budget=BUDGET))
     rows.append(Row.of("pose_conv_noise_ft", "scratch, full view, pose_conv: the shipped seed 0 fine-tuned with "
                        "loop-state noise (0.5)", FULL, NOISE_FINE_TUNE, SCHEMES["pose_conv"][0], budget=BUDGET))
+    rows.append(Row.of("pose_conv_noise", "scratch, full view, pose_conv, loop-state noise (0.3) from the start", FULL,
+                       SCRATCH, SCHEMES["pose_conv"][0], {"--loop_state_noise": "0.3"}, budget=BUDGET))
     for init in ("smollm2", "random"):
         for name in PARENT_SCHEMES:
             rows.append(Row.of(f"{init}_{name}", f"SmolLM2 1+2+1 {'pretrained' if init == 'smollm2' else 'random'}, "
@@ -212,8 +212,8 @@ def train_max_depth(row: str) -> int:
 def scheme_of(row: str) -> str:
     init = init_of(row)
     name = row if init == "scratch" else row.removeprefix(init + "_")
-    for suffix in ("_d16", "_d12", "_noise_ft", "_hold_ft", "_hold", "_mastery", "_qfb_4k", "_qfb", "_dense_light",
-                   "_dense", "_lr5e4", "_flag_4k", "_flag", "_still_ft", "_still_light", "_still"):
+    for suffix in ("_d16", "_d12", "_noise_ft", "_noise", "_hold_ft", "_hold", "_mastery", "_qfb_4k", "_qfb",
+                   "_dense_light", "_dense", "_lr5e4", "_flag_4k", "_flag", "_still_ft", "_still_light", "_still"):
         name = name.removesuffix(suffix)
     return name
 
