@@ -347,7 +347,7 @@ def test_a_tiny_row_trains_tests_profiles_and_collects(tmp_path, monkeypatch, sc
         assert [len(layers) for layers in record["attention_pointer"]["on_target"]] == [2, 2, 2]  # the core's layers
         assert ("profile_interpolated" in record) == (row == "conv")
     paused = study.profile_checkpoint("conv", 0)  # a stopped row's newest checkpoint, profiled
-    assert paused["step"] in (2, 3) and paused["profile"]["depths"] == [1, 2, 4]
+    assert paused["step"] in (2, 3) and paused["profile"]["depths"] == [1, 2, 4, 8]
     assert (tmp_path / "results" / "checkpoints" / "conv_s0.json").is_file()
     (tmp_path / "results" / "README.md").write_text(f"x\n{study.TABLE_START}\n{study.TABLE_END}\ny\n")
     summary = study.collect()

@@ -353,8 +353,8 @@ def run_row(row: str, seed: int) -> dict:
 
 def profile_checkpoint(row: str, seed: int) -> dict:
     """results/full_view_positions/checkpoints/<row>_s<seed>.json: where a row stands that was stopped (or paused)
-    before its end: the progress profile at d_train / 2, d_train and 2 d_train (64 prompts each) of its newest complete
-    checkpoint, with that checkpoint's step. The row resumes from it when its command runs again."""
+    before its end: the progress profile at d_train / 2, d_train, 2 and 4 d_train (64 prompts each) of its newest
+    complete checkpoint, with that checkpoint's step. The row resumes from it when its command runs again."""
     import torch
 
     from modeling_par import ParLoopedQwenForStateTracking
@@ -375,7 +375,7 @@ def profile_checkpoint(row: str, seed: int) -> dict:
 
         tokenizer = AutoTokenizer.from_pretrained(row_flags(row)["--init_from_qwen2"], gguf_file=SMOLLM2["--gguf_file"])
     d = train_max_depth(row)
-    profile = progress_profile(model, tokenizer, task, [d // 2, d, 2 * d], n_per_depth=64, seed=seed,
+    profile = progress_profile(model, tokenizer, task, [d // 2, d, 2 * d, 4 * d], n_per_depth=64, seed=seed,
                                rendering="text", batch_size=64)
     state = json.loads((checkpoint / "trainer_state.json").read_text())
     record = {"row": row, "seed": seed, "checkpoint": checkpoint.name, "step": state["global_step"],
