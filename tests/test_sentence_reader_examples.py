@@ -80,7 +80,10 @@ def test_a_new_wording_is_scored_against_the_examples_too(with_examples):
     assert reading.similarity == pytest.approx(max(cos[k.text] for k in of_meaning), abs=1e-5)
     assert reading.nearest_known == max(of_meaning, key=lambda k: cos[k.text]).text
     assert reading.replacement == max((k for k in of_meaning if k.trained), key=lambda k: cos[k.text]).text
-    assert torch.equal(reader.known_encodings[-1], encode_sentences(reader.encoder, reader.tokenizer, [EXAMPLE])[0])
+    # the stored encoding was computed in a batch with the other known sentences: equal up to the rounding that a
+    # batch's padding and shape give the matrix products (bit-equality held on one install and not on another)
+    torch.testing.assert_close(reader.known_encodings[-1],
+                               encode_sentences(reader.encoder, reader.tokenizer, [EXAMPLE])[0], rtol=1e-5, atol=1e-6)
 
 
 def test_the_command_line_reads_an_examples_file(tmp_path):
